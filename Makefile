@@ -1,0 +1,57 @@
+# kvdepot — top-level entry points. `make run` and `make test` are all a new user needs: both
+# install missing Debian packages first (scripts/install-deps.sh), then build.
+#
+#   make run         build, then run the main job (today: the codec demo; later: kvdepotd)
+#   make test        build and run every test (GPU tests skip, with a reason, without a GPU)
+#   make build       configure and build into build/
+#   make bench       build and run the CPU benchmarks
+#   make test-asan   build with AddressSanitizer + UBSan into build-asan/ and run every test
+#   make gpu         build the GPU test/bench binaries into .gpu/ (for a GPU machine)
+#   make format      clang-format every C++/CUDA source
+#
+# Variables: BUILD_DIR (build), BUILD_TYPE (RelWithDebInfo), CUDA (AUTO|ON|OFF), JOBS (nproc).
+# With CI=true warnings are errors.
+
+BUILD_DIR ?= build
+BUILD_TYPE ?= RelWithDebInfo
+CUDA ?= AUTO
+JOBS ?= $(shell nproc)
+WERROR := $(if $(filter true 1,$(CI)),ON,OFF)
+CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVDEPOT_CUDA=$(CUDA) -DKVDEPOT_WERROR=$(WERROR)
+
+.PHONY: all deps configure build run test bench test-asan gpu format clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+run: build
+	@bash scripts/demo.sh $(BUILD_DIR)
+
+test: build
+	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+bench: build
+	@$(BUILD_DIR)/bin/kvdepot_bench --benchmark_counters_tabular=true
+
+test-asan: deps
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVDEPOT_CUDA=OFF \
+	  -DKVDEPOT_SANITIZE=address,undefined -DKVDEPOT_WERROR=$(WERROR) >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	@ctest --test-dir build-asan --output-on-failure -j $(JOBS)
+
+gpu: deps
+	@bash scripts/build-gpu.sh
+
+format:
+	@git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
+
+clean:
+	@rm -rf $(BUILD_DIR) build-asan .gpu

@@ -1,0 +1,328 @@
+// `kvdepot codec ...`: offline encode / decode / inspect / compare / synth of KV chunk files.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+#include "cli_args.h"
+#include "cli_internal.h"
+#include "json_writer.h"
+#include "kvdepot/codec.h"
+#include "kvdepot/compare.h"
+#include "kvdepot/container.h"
+#include "kvdepot/file_io.h"
+#include "kvdepot/npy.h"
+#include "kvdepot/synth.h"
+#include "kvdepot/tensor.h"
+
+namespace kvdepot::cli {
+namespace {
+
+// Largest input file any codec command reads: the largest decodable tensor plus headers.
+constexpr std::uint64_t kMaxInputBytes = kMaxDecodedBytes + (1u << 20);
+
+std::string Hex64(std::uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+bool LooksLikeContainer(std::span<const std::byte> bytes) {
+  return bytes.size() >= sizeof(kContainerMagic) &&
+         std::memcmp(bytes.data(), kContainerMagic, sizeof(kContainerMagic)) == 0;
+}
+
+// Reads a KV tensor from a .npy file or a .kvd container (told apart by content, not name).
+// `uint16_as_bf16`: how to read a '<u2' .npy (see docs/npy.md).
+Result<KvTensor> LoadTensor(const std::string& path, bool uint16_as_bf16) {
+  KVD_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadFile(path, kMaxInputBytes));
+  if (LooksLikeContainer(bytes)) {
+    auto decoded = DecodeChunk(bytes);
+    if (!decoded.ok()) return decoded.status().WithContext(path);
+    return decoded;
+  }
+  auto parsed = ParseKvNpy(bytes, NpyReadOptions{uint16_as_bf16});
+  if (!parsed.ok()) return parsed.status().WithContext(path);
+  return parsed;
+}
+
+// --dtype on inputs: only "bf16" changes anything (it declares '<u2' arrays as bfloat16).
+Result<bool> InputIsBf16(const Args& args) {
+  const auto name = args.Get("--dtype");
+  if (!name) return false;
+  KVD_ASSIGN_OR_RETURN(DType dtype, ParseDType(*name));
+  return dtype == DType::kBFloat16;
+}
+
+void WriteShapeJson(JsonWriter& json, const KvShape& s) {
+  json.BeginArray().Uint(s.layers).Uint(2).Uint(s.tokens).Uint(s.kv_heads).Uint(s.head_dim);
+  json.EndArray();
+}
+
+std::uint64_t Fp16Bytes(const KvShape& shape) { return shape.elements() * 2; }
+
+std::string FormatDouble(double v, int precision = 6) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  std::ostringstream os;
+  os << std::setprecision(precision) << v;
+  return os.str();
+}
+
+// ---- encode ----------------------------------------------------------------------------------
+
+Status Encode(std::span<const char* const> argv, Io io) {
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{"--codec", "--dtype"}, {"--quiet"}}));
+  KVD_RETURN_IF_ERROR(args.ExpectPositional({"IN.npy", "OUT.kvd"}));
+  const std::string& in = args.positional()[0];
+  const std::string& out = args.positional()[1];
+  KVD_ASSIGN_OR_RETURN(CodecId codec, ParseCodecName(args.Get("--codec").value_or("raw")));
+  KVD_ASSIGN_OR_RETURN(bool bf16, InputIsBf16(args));
+  KVD_ASSIGN_OR_RETURN(KvTensor tensor, LoadTensor(in, bf16));
+  if (args.Has("--dtype") && !bf16) {
+    KVD_ASSIGN_OR_RETURN(DType want, ParseDType(*args.Get("--dtype")));
+    KVD_ASSIGN_OR_RETURN(tensor, ConvertDType(tensor.view(), want));
+  }
+  auto encoded = EncodeChunk(tensor.view(), EncodeOptions{codec});
+  if (!encoded.ok()) return encoded.status().WithContext(in);
+  KVD_RETURN_IF_ERROR(WriteFileAtomic(out, *encoded));
+  if (!args.Has("--quiet")) {
+    io.out << "wrote " << out << ": " << CodecName(codec) << ", " << tensor.shape.ToString() << " "
+           << DTypeName(tensor.dtype) << ", " << encoded->size() << " bytes ("
+           << FormatDouble(static_cast<double>(encoded->size()) /
+                               static_cast<double>(Fp16Bytes(tensor.shape)),
+                           4)
+           << " of fp16)\n";
+  }
+  return Status::Ok();
+}
+
+// ---- decode ----------------------------------------------------------------------------------
+
+Status Decode(std::span<const char* const> argv, Io io) {
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{"--dtype"}, {"--quiet"}}));
+  KVD_RETURN_IF_ERROR(args.ExpectPositional({"IN.kvd", "OUT.npy"}));
+  const std::string& in = args.positional()[0];
+  const std::string& out = args.positional()[1];
+  KVD_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadFile(in, kMaxInputBytes));
+  if (!LooksLikeContainer(bytes)) {
+    return Corruption(in + ": not a kvdepot chunk container (bad magic)");
+  }
+  auto decoded = DecodeChunk(bytes);
+  if (!decoded.ok()) return decoded.status().WithContext(in);
+  KvTensor tensor = std::move(*decoded);
+  if (const auto name = args.Get("--dtype")) {
+    KVD_ASSIGN_OR_RETURN(DType want, ParseDType(*name));
+    KVD_ASSIGN_OR_RETURN(tensor, ConvertDType(tensor.view(), want));
+  }
+  KVD_RETURN_IF_ERROR(WriteKvNpy(out, tensor.view()));
+  if (!args.Has("--quiet")) {
+    io.out << "wrote " << out << ": " << tensor.shape.ToString() << " " << DTypeName(tensor.dtype)
+           << (tensor.dtype == DType::kBFloat16 ? " (as '<u2' bfloat16 bits)" : "") << "\n";
+  }
+  return Status::Ok();
+}
+
+// ---- inspect ---------------------------------------------------------------------------------
+
+Status Inspect(std::span<const char* const> argv, Io io) {
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{}, {"--json"}}));
+  KVD_RETURN_IF_ERROR(args.ExpectPositional({"IN.kvd"}));
+  const std::string& in = args.positional()[0];
+  KVD_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadFile(in, kMaxInputBytes));
+  auto parsed = ParseContainer(bytes, ParseOptions{/*verify_checksums=*/false});
+  if (!parsed.ok()) return parsed.status().WithContext(in);
+  const ContainerView& view = *parsed;
+  const ContainerHeader& h = view.header;
+  const ChecksumReport sums = VerifyChecksums(view, bytes);
+  const double ratio = static_cast<double>(h.total_bytes) / static_cast<double>(Fp16Bytes(h.shape));
+
+  if (args.Has("--json")) {
+    JsonWriter json(io.out);
+    json.BeginObject();
+    json.Key("file").String(in);
+    json.Key("format_version").Uint(h.version);
+    json.Key("codec").String(CodecName(h.codec));
+    json.Key("dtype").String(DTypeName(h.dtype));
+    json.Key("shape");
+    WriteShapeJson(json, h.shape);
+    json.Key("encoded_bytes").Uint(h.total_bytes);
+    json.Key("fp16_bytes").Uint(Fp16Bytes(h.shape));
+    json.Key("ratio_vs_fp16").Double(ratio);
+    json.Key("header_checksum").String(Hex64(h.header_checksum));
+    json.Key("header_checksum_ok").Bool(sums.header_ok);
+    json.Key("checksums_ok").Bool(sums.all_ok());
+    json.Key("sections").BeginArray();
+    for (std::size_t i = 0; i < view.sections.size(); ++i) {
+      const SectionView& s = view.sections[i];
+      json.BeginObject();
+      json.Key("index").Uint(i);
+      json.Key("kind").String(SectionKindName(s.kind));
+      json.Key("kind_id").Uint(s.kind);
+      json.Key("flags").Uint(s.flags);
+      json.Key("offset").Uint(s.offset);
+      json.Key("length").Uint(s.length);
+      json.Key("checksum").String(Hex64(s.checksum));
+      json.Key("checksum_ok").Bool(sums.section_ok[i]);
+      json.EndObject();
+    }
+    json.EndArray();
+    json.EndObject();
+    io.out << "\n";
+  } else {
+    io.out << "file             " << in << "\n"
+           << "format version   " << h.version << "\n"
+           << "codec            " << CodecName(h.codec) << "\n"
+           << "dtype            " << DTypeName(h.dtype) << "\n"
+           << "shape            " << h.shape.ToString()
+           << "  [layers, K/V, tokens, kv_heads, head_dim]\n"
+           << "encoded bytes    " << h.total_bytes << "\n"
+           << "fp16 bytes       " << Fp16Bytes(h.shape) << "\n"
+           << "ratio vs fp16    " << FormatDouble(ratio, 4) << "\n"
+           << "header checksum  " << Hex64(h.header_checksum) << " "
+           << (sums.header_ok ? "ok" : "MISMATCH") << "\n"
+           << "sections\n";
+    io.out << "  #  kind       offset        length  checksum          status\n";
+    for (std::size_t i = 0; i < view.sections.size(); ++i) {
+      const SectionView& s = view.sections[i];
+      io.out << "  " << std::left << std::setw(3) << i << std::setw(9) << SectionKindName(s.kind)
+             << std::right << std::setw(8) << s.offset << std::setw(14) << s.length << "  "
+             << Hex64(s.checksum) << "  " << (sums.section_ok[i] ? "ok" : "MISMATCH") << "\n";
+    }
+  }
+  if (!sums.header_ok) return Corruption(in + ": header checksum mismatch");
+  for (std::size_t i = 0; i < sums.section_ok.size(); ++i) {
+    if (!sums.section_ok[i]) {
+      return Corruption(in + ": section " + std::to_string(i) + " (" +
+                        std::string(SectionKindName(view.sections[i].kind)) +
+                        "): checksum mismatch");
+    }
+  }
+  return Status::Ok();
+}
+
+// ---- compare ---------------------------------------------------------------------------------
+
+Status Compare(std::span<const char* const> argv, Io io) {
+  KVD_ASSIGN_OR_RETURN(
+      Args args,
+      Args::Parse(argv, {{"--dtype", "--max-rel-l2"}, {"--json", "--expect-bit-exact"}}));
+  KVD_RETURN_IF_ERROR(args.ExpectPositional({"A", "B"}));
+  const std::string& a_path = args.positional()[0];
+  const std::string& b_path = args.positional()[1];
+  KVD_ASSIGN_OR_RETURN(bool bf16, InputIsBf16(args));
+  double max_rel_l2 = -1;
+  if (const auto v = args.Get("--max-rel-l2")) {
+    char* end = nullptr;
+    max_rel_l2 = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end != '\0' || !(max_rel_l2 >= 0)) {
+      return UsageError("--max-rel-l2 expects a non-negative number, got '" + *v + "'");
+    }
+  }
+  KVD_ASSIGN_OR_RETURN(KvTensor a, LoadTensor(a_path, bf16));
+  KVD_ASSIGN_OR_RETURN(KvTensor b, LoadTensor(b_path, bf16));
+  KVD_ASSIGN_OR_RETURN(CompareStats st, CompareTensors(a.view(), b.view()));
+  if (args.Has("--json")) {
+    JsonWriter json(io.out);
+    json.BeginObject();
+    json.Key("a").String(a_path);
+    json.Key("b").String(b_path);
+    json.Key("shape");
+    WriteShapeJson(json, a.shape);
+    json.Key("dtype_a").String(DTypeName(a.dtype));
+    json.Key("dtype_b").String(DTypeName(b.dtype));
+    json.Key("elements").Uint(st.elements);
+    json.Key("max_abs").Double(st.max_abs);
+    json.Key("mean_abs").Double(st.mean_abs);
+    json.Key("rel_l2").Double(st.rel_l2);
+    json.Key("snr_db").Double(st.snr_db);  // null when infinite (identical values)
+    json.Key("bit_exact").Bool(st.bit_exact);
+    json.Key("nonfinite_mismatches").Uint(st.nonfinite_mismatches);
+    json.EndObject();
+    io.out << "\n";
+  } else {
+    io.out << "shape       " << a.shape.ToString() << "  (" << DTypeName(a.dtype) << " vs "
+           << DTypeName(b.dtype) << ")\n"
+           << "elements    " << st.elements << "\n"
+           << "max_abs     " << FormatDouble(st.max_abs) << "\n"
+           << "mean_abs    " << FormatDouble(st.mean_abs) << "\n"
+           << "rel_l2      " << FormatDouble(st.rel_l2) << "\n"
+           << "snr_db      " << FormatDouble(st.snr_db) << "\n"
+           << "bit_exact   " << (st.bit_exact ? "yes" : "no") << "\n"
+           << "non-finite mismatches  " << st.nonfinite_mismatches << "\n";
+  }
+  if (args.Has("--expect-bit-exact") && !st.bit_exact) {
+    return InvalidArgument(a_path + " and " + b_path + " are not bit-exact (rel_l2 " +
+                           FormatDouble(st.rel_l2) + ")");
+  }
+  if (max_rel_l2 >= 0 && !(st.rel_l2 <= max_rel_l2)) {
+    return InvalidArgument("rel_l2 " + FormatDouble(st.rel_l2) + " exceeds --max-rel-l2 " +
+                           FormatDouble(max_rel_l2));
+  }
+  return Status::Ok();
+}
+
+// ---- synth -----------------------------------------------------------------------------------
+
+Status Synth(std::span<const char* const> argv, Io io) {
+  KVD_ASSIGN_OR_RETURN(
+      Args args, Args::Parse(argv, {{"--layers", "--tokens", "--heads", "--dim", "--seed",
+                                     "--dtype"},
+                                    {"--quiet"}}));
+  KVD_RETURN_IF_ERROR(args.ExpectPositional({"OUT.npy"}));
+  SynthOptions options;
+  KVD_ASSIGN_OR_RETURN(std::uint64_t layers, args.GetUint("--layers", 2, 1, kMaxLayers));
+  KVD_ASSIGN_OR_RETURN(std::uint64_t tokens, args.GetUint("--tokens", 256, 1, kMaxTokens));
+  KVD_ASSIGN_OR_RETURN(std::uint64_t heads, args.GetUint("--heads", 8, 1, kMaxKvHeads));
+  KVD_ASSIGN_OR_RETURN(std::uint64_t dim, args.GetUint("--dim", 128, 1, kMaxHeadDim));
+  KVD_ASSIGN_OR_RETURN(options.seed, args.GetUint("--seed", 0, 0, UINT64_MAX));
+  options.shape = {static_cast<std::uint32_t>(layers), static_cast<std::uint32_t>(tokens),
+                   static_cast<std::uint32_t>(heads), static_cast<std::uint32_t>(dim)};
+  if (const auto name = args.Get("--dtype")) {
+    KVD_ASSIGN_OR_RETURN(options.dtype, ParseDType(*name));
+  }
+  KVD_ASSIGN_OR_RETURN(KvTensor tensor, SynthesizeKv(options));
+  const std::string& out = args.positional()[0];
+  KVD_RETURN_IF_ERROR(WriteKvNpy(out, tensor.view()));
+  if (!args.Has("--quiet")) {
+    io.out << "wrote " << out << ": synthetic KV " << tensor.shape.ToString() << " "
+           << DTypeName(tensor.dtype) << ", seed " << options.seed << "\n";
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void PrintCodecUsage(std::ostream& out) {
+  out << "kvdepot codec commands:\n"
+         "  codec encode [--codec raw|cachegen|hack-int2] [--dtype fp16|bf16|fp32] IN.npy OUT.kvd\n"
+         "  codec decode [--dtype fp16|bf16|fp32] IN.kvd OUT.npy\n"
+         "  codec inspect [--json] IN.kvd\n"
+         "  codec compare [--json] [--expect-bit-exact] [--max-rel-l2 X] A B   (.npy or .kvd)\n"
+         "  codec synth OUT.npy [--layers L] [--tokens T] [--heads H] [--dim D] [--seed S]\n"
+         "              [--dtype fp16|bf16|fp32]\n"
+         "Arrays are [layers, 2, tokens, kv_heads, head_dim]. bf16 travels in .npy as '<u2' bits:\n"
+         "pass --dtype bf16 to read such a file as bfloat16.\n";
+}
+
+Status RunCodecCommand(std::span<const char* const> argv, Io io) {
+  if (argv.empty()) return UsageError("kvdepot codec SUBCOMMAND (see 'kvdepot help')");
+  const std::string_view sub = argv[0];
+  const auto rest = argv.subspan(1);
+  if (sub == "encode") return Encode(rest, io);
+  if (sub == "decode") return Decode(rest, io);
+  if (sub == "inspect") return Inspect(rest, io);
+  if (sub == "compare") return Compare(rest, io);
+  if (sub == "synth") return Synth(rest, io);
+  if (sub == "help" || sub == "--help") {
+    PrintCodecUsage(io.out);
+    return Status::Ok();
+  }
+  return UsageError("unknown codec subcommand '" + std::string(sub) + "'");
+}
+
+}  // namespace kvdepot::cli

@@ -1,0 +1,41 @@
+#include "kvdepot/codec.h"
+
+#include <string>
+
+#include "kvdepot/raw_codec.h"
+
+namespace kvdepot {
+namespace {
+
+Status NotInThisBuild(CodecId codec) {
+  return Unimplemented("codec '" + std::string(CodecName(codec)) +
+                       "' is not implemented in this build");
+}
+
+}  // namespace
+
+Result<std::vector<std::byte>> EncodeChunk(const KvTensorView& tensor,
+                                           const EncodeOptions& options) {
+  switch (options.codec) {
+    case CodecId::kRaw: return EncodeRaw(tensor);
+    case CodecId::kCacheGen:
+    case CodecId::kHackInt2: return NotInThisBuild(options.codec);
+  }
+  return InvalidArgument("encode: invalid codec id");
+}
+
+Result<KvTensor> DecodeChunk(const ContainerView& view) {
+  switch (view.header.codec) {
+    case CodecId::kRaw: return DecodeRaw(view);
+    case CodecId::kCacheGen:
+    case CodecId::kHackInt2: return NotInThisBuild(view.header.codec);
+  }
+  return Internal("decode: invalid codec id in a parsed container");
+}
+
+Result<KvTensor> DecodeChunk(std::span<const std::byte> container) {
+  KVD_ASSIGN_OR_RETURN(ContainerView view, ParseContainer(container));
+  return DecodeChunk(view);
+}
+
+}  // namespace kvdepot

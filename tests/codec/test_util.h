@@ -1,0 +1,49 @@
+// Helpers shared by the codec tests.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "kvdepot/byte_order.h"
+#include "kvdepot/checksum.h"
+#include "kvdepot/container.h"
+#include "kvdepot/numeric.h"
+#include "kvdepot/tensor.h"
+
+namespace kvdepot::testing {
+
+// A tensor of random finite values (never all zeros: zeros hide unwritten outputs).
+inline KvTensor RandomTensor(DType dtype, const KvShape& shape, std::uint64_t seed) {
+  KvTensor t = KvTensor::Zeros(dtype, shape);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 2.0f);
+  const std::uint64_t n = shape.elements();
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const float f = dist(rng);
+    if (dtype == DType::kFloat32) {
+      std::memcpy(t.data.data() + i * 4, &f, 4);
+    } else {
+      const std::uint16_t h = dtype == DType::kFloat16 ? FloatToHalfBits(f) : FloatToBf16Bits(f);
+      std::memcpy(t.data.data() + i * 2, &h, 2);
+    }
+  }
+  return t;
+}
+
+// Recomputes the header checksum of a container whose header or table was patched, so tests can
+// reach the field checks behind it.
+inline void ResealHeader(std::vector<std::byte>& c) {
+  const auto sections = LoadLE<std::uint32_t>(c.data() + 36);
+  Checksum64Builder b;
+  b.Update(std::span<const std::byte>(c).first(56));
+  const std::size_t table = std::size_t{sections} * kSectionEntryBytes;
+  if (c.size() >= kContainerHeaderBytes + table) {
+    b.Update(std::span<const std::byte>(c).subspan(kContainerHeaderBytes, table));
+  }
+  StoreLE<std::uint64_t>(c.data() + 56, b.Digest());
+}
+
+}  // namespace kvdepot::testing

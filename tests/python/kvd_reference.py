@@ -1,0 +1,118 @@
+"""An independent reader and writer of the kvdepot chunk container, format v1, written from
+docs/format.md alone (it shares no code with the C++ implementation). Tests use it to check the
+committed test vectors and the C++ encoder byte for byte; other implementations can copy it."""
+import struct
+
+import numpy as np
+import xxhash
+
+MAGIC = b"\x89KVD\r\n\x1a\n"
+HEADER = struct.Struct("<8sHHBBHIIIIIIQQQ")  # 64 bytes
+ENTRY = struct.Struct("<IIQQQ")  # 32 bytes
+CODECS = {0: "raw", 1: "cachegen", 2: "hack-int2"}
+DTYPES = {1: ("fp16", "<f2"), 2: ("bf16", "<u2"), 3: ("fp32", "<f4")}
+KINDS = {1: "params", 2: "payload", 3: "tables", 4: "scales", 5: "codes", 6: "sums", 7: "tail",
+         8: "index", 9: "metadata"}
+assert HEADER.size == 64 and ENTRY.size == 32
+
+
+class FormatError(Exception):
+    pass
+
+
+def _align(n):
+    return (n + 63) // 64 * 64
+
+
+def parse(data: bytes):
+    """Returns (header dict, [section dict]); raises FormatError naming the field."""
+    if len(data) < 64:
+        raise FormatError("truncated header")
+    (magic, version, header_bytes, codec, dtype, flags, layers, kv, tokens, heads, dim, count,
+     total, reserved, header_sum) = HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise FormatError("magic")
+    if version != 1:
+        raise FormatError("version")
+    if header_bytes != 64:
+        raise FormatError("header_bytes")
+    if not 1 <= count <= 16:
+        raise FormatError("section_count")
+    table_end = 64 + 32 * count
+    if len(data) < table_end:
+        raise FormatError("truncated table")
+    if xxhash.xxh3_64_intdigest(data[:56] + data[64:table_end]) != header_sum:
+        raise FormatError("header checksum")
+    if codec not in CODECS:
+        raise FormatError("codec")
+    if dtype not in DTYPES:
+        raise FormatError("dtype")
+    if flags != 0 or reserved != 0 or kv != 2:
+        raise FormatError("flags/reserved/kv")
+    for name, value, limit in (("layers", layers, 1024), ("tokens", tokens, 65536),
+                               ("kv_heads", heads, 1024), ("head_dim", dim, 1024)):
+        if not 1 <= value <= limit:
+            raise FormatError(name)
+    if total != len(data):
+        raise FormatError("total_bytes")
+    sections, end = [], table_end
+    for i in range(count):
+        kind, sflags, offset, length, checksum = ENTRY.unpack_from(data, 64 + 32 * i)
+        if sflags & ~1:
+            raise FormatError("section flags")
+        if kind not in KINDS and not sflags & 1:
+            raise FormatError("unknown section kind")
+        if offset != _align(end) or offset + length > total:
+            raise FormatError("section offset/length")
+        if any(data[end:offset]):
+            raise FormatError("padding")
+        body = data[offset:offset + length]
+        if xxhash.xxh3_64_intdigest(body) != checksum:
+            raise FormatError("section checksum")
+        sections.append({"kind": KINDS.get(kind, kind), "flags": sflags, "bytes": body})
+        end = offset + length
+    if end != total:
+        raise FormatError("last section end")
+    header = {"codec": CODECS[codec], "dtype": DTYPES[dtype][0],
+              "shape": (layers, 2, tokens, heads, dim)}
+    return header, sections
+
+
+def decode_raw(data: bytes) -> np.ndarray:
+    header, sections = parse(data)
+    assert header["codec"] == "raw"
+    payloads = [s for s in sections if s["kind"] == "payload"]
+    if len(payloads) != 1:
+        raise FormatError("payload count")
+    descr = {v[0]: v[1] for v in DTYPES.values()}[header["dtype"]]
+    arr = np.frombuffer(payloads[0]["bytes"], dtype=descr)
+    if arr.size != np.prod(header["shape"]):
+        raise FormatError("payload length")
+    return arr.reshape(header["shape"])
+
+
+def encode(codec: int, dtype: int, shape, sections) -> bytes:
+    """sections: [(kind, flags, bytes)] in order. shape: (layers, 2, tokens, heads, dim)."""
+    layers, kv, tokens, heads, dim = shape
+    table_end = 64 + 32 * len(sections)
+    offsets, end = [], table_end
+    for _, _, body in sections:
+        offsets.append(_align(end))
+        end = offsets[-1] + len(body)
+    out = bytearray(end)
+    table = b"".join(ENTRY.pack(kind, flags, off, len(body), xxhash.xxh3_64_intdigest(body))
+                     for (kind, flags, body), off in zip(sections, offsets))
+    out[64:table_end] = table
+    for (_, _, body), off in zip(sections, offsets):
+        out[off:off + len(body)] = body
+    head = HEADER.pack(MAGIC, 1, 64, codec, dtype, 0, layers, kv, tokens, heads, dim,
+                       len(sections), end, 0, 0)
+    header_sum = xxhash.xxh3_64_intdigest(head[:56] + table)
+    out[:64] = head[:56] + struct.pack("<Q", header_sum)
+    return bytes(out)
+
+
+def encode_raw(arr: np.ndarray, dtype: str) -> bytes:
+    code = {v[0]: k for k, v in DTYPES.items()}[dtype]
+    body = np.ascontiguousarray(arr).astype(DTYPES[code][1]).tobytes()
+    return encode(0, code, arr.shape, [(2, 0, body)])

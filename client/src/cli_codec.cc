@@ -65,6 +65,14 @@ void WriteShapeJson(JsonWriter& json, const KvShape& s) {
 
 std::uint64_t Fp16Bytes(const KvShape& shape) { return shape.elements() * 2; }
 
+// Encoded size over fp16 size, 4 decimals ("1.0003", "0.1406").
+std::string FormatRatio(std::uint64_t encoded, const KvShape& shape) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.4f",
+                static_cast<double>(encoded) / static_cast<double>(Fp16Bytes(shape)));
+  return buf;
+}
+
 std::string FormatDouble(double v, int precision = 6) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
@@ -93,10 +101,7 @@ Status Encode(std::span<const char* const> argv, Io io) {
   if (!args.Has("--quiet")) {
     io.out << "wrote " << out << ": " << CodecName(codec) << ", " << tensor.shape.ToString() << " "
            << DTypeName(tensor.dtype) << ", " << encoded->size() << " bytes ("
-           << FormatDouble(static_cast<double>(encoded->size()) /
-                               static_cast<double>(Fp16Bytes(tensor.shape)),
-                           4)
-           << " of fp16)\n";
+           << FormatRatio(encoded->size(), tensor.shape) << " of fp16)\n";
   }
   return Status::Ok();
 }
@@ -182,7 +187,7 @@ Status Inspect(std::span<const char* const> argv, Io io) {
            << "  [layers, K/V, tokens, kv_heads, head_dim]\n"
            << "encoded bytes    " << h.total_bytes << "\n"
            << "fp16 bytes       " << Fp16Bytes(h.shape) << "\n"
-           << "ratio vs fp16    " << FormatDouble(ratio, 4) << "\n"
+           << "ratio vs fp16    " << FormatRatio(h.total_bytes, h.shape) << "\n"
            << "header checksum  " << Hex64(h.header_checksum) << " "
            << (sums.header_ok ? "ok" : "MISMATCH") << "\n"
            << "sections\n";

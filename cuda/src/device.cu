@@ -75,59 +75,53 @@ Status GpuAvailable() {
   return Status::Ok();
 }
 
-// ---- DeviceBuffer ------------------------------------------------------------------------------
+// ---- CudaMemory --------------------------------------------------------------------------------
 
-DeviceBuffer::~DeviceBuffer() {
-  if (data_ != nullptr) static_cast<void>(cudaFree(data_));
+namespace {
+
+cudaError_t AllocateMemory(MemoryKind kind, void** ptr, std::size_t bytes) {
+  return kind == MemoryKind::kDevice ? cudaMalloc(ptr, bytes) : cudaMallocHost(ptr, bytes);
 }
 
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+void FreeMemory(MemoryKind kind, void* ptr) {
+  if (ptr == nullptr) return;
+  static_cast<void>(kind == MemoryKind::kDevice ? cudaFree(ptr) : cudaFreeHost(ptr));
+}
+
+}  // namespace
+
+template <MemoryKind Kind>
+CudaMemory<Kind>::~CudaMemory() {
+  FreeMemory(Kind, data_);
+}
+
+template <MemoryKind Kind>
+CudaMemory<Kind>::CudaMemory(CudaMemory&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
 
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+template <MemoryKind Kind>
+CudaMemory<Kind>& CudaMemory<Kind>::operator=(CudaMemory&& other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr) static_cast<void>(cudaFree(data_));
+    FreeMemory(Kind, data_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }
   return *this;
 }
 
-Result<DeviceBuffer> DeviceBuffer::Allocate(std::size_t bytes) {
-  DeviceBuffer buffer;
-  if (bytes == 0) return Result<DeviceBuffer>(std::move(buffer));
-  KVD_CUDA_RETURN_IF_ERROR(cudaMalloc(&buffer.data_, bytes),
-                           "cudaMalloc(" + std::to_string(bytes) + " bytes)");
+template <MemoryKind Kind>
+Result<CudaMemory<Kind>> CudaMemory<Kind>::Allocate(std::size_t bytes) {
+  CudaMemory buffer;
+  if (bytes == 0) return Result<CudaMemory>(std::move(buffer));
+  const char* what = Kind == MemoryKind::kDevice ? "cudaMalloc(" : "cudaMallocHost(";
+  KVD_CUDA_RETURN_IF_ERROR(AllocateMemory(Kind, &buffer.data_, bytes),
+                           what + std::to_string(bytes) + " bytes)");
   buffer.size_ = bytes;
-  return Result<DeviceBuffer>(std::move(buffer));
+  return Result<CudaMemory>(std::move(buffer));
 }
 
-// ---- PinnedHostBuffer --------------------------------------------------------------------------
-
-PinnedHostBuffer::~PinnedHostBuffer() {
-  if (data_ != nullptr) static_cast<void>(cudaFreeHost(data_));
-}
-
-PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-
-PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& other) noexcept {
-  if (this != &other) {
-    if (data_ != nullptr) static_cast<void>(cudaFreeHost(data_));
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-  }
-  return *this;
-}
-
-Result<PinnedHostBuffer> PinnedHostBuffer::Allocate(std::size_t bytes) {
-  PinnedHostBuffer buffer;
-  if (bytes == 0) return Result<PinnedHostBuffer>(std::move(buffer));
-  KVD_CUDA_RETURN_IF_ERROR(cudaMallocHost(&buffer.data_, bytes),
-                           "cudaMallocHost(" + std::to_string(bytes) + " bytes)");
-  buffer.size_ = bytes;
-  return Result<PinnedHostBuffer>(std::move(buffer));
-}
+template class CudaMemory<MemoryKind::kDevice>;
+template class CudaMemory<MemoryKind::kPinnedHost>;
 
 // ---- Stream ------------------------------------------------------------------------------------
 

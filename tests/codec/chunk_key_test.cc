@@ -16,7 +16,7 @@
 namespace kvdepot {
 namespace {
 
-// The namespace and tokens of the golden vector in docs/keys.md.
+// The namespace and tokens of the golden vector in docs/format.md §2.
 Namespace GoldenNamespace() {
   Namespace ns;
   ns.model = "meta-llama/Llama-3.1-8B-Instruct";
@@ -39,7 +39,7 @@ std::vector<std::uint32_t> GoldenTokens(std::size_t count) {
   return tokens;
 }
 
-// Computed independently with Python's hashlib from the spec (see docs/keys.md).
+// Computed independently with Python's hashlib from the spec (see docs/format.md §2).
 constexpr const char* kGoldenNamespaceDigest =
     "2464864f1f3642583b7154cc1f55fdba00ec42490e0cf8a64f0c78b8dbce40d2";
 constexpr const char* kGoldenKeys[] = {

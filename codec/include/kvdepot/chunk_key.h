@@ -1,7 +1,7 @@
 // Chunk keys: the store's identity of one chunk of KV cache, derived from the namespace the KV was
 // computed in and the token ids of the whole prefix up to and including the chunk.
 //
-// Scheme (docs/keys.md has it byte by byte, with a golden vector):
+// Scheme (docs/format.md §2 has it byte by byte, with a golden vector):
 //   ns_digest = SHA-256("kvdepot.ns.v1" 0x00 ‖ encoded Namespace fields)
 //   h(-1)     = ns_digest
 //   h(i)      = SHA-256(h(i-1) ‖ token ids of chunk i, each u32 little-endian)
@@ -76,7 +76,7 @@ struct Namespace {
   // ("namespace: tp_rank = 4 must be below tp_world_size = 4"). Messages never contain the salt.
   Status Validate() const;
 
-  // SHA-256 of the encoding in docs/keys.md. Computed on every call (a few hundred bytes hashed);
+  // SHA-256 of the encoding in docs/format.md §2. Computed on every call (a few hundred bytes hashed);
   // meaningful only for a valid namespace.
   NamespaceDigest Digest() const;
 

@@ -44,42 +44,25 @@ Result<DeviceInfo> QueryDevice(int ordinal = 0);
 // GPU tests and benchmarks call this first and skip (or exit) with the reason.
 Status GpuAvailable();
 
-// Device (global) memory from cudaMalloc. An empty buffer (size 0) holds nullptr.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& other) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  // kResourceExhausted when the device is out of memory. bytes == 0 gives an empty buffer.
-  // The memory is uninitialised; cudaMalloc aligns it to at least 256 bytes.
-  static Result<DeviceBuffer> Allocate(std::size_t bytes);
-
-  void* data() const { return data_; }
-  std::size_t size() const { return size_; }
-  template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
-
- private:
-  void* data_ = nullptr;
-  std::size_t size_ = 0;
+enum class MemoryKind {
+  kDevice,      // device (global) memory from cudaMalloc; at least 256-byte aligned
+  kPinnedHost,  // page-locked host memory from cudaMallocHost (fast, truly async H2D/D2H copies)
 };
 
-// Page-locked host memory from cudaMallocHost (fast, truly asynchronous H2D/D2H copies).
-class PinnedHostBuffer {
+// Owns one CUDA allocation of `Kind`, freed on destruction. Move-only. An empty buffer (size 0)
+// holds nullptr. The memory is uninitialised.
+template <MemoryKind Kind>
+class CudaMemory {
  public:
-  PinnedHostBuffer() = default;
-  ~PinnedHostBuffer();
-  PinnedHostBuffer(PinnedHostBuffer&& other) noexcept;
-  PinnedHostBuffer& operator=(PinnedHostBuffer&& other) noexcept;
-  PinnedHostBuffer(const PinnedHostBuffer&) = delete;
-  PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
+  CudaMemory() = default;
+  ~CudaMemory();
+  CudaMemory(CudaMemory&& other) noexcept;
+  CudaMemory& operator=(CudaMemory&& other) noexcept;
+  CudaMemory(const CudaMemory&) = delete;
+  CudaMemory& operator=(const CudaMemory&) = delete;
 
   // kResourceExhausted when the allocation fails. bytes == 0 gives an empty buffer.
-  static Result<PinnedHostBuffer> Allocate(std::size_t bytes);
+  static Result<CudaMemory> Allocate(std::size_t bytes);
 
   void* data() const { return data_; }
   std::size_t size() const { return size_; }
@@ -90,6 +73,11 @@ class PinnedHostBuffer {
   void* data_ = nullptr;
   std::size_t size_ = 0;
 };
+
+using DeviceBuffer = CudaMemory<MemoryKind::kDevice>;
+using PinnedHostBuffer = CudaMemory<MemoryKind::kPinnedHost>;
+extern template class CudaMemory<MemoryKind::kDevice>;
+extern template class CudaMemory<MemoryKind::kPinnedHost>;
 
 // A non-blocking stream (cudaStreamNonBlocking: no implicit sync with the legacy default stream).
 class Stream {

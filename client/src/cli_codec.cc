@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iomanip>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -11,6 +12,7 @@
 #include "cli_args.h"
 #include "cli_internal.h"
 #include "json_writer.h"
+#include "kvdepot/cachegen.h"
 #include "kvdepot/codec.h"
 #include "kvdepot/compare.h"
 #include "kvdepot/container.h"
@@ -73,6 +75,11 @@ std::string FormatRatio(std::uint64_t encoded, const KvShape& shape) {
   return buf;
 }
 
+// Share of the container that is not coded payload, params or headers: tables + scales + index.
+double Overhead(const CacheGenSizes& s) {
+  return static_cast<double>(s.tables + s.scales + s.index) / static_cast<double>(s.total);
+}
+
 std::string FormatDouble(double v, int precision = 6) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
@@ -84,18 +91,35 @@ std::string FormatDouble(double v, int precision = 6) {
 // ---- encode ----------------------------------------------------------------------------------
 
 Status Encode(std::span<const char* const> argv, Io io) {
-  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{"--codec", "--dtype"}, {"--quiet"}}));
+  KVD_ASSIGN_OR_RETURN(
+      Args args, Args::Parse(argv, {{"--codec", "--dtype", "--k-bins", "--v-bins"}, {"--quiet"}}));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"IN.npy", "OUT.kvd"}));
   const std::string& in = args.positional()[0];
   const std::string& out = args.positional()[1];
-  KVD_ASSIGN_OR_RETURN(CodecId codec, ParseCodecName(args.Get("--codec").value_or("raw")));
+  EncodeOptions options;
+  KVD_ASSIGN_OR_RETURN(options.codec, ParseCodecName(args.Get("--codec").value_or("raw")));
+  const CodecId codec = options.codec;
+  if (codec != CodecId::kCacheGen && (args.Has("--k-bins") || args.Has("--v-bins"))) {
+    return UsageError("--k-bins and --v-bins apply to --codec cachegen only");
+  }
   KVD_ASSIGN_OR_RETURN(bool bf16, InputIsBf16(args));
   KVD_ASSIGN_OR_RETURN(KvTensor tensor, LoadTensor(in, bf16));
   if (args.Has("--dtype") && !bf16) {
     KVD_ASSIGN_OR_RETURN(DType want, ParseDType(*args.Get("--dtype")));
     KVD_ASSIGN_OR_RETURN(tensor, ConvertDType(tensor.view(), want));
   }
-  auto encoded = EncodeChunk(tensor.view(), EncodeOptions{codec});
+  if (const auto spec = args.Get("--k-bins")) {
+    KVD_ASSIGN_OR_RETURN(options.cachegen.k_bins, ParseBinsSpec(*spec, tensor.shape.layers));
+  }
+  if (const auto spec = args.Get("--v-bins")) {
+    KVD_ASSIGN_OR_RETURN(options.cachegen.v_bins, ParseBinsSpec(*spec, tensor.shape.layers));
+  }
+  if (codec == CodecId::kCacheGen) {
+    const CacheGenOptions defaults = CacheGenDefaultProfile(tensor.shape.layers);
+    if (options.cachegen.k_bins.empty()) options.cachegen.k_bins = defaults.k_bins;
+    if (options.cachegen.v_bins.empty()) options.cachegen.v_bins = defaults.v_bins;
+  }
+  auto encoded = EncodeChunk(tensor.view(), options);
   if (!encoded.ok()) return encoded.status().WithContext(in);
   KVD_RETURN_IF_ERROR(WriteFileAtomic(out, *encoded));
   if (!args.Has("--quiet")) {
@@ -145,6 +169,12 @@ Status Inspect(std::span<const char* const> argv, Io io) {
   const ContainerHeader& h = view.header;
   const ChecksumReport sums = VerifyChecksums(view, bytes);
   const double ratio = static_cast<double>(h.total_bytes) / static_cast<double>(Fp16Bytes(h.shape));
+  std::optional<CacheGenSizes> cachegen_sizes;
+  if (h.codec == CodecId::kCacheGen && sums.all_ok()) {
+    auto sizes = CacheGenSectionSizes(view);
+    if (!sizes.ok()) return sizes.status().WithContext(in);
+    cachegen_sizes = *sizes;
+  }
 
   if (args.Has("--json")) {
     JsonWriter json(io.out);
@@ -161,6 +191,15 @@ Status Inspect(std::span<const char* const> argv, Io io) {
     json.Key("header_checksum").String(Hex64(h.header_checksum));
     json.Key("header_checksum_ok").Bool(sums.header_ok);
     json.Key("checksums_ok").Bool(sums.all_ok());
+    if (cachegen_sizes) {
+      json.Key("cachegen").BeginObject();
+      json.Key("payload_bytes").Uint(cachegen_sizes->codes);
+      json.Key("table_bytes").Uint(cachegen_sizes->tables);
+      json.Key("scale_bytes").Uint(cachegen_sizes->scales);
+      json.Key("index_bytes").Uint(cachegen_sizes->index);
+      json.Key("overhead_fraction").Double(Overhead(*cachegen_sizes));
+      json.EndObject();
+    }
     json.Key("sections").BeginArray();
     for (std::size_t i = 0; i < view.sections.size(); ++i) {
       const SectionView& s = view.sections[i];
@@ -189,8 +228,14 @@ Status Inspect(std::span<const char* const> argv, Io io) {
            << "fp16 bytes       " << Fp16Bytes(h.shape) << "\n"
            << "ratio vs fp16    " << FormatRatio(h.total_bytes, h.shape) << "\n"
            << "header checksum  " << Hex64(h.header_checksum) << " "
-           << (sums.header_ok ? "ok" : "MISMATCH") << "\n"
-           << "sections\n";
+           << (sums.header_ok ? "ok" : "MISMATCH") << "\n";
+    if (cachegen_sizes) {
+      io.out << "cachegen         payload " << cachegen_sizes->codes << " B, tables "
+             << cachegen_sizes->tables << " B, scales " << cachegen_sizes->scales << " B, index "
+             << cachegen_sizes->index << " B (tables+scales+index "
+             << FormatDouble(100.0 * Overhead(*cachegen_sizes), 3) << "% of the container)\n";
+    }
+    io.out << "sections\n";
     io.out << "  #  kind       offset        length  checksum          status\n";
     for (std::size_t i = 0; i < view.sections.size(); ++i) {
       const SectionView& s = view.sections[i];
@@ -305,6 +350,8 @@ Status Synth(std::span<const char* const> argv, Io io) {
 void PrintCodecUsage(std::ostream& out) {
   out << "kvdepot codec commands:\n"
          "  codec encode [--codec raw|cachegen|hack-int2] [--dtype fp16|bf16|fp32] IN.npy OUT.kvd\n"
+         "               cachegen: [--k-bins SPEC] [--v-bins SPEC], SPEC = B or B1:N1,...,Bk\n"
+         "               (default K 32:10,16 and V 32:2,16; 32 everywhere below 10 layers)\n"
          "  codec decode [--dtype fp16|bf16|fp32] IN.kvd OUT.npy\n"
          "  codec inspect [--json] IN.kvd\n"
          "  codec compare [--json] [--expect-bit-exact] [--max-rel-l2 X] A B   (.npy or .kvd)\n"

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "kvdepot/cachegen.h"
 #include "kvdepot/raw_codec.h"
 
 namespace kvdepot {
@@ -18,7 +19,7 @@ Result<std::vector<std::byte>> EncodeChunk(const KvTensorView& tensor,
                                            const EncodeOptions& options) {
   switch (options.codec) {
     case CodecId::kRaw: return EncodeRaw(tensor);
-    case CodecId::kCacheGen:
+    case CodecId::kCacheGen: return EncodeCacheGen(tensor, options.cachegen);
     case CodecId::kHackInt2: return NotInThisBuild(options.codec);
   }
   return InvalidArgument("encode: invalid codec id");
@@ -27,7 +28,7 @@ Result<std::vector<std::byte>> EncodeChunk(const KvTensorView& tensor,
 Result<KvTensor> DecodeChunk(const ContainerView& view) {
   switch (view.header.codec) {
     case CodecId::kRaw: return DecodeRaw(view);
-    case CodecId::kCacheGen:
+    case CodecId::kCacheGen: return DecodeCacheGen(view);
     case CodecId::kHackInt2: return NotInThisBuild(view.header.codec);
   }
   return Internal("decode: invalid codec id in a parsed container");

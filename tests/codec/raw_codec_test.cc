@@ -15,7 +15,9 @@ class RawRoundTrip : public ::testing::TestWithParam<std::tuple<DType, KvShape>>
 TEST_P(RawRoundTrip, BitExact) {
   const auto [dtype, shape] = GetParam();
   const KvTensor t = RandomTensor(dtype, shape, shape.elements());
-  auto c = EncodeChunk(t.view(), EncodeOptions{CodecId::kRaw});
+  EncodeOptions options;
+  options.codec = CodecId::kRaw;
+  auto c = EncodeChunk(t.view(), options);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->size(), ContainerSize(std::vector<std::uint64_t>{t.data.size()}));
   auto again = EncodeRaw(t.view());

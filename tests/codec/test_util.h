@@ -47,3 +47,20 @@ inline void ResealHeader(std::vector<std::byte>& c) {
 }
 
 }  // namespace kvdepot::testing
+
+namespace kvdepot::testing {
+
+// Recomputes every section checksum and then the header checksum, so that tests reach the
+// codec's own structural checks behind them.
+inline void ResealAll(std::vector<std::byte>& c) {
+  const auto sections = LoadLE<std::uint32_t>(c.data() + 36);
+  for (std::uint32_t i = 0; i < sections; ++i) {
+    std::byte* e = c.data() + kContainerHeaderBytes + i * kSectionEntryBytes;
+    const auto offset = LoadLE<std::uint64_t>(e + 8);
+    const auto length = LoadLE<std::uint64_t>(e + 16);
+    StoreLE<std::uint64_t>(e + 24, Checksum64(std::span<const std::byte>(c).subspan(offset, length)));
+  }
+  ResealHeader(c);
+}
+
+}  // namespace kvdepot::testing

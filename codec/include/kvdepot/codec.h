@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "kvdepot/cachegen.h"
 #include "kvdepot/codec_id.h"
 #include "kvdepot/container.h"
 #include "kvdepot/status.h"
@@ -17,6 +18,7 @@ namespace kvdepot {
 
 struct EncodeOptions {
   CodecId codec = CodecId::kRaw;
+  CacheGenOptions cachegen;  // used when codec == kCacheGen
 };
 
 // Encodes one chunk. kUnimplemented for a codec this build does not provide.

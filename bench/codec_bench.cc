@@ -7,10 +7,12 @@
 #include <random>
 #include <vector>
 
+#include "kvdepot/cachegen.h"
 #include "kvdepot/checksum.h"
 #include "kvdepot/codec.h"
 #include "kvdepot/container.h"
 #include "kvdepot/raw_codec.h"
+#include "kvdepot/synth.h"
 #include "kvdepot/tensor.h"
 
 namespace kvdepot {
@@ -97,6 +99,38 @@ void BM_ConvertFp16ToFp32(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.data.size()));
 }
 BENCHMARK(BM_ConvertFp16ToFp32)->Arg(0)->Arg(1);
+
+}  // namespace
+}  // namespace kvdepot
+
+namespace kvdepot {
+namespace {
+
+// CacheGen CPU reference, one core: throughput in bytes of fp16 KV per second.
+KvTensor SynthLlamaChunk() {
+  return *SynthesizeKv(SynthOptions{kLlama8bChunk, 1, DType::kFloat16});
+}
+
+void BM_CacheGenEncodeCpu(benchmark::State& state) {
+  const KvTensor t = SynthLlamaChunk();
+  for (auto _ : state) {
+    auto c = EncodeCacheGen(t.view());
+    benchmark::DoNotOptimize(c->data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.data.size()));
+}
+BENCHMARK(BM_CacheGenEncodeCpu)->Unit(benchmark::kMillisecond);
+
+void BM_CacheGenDecodeCpu(benchmark::State& state) {
+  const KvTensor t = SynthLlamaChunk();
+  const std::vector<std::byte> c = *EncodeCacheGen(t.view());
+  for (auto _ : state) {
+    auto d = DecodeChunk(c);
+    benchmark::DoNotOptimize(d->data.data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.data.size()));
+}
+BENCHMARK(BM_CacheGenDecodeCpu)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace kvdepot

@@ -28,6 +28,25 @@ PY
 "$kvdepot" codec encode --quiet raw-fp32-one.npy raw-fp32-one.kvd
 "$kvdepot" codec encode --quiet raw-fp16-specials.npy raw-fp16-specials.kvd
 
+# CacheGen: the .npy next to each container is its decoded tensor (the codec is lossy).
+"$kvdepot" codec synth cg-in-small.npy --layers 2 --tokens 9 --heads 3 --dim 16 --seed 4 --quiet
+"$kvdepot" codec encode --quiet --codec cachegen cg-in-small.npy cachegen-fp16-small.kvd
+"$kvdepot" codec synth cg-in-bins.npy --layers 3 --tokens 300 --heads 1 --dim 40 --seed 5 \
+  --dtype bf16 --quiet
+"$kvdepot" codec encode --quiet --codec cachegen --dtype bf16 --k-bins 2:1,64:1,7 --v-bins 5 \
+  cg-in-bins.npy cachegen-bf16-bins.kvd
+/usr/bin/python3 - <<'PY'
+import numpy as np
+a = np.random.default_rng(6).standard_normal((1, 2, 20, 2, 16)).astype(np.float32)
+a[0, 0, 3, 1, 5] = 1.0e6
+np.save("cg-in-fp32.npy", a)
+PY
+"$kvdepot" codec encode --quiet --codec cachegen cg-in-fp32.npy cachegen-fp32-scales.kvd
+for v in cachegen-fp16-small cachegen-bf16-bins cachegen-fp32-scales; do
+  "$kvdepot" codec decode --quiet "$v.kvd" "$v.npy"
+done
+rm -f cg-in-*.npy
+
 PYTHONPATH="$root/tests/python" /usr/bin/python3 - <<'PY'
 import struct
 import numpy as np
@@ -63,6 +82,9 @@ raw-bf16-odd.kvd                  ok       raw-bf16-odd.npy
 raw-fp32-one.kvd                  ok       raw-fp32-one.npy
 raw-fp16-specials.kvd             ok       raw-fp16-specials.npy
 raw-fp16-optional-section.kvd     ok       raw-fp16-optional-section.npy
+cachegen-fp16-small.kvd           ok       cachegen-fp16-small.npy
+cachegen-bf16-bins.kvd            ok       cachegen-bf16-bins.npy
+cachegen-fp32-scales.kvd          ok       cachegen-fp32-scales.npy
 bad-magic.kvd                     error    corruption
 bad-section-checksum.kvd          error    corruption
 truncated.kvd                     error    corruption

@@ -64,9 +64,10 @@ TEST(VectorsTest, EveryVectorBehavesAsDocumented) {
     if (decoded->dtype != DType::kBFloat16) {
       EXPECT_EQ(decoded->dtype, expected->dtype);
     }
-    // The encoder is canonical: re-encoding the expected tensor reproduces the vector, except
-    // where the vector carries an extra (optional) section the encoder never writes.
-    if (c.file.find("optional-section") == std::string::npos) {
+    // The raw encoder is canonical: re-encoding the expected tensor reproduces the vector, except
+    // where the vector carries an extra (optional) section the encoder never writes. (Lossy
+    // codecs' vectors pair a container with its decoded tensor, which does not re-encode to it.)
+    if (c.file.rfind("raw-", 0) == 0 && c.file.find("optional-section") == std::string::npos) {
       KvTensorView view{decoded->dtype, expected->shape, expected->data};
       auto again = EncodeChunk(view, EncodeOptions{});
       ASSERT_TRUE(again.ok());

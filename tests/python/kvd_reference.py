@@ -116,3 +116,66 @@ def encode_raw(arr: np.ndarray, dtype: str) -> bytes:
     code = {v[0]: k for k, v in DTYPES.items()}[dtype]
     body = np.ascontiguousarray(arr).astype(DTYPES[code][1]).tobytes()
     return encode(0, code, arr.shape, [(2, 0, body)])
+
+
+def _f16(bits):
+    return float(np.array([bits], np.uint16).view(np.float16)[0])
+
+
+def decode_cachegen(data: bytes) -> np.ndarray:
+    """Decodes a cachegen container to float32 values of its decoded tensor (before the final
+    rounding to the container dtype), following docs/format.md §1.5."""
+    header, sections = parse(data)
+    assert header["codec"] == "cachegen"
+    by_kind = {s["kind"]: s["bytes"] for s in sections}
+    L, _, T, H, D = header["shape"]
+    C = H * D
+    params = by_kind["params"]
+    version, prob_bits, scale_dtype, cpl, reserved = struct.unpack_from("<BBBBI", params)
+    if version != 1 or prob_bits != 12 or reserved != 0 or cpl != min(16, -(-512 // T)):
+        raise FormatError("params")
+    bins = list(params[8:8 + 2 * L])
+    groups = -(-C // (32 * cpl))
+    freq_all = np.frombuffer(by_kind["tables"], "<u2")
+    sdt = {1: "<f2", 3: "<f4"}[scale_dtype]
+    scales = np.frombuffer(by_kind["scales"], sdt).astype(np.float32).reshape(2 * L, C, 2)
+    index = np.frombuffer(by_kind["index"], "<u4")
+    words = np.frombuffer(by_kind["codes"], "<u2")
+    out = np.zeros((2 * L, T, C), np.float32)
+    table_at = 0
+    for lk in range(2 * L):
+        freq = [int(f) for f in freq_all[table_at:table_at + bins[lk]]]
+        table_at += bins[lk]
+        if sum(freq) != 4096:
+            raise FormatError("table sum")
+        cum = [sum(freq[:s]) for s in range(len(freq))]
+        slot_sym = [s for s, f in enumerate(freq) for _ in range(f)]
+        for g in range(groups):
+            gi = lk * groups + g
+            pos, end = (int(index[gi - 1]) if gi else 0), int(index[gi])
+            lanes = [j for j in range(32) if g * cpl * 32 + j < C]
+            state = {}
+            for j in lanes:
+                state[j] = int(words[pos]) | int(words[pos + 1]) << 16
+                pos += 2
+            for k in range(cpl):
+                for t in range(T):
+                    for j in lanes:
+                        c = (g * cpl + k) * 32 + j
+                        if c >= C:
+                            continue
+                        x = state[j]
+                        slot = x & 4095
+                        s = slot_sym[slot]
+                        x = freq[s] * (x >> 12) + slot - cum[s]
+                        if x < 1 << 16:
+                            if pos >= end:
+                                raise FormatError("group ends early")
+                            x = (x << 16) | int(words[pos])
+                            pos += 1
+                        state[j] = x
+                        lo, step = scales[lk, c]
+                        out[lk, t, c] = np.float32(lo) + np.float32(np.float32(s) * step)
+            if pos != end or any(v != 1 << 16 for v in state.values()):
+                raise FormatError("group end")
+    return out.reshape(L, 2, T, H, D)

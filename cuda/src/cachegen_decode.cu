@@ -1,0 +1,710 @@
+// Kernel family "cachegen", decode half (see kvdepot/cuda/cachegen.h, docs/cachegen-gpu.md):
+// host-side container validation, params -> kernel -> launcher -> dispatcher. Six instantiations:
+// output dtype {fp16, bf16, fp32} x layout {contiguous, paged}. Compiled with -fmad=false.
+//
+// One warp decodes one group (lane = rANS state). A block decodes warps_per_block groups of one
+// (layer, K|V): it builds that table's slot -> (symbol, freq, cum) map in shared memory once, then
+// each warp stages its group's word stream in shared memory (or reads global memory when the
+// stream exceeds the staging budget) and runs the group's steps: slot lookup, advance, one ballot
+// of the lanes that renormalise, each reading the word at pos + popc(ballot & lanemask_lt).
+#include "kvdepot/cuda/cachegen.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "kvdepot/byte_order.h"
+#include "kvdepot/cachegen_format.h"
+#include "kvdepot/cuda/status.h"
+#include "kvdepot/numeric.h"
+
+namespace kvdepot::cuda {
+
+namespace {
+
+using cachegen::kLanes;
+using cachegen::kProbScale;
+using cachegen::kStateLow;
+
+constexpr std::uint32_t kFullMask = 0xffffffffu;
+constexpr std::uint32_t kMaxWarpsPerBlock = 8;
+constexpr std::uint32_t kWarpsPerBlock = 4;     // groups per block (fewer when the lk has fewer)
+constexpr std::uint32_t kStageWords = 6144;     // 12 KiB per warp: typical groups are 7-10 KiB
+constexpr std::size_t kParamsFixedBytes = 8;
+
+// Device error codes (low 4 bits of the error key).
+enum DecodeError : std::uint32_t {
+  kErrIndex = 1,       // index entry out of order or past the codes section
+  kErrTable = 2,       // bins out of range / table past the tables section / sum != 4096
+  kErrShort = 3,       // group too short for its initial states
+  kErrState = 4,       // initial state below 2^16
+  kErrEarly = 5,       // stream ends early
+  kErrTrailing = 6,    // trailing words
+  kErrFinal = 7,       // final state != 2^16
+  kErrPage = 8,        // block table entry outside [0, num_pages)
+};
+
+template <DType D>
+struct Storage {
+  using type = std::uint16_t;
+};
+template <>
+struct Storage<DType::kFloat32> {
+  using type = float;
+};
+
+template <DType D>
+__device__ __forceinline__ typename Storage<D>::type ToStorage(float v) {
+  if constexpr (D == DType::kFloat16) {
+    return FloatToHalfBits(v);
+  } else if constexpr (D == DType::kBFloat16) {
+    return FloatToBf16Bits(v);
+  } else {
+    return v;
+  }
+}
+
+__device__ __forceinline__ void ReportError(unsigned long long* error, std::uint32_t chunk,
+                                            std::uint32_t group, std::uint32_t code) {
+  const unsigned long long key = (static_cast<unsigned long long>(chunk) << 34) |
+                                 (static_cast<unsigned long long>(group) << 4) | code;
+  atomicMax(error, ~key);  // the smallest key (first chunk, first group) wins
+}
+
+__device__ __forceinline__ cachegen::ChannelScale LoadScale(const CacheGenDecodeChunkDesc& d,
+                                                            std::uint64_t i) {
+  if (d.scale_fp32 != 0) {
+    const float2 s = __ldg(static_cast<const float2*>(d.scales) + i);
+    return {s.x, s.y};
+  }
+  const std::uint32_t s = __ldg(static_cast<const std::uint32_t*>(d.scales) + i);
+  return {HalfBitsToFloat(static_cast<std::uint16_t>(s & 0xffffu)),
+          HalfBitsToFloat(static_cast<std::uint16_t>(s >> 16))};
+}
+
+// Packed slot-table entry: freq (13 bits) | cum << 13 (12 bits) | symbol << 25 (6 bits).
+__device__ __forceinline__ std::uint32_t PackEntry(std::uint32_t sym, std::uint32_t freq,
+                                                   std::uint32_t cum) {
+  return freq | (cum << 13) | (sym << 25);
+}
+
+template <DType Out, bool Paged>
+__global__ void __launch_bounds__(kMaxWarpsPerBlock * 32)
+    CacheGenDecodeKernel(const CacheGenDecodeParams p) {
+  using Elem = typename Storage<Out>::type;
+  extern __shared__ uint4 smem[];
+  std::uint32_t* table = reinterpret_cast<std::uint32_t*>(smem);  // [kProbScale]
+  std::uint16_t* stage_all = reinterpret_cast<std::uint16_t*>(table + kProbScale);
+  __shared__ std::uint32_t s_freq[cachegen::kMaxBins];
+  __shared__ std::uint32_t s_cum[cachegen::kMaxBins];
+  __shared__ std::uint32_t s_bins;
+  __shared__ std::uint32_t s_ok;
+
+  const std::uint32_t lane = threadIdx.x & 31u;
+  const std::uint32_t warp = threadIdx.x >> 5;
+  const std::uint32_t lks = p.layers * 2;
+  std::uint32_t b = blockIdx.x;
+  const std::uint32_t blk = b % p.blocks_per_lk;
+  b /= p.blocks_per_lk;
+  const std::uint32_t lk = b % lks;
+  const std::uint32_t chunk = b / lks;
+  const CacheGenDecodeChunkDesc d = p.chunks[chunk];
+  const std::uint32_t first_group = lk * p.groups_per_lk + blk * p.warps_per_block;
+
+  // Warp 0: this lk's table (validated again: a bad table must not write out of bounds).
+  if (warp == 0) {
+    std::uint32_t start = 0;
+    for (std::uint32_t i = lane; i < lk; i += 32) start += d.bins[i];
+    start = __reduce_add_sync(kFullMask, start);
+    const std::uint32_t bins = d.bins[lk];
+    bool ok = bins >= cachegen::kMinBins && bins <= cachegen::kMaxBins &&
+              start + bins <= d.tables_entries;
+    std::uint32_t f0 = 0, f1 = 0;
+    if (ok) {
+      f0 = lane < bins ? d.freq[start + lane] : 0u;
+      f1 = lane + 32 < bins ? d.freq[start + lane + 32] : 0u;
+    }
+    // Inclusive scan of f0 then f1 over the lanes.
+    std::uint32_t s0 = f0, s1 = f1;
+#pragma unroll
+    for (std::uint32_t off = 1; off < 32; off <<= 1) {
+      const std::uint32_t u0 = __shfl_up_sync(kFullMask, s0, off);
+      const std::uint32_t u1 = __shfl_up_sync(kFullMask, s1, off);
+      if (lane >= off) {
+        s0 += u0;
+        s1 += u1;
+      }
+    }
+    const std::uint32_t total0 = __shfl_sync(kFullMask, s0, 31);
+    const std::uint32_t total = total0 + __shfl_sync(kFullMask, s1, 31);
+    ok = ok && total == kProbScale;
+    s_freq[lane] = f0;
+    s_cum[lane] = s0 - f0;
+    s_freq[lane + 32] = f1;
+    s_cum[lane + 32] = total0 + s1 - f1;
+    if (lane == 0) {
+      s_bins = ok ? bins : 0u;
+      s_ok = ok ? 1u : 0u;
+      if (!ok) ReportError(p.error, chunk, first_group, kErrTable);
+    }
+  }
+  __syncthreads();
+  if (s_ok == 0) return;
+  for (std::uint32_t s = 0; s < s_bins; ++s) {
+    const std::uint32_t f = s_freq[s], c0 = s_cum[s];
+    const std::uint32_t e = PackEntry(s, f, c0);
+    for (std::uint32_t i = threadIdx.x; i < f; i += blockDim.x) table[c0 + i] = e;
+  }
+  __syncthreads();
+
+  const std::uint32_t group = blk * p.warps_per_block + warp;  // within the lk
+  if (group >= p.groups_per_lk) return;
+  const std::uint32_t g = lk * p.groups_per_lk + group;  // within the chunk
+  const std::uint32_t begin = g == 0 ? 0u : __ldg(d.index + g - 1);
+  const std::uint32_t end = __ldg(d.index + g);
+  if (begin > end || end > d.codes_words) {
+    if (lane == 0) ReportError(p.error, chunk, g, kErrIndex);
+    return;
+  }
+
+  // Stage [a, end) with a = begin rounded down to 8 words (16 bytes).
+  const std::uint32_t a = begin & ~7u;
+  const bool staged = end - a <= p.stage_words;
+  std::uint16_t* stage = stage_all + std::size_t{warp} * p.stage_words;
+  if (staged) {
+    const std::uint32_t vecs = (end - a) >> 3;
+    const uint4* src = reinterpret_cast<const uint4*>(d.codes + a);
+    uint4* dst = reinterpret_cast<uint4*>(stage);
+    for (std::uint32_t i = lane; i < vecs; i += 32) dst[i] = __ldg(src + i);
+    for (std::uint32_t w = a + (vecs << 3) + lane; w < end; w += 32) stage[w - a] = d.codes[w];
+    __syncwarp();
+  }
+  const std::uint16_t* gcodes = d.codes;
+  auto word = [&](std::uint32_t i) -> std::uint32_t {
+    return staged ? stage[i - a] : __ldg(gcodes + i);
+  };
+
+  const std::uint32_t C = p.channels, T = p.tokens, cpl = p.channels_per_lane;
+  const std::uint32_t lanemask_lt = (1u << lane) - 1u;
+  const bool stateful = cachegen::LaneChannel(group, 0, lane, cpl) < C;
+  const std::uint32_t n_state = __popc(__ballot_sync(kFullMask, stateful));
+  std::uint32_t pos = begin;
+  if (end - pos < 2 * n_state) {
+    if (lane == 0) ReportError(p.error, chunk, g, kErrShort);
+    return;
+  }
+  std::uint32_t x = kStateLow;
+  if (stateful) x = word(pos + 2 * lane) | (word(pos + 2 * lane + 1) << 16);
+  pos += 2 * n_state;
+  if (__any_sync(kFullMask, x < kStateLow)) {
+    if (lane == 0) ReportError(p.error, chunk, g, kErrState);
+    return;
+  }
+
+  const std::uint32_t layer = lk >> 1;
+  Elem* paged_base = nullptr;
+  if constexpr (Paged) {
+    paged_base = static_cast<Elem*>(((lk & 1u) ? p.v_cache : p.k_cache)[layer]);
+  }
+  bool failed = false;
+  for (std::uint32_t k = 0; k < cpl && !failed; ++k) {
+    const std::uint32_t c = cachegen::LaneChannel(group, k, lane, cpl);
+    const bool active = c < C;
+    if (__ballot_sync(kFullMask, active) == 0) break;  // channels grow with k: none left
+    const cachegen::ChannelScale sc =
+        active ? LoadScale(d, std::uint64_t{lk} * C + c) : cachegen::ChannelScale{0.0f, 1.0f};
+    // Output cursor for token 0.
+    Elem* out = nullptr;
+    std::uint32_t page_row = 0, page_entry = 0;
+    if constexpr (Paged) {
+      const std::int32_t page = __ldg(d.block_table);
+      if (page < 0 || static_cast<std::uint32_t>(page) >= p.num_pages) {
+        if (lane == 0) ReportError(p.error, chunk, g, kErrPage);
+        return;
+      }
+      out = paged_base + static_cast<std::uint64_t>(page) * p.page_stride + c;
+    } else {
+      out = static_cast<Elem*>(d.out) + std::uint64_t{lk} * T * C + c;
+    }
+    for (std::uint32_t t = 0; t < T; ++t) {
+      std::uint32_t q = 0;
+      if (active) {
+        const std::uint32_t slot = cachegen::RansSlot(x);
+        const std::uint32_t e = table[slot];
+        q = e >> 25;
+        x = cachegen::RansDecodeAdvance(x, slot, e & 0x1fffu, (e >> 13) & 0xfffu);
+      }
+      const bool need = active && x < kStateLow;
+      const std::uint32_t ballot = __ballot_sync(kFullMask, need);
+      const std::uint32_t n = __popc(ballot);
+      if (n > end - pos) {
+        if (lane == 0) ReportError(p.error, chunk, g, kErrEarly);
+        failed = true;
+        break;
+      }
+      if (need) x = (x << 16) | word(pos + __popc(ballot & lanemask_lt));
+      pos += n;
+      if (active) *out = ToStorage<Out>(cachegen::Dequantize(q, sc));
+      if constexpr (Paged) {
+        if (++page_row == p.page_size && t + 1 < T) {
+          page_row = 0;
+          const std::int32_t page = __ldg(d.block_table + ++page_entry);
+          if (page < 0 || static_cast<std::uint32_t>(page) >= p.num_pages) {
+            if (lane == 0) ReportError(p.error, chunk, g, kErrPage);
+            return;
+          }
+          out = paged_base + static_cast<std::uint64_t>(page) * p.page_stride + c;
+        } else {
+          out += p.row_stride;
+        }
+      } else {
+        out += C;
+      }
+    }
+  }
+  if (failed) return;
+  if (pos != end) {
+    if (lane == 0) ReportError(p.error, chunk, g, kErrTrailing);
+    return;
+  }
+  if (__any_sync(kFullMask, stateful && x != kStateLow)) {
+    if (lane == 0) ReportError(p.error, chunk, g, kErrFinal);
+  }
+}
+
+// ---- Host-side parsing (mirrors the CPU decoder's ParseSections) ----
+
+Status Bad(const std::string& what) { return Corruption("cachegen decode: " + what); }
+
+Result<const SectionView*> Need(const ContainerView& view, SectionKind kind) {
+  const SectionView* s = nullptr;
+  for (const SectionView& sec : view.sections) {
+    if (sec.kind == static_cast<std::uint32_t>(kind)) {
+      if (s != nullptr) {
+        return Bad("more than one " + std::string(SectionKindName(sec.kind)) + " section");
+      }
+      s = &sec;
+    } else if (sec.kind > kMaxKnownSectionKind) {
+      continue;
+    } else if (sec.kind != 1 && sec.kind != 3 && sec.kind != 4 && sec.kind != 5 && sec.kind != 8 &&
+               (sec.flags & kSectionFlagOptional) == 0) {
+      return Bad("unexpected " + std::string(SectionKindName(sec.kind)) + " section");
+    }
+  }
+  if (s == nullptr) {
+    return Bad("no " + std::string(SectionKindName(static_cast<std::uint32_t>(kind))) +
+               " section");
+  }
+  return s;
+}
+
+std::string LkName(std::size_t lk) {
+  return "layer " + std::to_string(lk / 2) + (lk % 2 ? " V" : " K");
+}
+
+std::string DecodeErrorMessage(unsigned long long key) {
+  const auto code = static_cast<std::uint32_t>(key & 15u);
+  const auto group = static_cast<std::uint32_t>((key >> 4) & ((1ull << 30) - 1));
+  const auto chunk = static_cast<std::uint32_t>(key >> 34);
+  std::string what;
+  switch (code) {
+    case kErrIndex: what = "index entry is out of order or past the codes section"; break;
+    case kErrTable: what = "frequency table is invalid"; break;
+    case kErrShort: what = "is too short for its states"; break;
+    case kErrState: what = "has an invalid state"; break;
+    case kErrEarly: what = "ends early"; break;
+    case kErrTrailing: what = "has trailing words"; break;
+    case kErrFinal: what = "does not end in the initial state"; break;
+    case kErrPage: what = "block table entry is outside [0, num_pages)"; break;
+    default: what = "unknown error " + std::to_string(code); break;
+  }
+  return "chunk " + std::to_string(chunk) + " group " + std::to_string(group) + ": " + what;
+}
+
+bool Aligned(const void* p, std::uintptr_t n) {
+  return (reinterpret_cast<std::uintptr_t>(p) & (n - 1)) == 0;
+}
+
+}  // namespace
+
+Result<CacheGenContainerInfo> ParseCacheGenContainer(std::span<const std::byte> container,
+                                                     const ParseOptions& options) {
+  KVD_ASSIGN_OR_RETURN(const ContainerView view, ParseContainer(container, options));
+  if (view.header.codec != CodecId::kCacheGen) {
+    return InvalidArgument("cachegen decode: container codec is '" +
+                           std::string(CodecName(view.header.codec)) + "'");
+  }
+  const KvShape& shape = view.header.shape;
+  KVD_ASSIGN_OR_RETURN(const SectionView* params, Need(view, SectionKind::kParams));
+  KVD_ASSIGN_OR_RETURN(const SectionView* tables, Need(view, SectionKind::kTables));
+  KVD_ASSIGN_OR_RETURN(const SectionView* scales, Need(view, SectionKind::kScales));
+  KVD_ASSIGN_OR_RETURN(const SectionView* index, Need(view, SectionKind::kIndex));
+  KVD_ASSIGN_OR_RETURN(const SectionView* codes, Need(view, SectionKind::kCodes));
+
+  const std::uint64_t lks = std::uint64_t{shape.layers} * 2;
+  if (params->length != kParamsFixedBytes + lks) {
+    return Bad("params section is " + std::to_string(params->length) + " bytes, expected " +
+               std::to_string(kParamsFixedBytes + lks));
+  }
+  const std::byte* p = params->bytes.data();
+  const auto version = std::to_integer<std::uint8_t>(p[0]);
+  const auto prob_bits = std::to_integer<std::uint8_t>(p[1]);
+  const auto scale_dtype = std::to_integer<std::uint8_t>(p[2]);
+  const auto cpl = std::to_integer<std::uint8_t>(p[3]);
+  if (version != cachegen::kParamsVersion) {
+    return Status(StatusCode::kUnimplemented, "cachegen decode: params version " +
+                                                  std::to_string(version) + " is not supported");
+  }
+  if (prob_bits != cachegen::kProbBits) {
+    return Bad("params field 'prob_bits' = " + std::to_string(prob_bits) + ", expected 12");
+  }
+  if (scale_dtype != cachegen::kScaleFp16 && scale_dtype != cachegen::kScaleFp32) {
+    return Bad("params field 'scale_dtype' = " + std::to_string(scale_dtype) + " is invalid");
+  }
+  if (cpl != cachegen::ChannelsPerLane(shape.tokens)) {
+    return Bad("params field 'channels_per_lane' = " + std::to_string(cpl) + ", expected " +
+               std::to_string(cachegen::ChannelsPerLane(shape.tokens)));
+  }
+  if (LoadLE<std::uint32_t>(p + 4) != 0) return Bad("params field 'reserved' is not zero");
+  std::uint64_t entries = 0;
+  std::vector<std::uint64_t> table_start(lks + 1, 0);
+  for (std::uint64_t i = 0; i < lks; ++i) {
+    const auto bins = std::to_integer<std::uint8_t>(p[kParamsFixedBytes + i]);
+    if (bins < cachegen::kMinBins || bins > cachegen::kMaxBins) {
+      return Bad("params: bins of " + LkName(i) + " = " + std::to_string(bins) +
+                 " is out of range [2, 64]");
+    }
+    entries += bins;
+    table_start[i + 1] = entries;
+  }
+  if (tables->length != entries * 2) {
+    return Bad("tables section is " + std::to_string(tables->length) + " bytes, expected " +
+               std::to_string(entries * 2));
+  }
+  for (std::uint64_t lk = 0; lk < lks; ++lk) {
+    std::uint32_t sum = 0;
+    for (std::uint64_t s = table_start[lk]; s < table_start[lk + 1]; ++s) {
+      sum += LoadLE<std::uint16_t>(tables->bytes.data() + s * 2);
+    }
+    if (sum != kProbScale) {
+      return Bad("frequency table of " + LkName(lk) + " sums to " + std::to_string(sum) +
+                 ", expected 4096");
+    }
+  }
+  const std::uint64_t channels = std::uint64_t{shape.kv_heads} * shape.head_dim;
+  const std::uint64_t pair_bytes = scale_dtype == cachegen::kScaleFp16 ? 4 : 8;
+  if (scales->length != lks * channels * pair_bytes) {
+    return Bad("scales section is " + std::to_string(scales->length) + " bytes, expected " +
+               std::to_string(lks * channels * pair_bytes));
+  }
+  for (std::uint64_t i = 0; i < lks * channels; ++i) {
+    float lo, step;
+    if (scale_dtype == cachegen::kScaleFp16) {
+      lo = HalfBitsToFloat(LoadLE<std::uint16_t>(scales->bytes.data() + i * 4));
+      step = HalfBitsToFloat(LoadLE<std::uint16_t>(scales->bytes.data() + i * 4 + 2));
+    } else {
+      lo = LoadLE<float>(scales->bytes.data() + i * 8);
+      step = LoadLE<float>(scales->bytes.data() + i * 8 + 4);
+    }
+    if (!cachegen::IsFiniteFloat(lo) || !cachegen::IsFiniteFloat(step) || !(step > 0)) {
+      return Bad("scale of channel " + std::to_string(i % channels) + " of layer " +
+                 std::to_string(i / channels / 2) + " is not finite and positive");
+    }
+  }
+  const std::uint32_t cpl32 = cachegen::ChannelsPerLane(shape.tokens);
+  const std::uint64_t groups =
+      lks * cachegen::GroupsPerLayerKv(static_cast<std::uint32_t>(channels), cpl32);
+  if (index->length != groups * 4) {
+    return Bad("index section is " + std::to_string(index->length) + " bytes, expected " +
+               std::to_string(groups * 4));
+  }
+  if (codes->length % 2 != 0) return Bad("codes section has an odd length");
+  std::uint32_t prev = 0;
+  for (std::uint64_t g = 0; g < groups; ++g) {
+    const auto end = LoadLE<std::uint32_t>(index->bytes.data() + g * 4);
+    if (end < prev || end > codes->length / 2) {
+      return Bad("index entry " + std::to_string(g) + " = " + std::to_string(end) +
+                 " is out of order or past the codes section");
+    }
+    prev = end;
+  }
+  if (prev != codes->length / 2) {
+    return Bad("index ends at word " + std::to_string(prev) + " but the codes section holds " +
+               std::to_string(codes->length / 2));
+  }
+  CacheGenContainerInfo info;
+  info.dtype = view.header.dtype;
+  info.shape = shape;
+  info.scale_dtype = scale_dtype;
+  info.params_offset = params->offset;
+  info.tables_offset = tables->offset;
+  info.tables_entries = entries;
+  info.scales_offset = scales->offset;
+  info.index_offset = index->offset;
+  info.codes_offset = codes->offset;
+  info.codes_words = codes->length / 2;
+  info.total_bytes = view.header.total_bytes;
+  return info;
+}
+
+std::size_t CacheGenDecodeSharedBytes(const CacheGenDecodeParams& params) {
+  return std::size_t{kProbScale} * 4 +
+         std::size_t{params.warps_per_block} * params.stage_words * 2;
+}
+
+template <DType Out, bool Paged>
+cudaError_t LaunchCacheGenDecode(const CacheGenDecodeParams& params, cudaStream_t stream) {
+  const std::size_t smem = CacheGenDecodeSharedBytes(params);
+  const auto kernel = CacheGenDecodeKernel<Out, Paged>;
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(params.num_chunks * params.layers * 2 * params.blocks_per_lk);
+  config.blockDim = dim3(params.warps_per_block * 32);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  return cudaLaunchKernelEx(&config, kernel, params);
+}
+
+// The closed set of instantiations.
+template cudaError_t LaunchCacheGenDecode<DType::kFloat16, false>(const CacheGenDecodeParams&,
+                                                                  cudaStream_t);
+template cudaError_t LaunchCacheGenDecode<DType::kBFloat16, false>(const CacheGenDecodeParams&,
+                                                                   cudaStream_t);
+template cudaError_t LaunchCacheGenDecode<DType::kFloat32, false>(const CacheGenDecodeParams&,
+                                                                  cudaStream_t);
+template cudaError_t LaunchCacheGenDecode<DType::kFloat16, true>(const CacheGenDecodeParams&,
+                                                                 cudaStream_t);
+template cudaError_t LaunchCacheGenDecode<DType::kBFloat16, true>(const CacheGenDecodeParams&,
+                                                                  cudaStream_t);
+template cudaError_t LaunchCacheGenDecode<DType::kFloat32, true>(const CacheGenDecodeParams&,
+                                                                 cudaStream_t);
+
+Result<CacheGenDecodeWorkspace> CacheGenDecodeWorkspace::Create(std::uint32_t max_chunks,
+                                                                std::uint32_t max_layers) {
+  if (max_chunks == 0 || max_chunks > (1u << 20) || max_layers == 0 || max_layers > kMaxLayers) {
+    return InvalidArgument("CacheGenDecodeWorkspace: max_chunks " + std::to_string(max_chunks) +
+                           " / max_layers " + std::to_string(max_layers) +
+                           " out of range [1, 2^20] / [1, 1024]");
+  }
+  const std::size_t bytes = std::size_t{max_chunks} * sizeof(CacheGenDecodeChunkDesc) +
+                            std::size_t{max_layers} * 2 * sizeof(void*) + 8;
+  CacheGenDecodeWorkspace ws;
+  ws.max_chunks_ = max_chunks;
+  ws.max_layers_ = max_layers;
+  KVD_ASSIGN_OR_RETURN(ws.device_, DeviceBuffer::Allocate(bytes));
+  KVD_ASSIGN_OR_RETURN(ws.host_, PinnedHostBuffer::Allocate(bytes));
+  return Result<CacheGenDecodeWorkspace>(std::move(ws));
+}
+
+Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
+                             const CacheGenDecodeTarget& target, CacheGenDecodeWorkspace& ws,
+                             cudaStream_t stream) {
+  const std::string what = "EnqueueDecodeCacheGen";
+  if (ws.pending_chunks_ != 0) {
+    return InvalidArgument(what + ": the workspace has a batch in flight (call "
+                                  "FinishDecodeCacheGen first)");
+  }
+  if (chunks.empty() || chunks.size() > ws.max_chunks_) {
+    return InvalidArgument(what + ": " + std::to_string(chunks.size()) +
+                           " chunks, the workspace takes 1 to " + std::to_string(ws.max_chunks_));
+  }
+  if (!IsValidDType(static_cast<std::uint8_t>(target.dtype))) {
+    return InvalidArgument(what + ": invalid output dtype");
+  }
+  const KvShape shape = chunks[0].info.shape;
+  if (ValidateShape(shape, chunks[0].info.dtype).ok() == false || shape.layers > ws.max_layers_) {
+    return InvalidArgument(what + ": chunk 0 has an invalid shape " + shape.ToString() +
+                           " (or more layers than the workspace's " +
+                           std::to_string(ws.max_layers_) + ")");
+  }
+  const std::uint32_t channels = shape.kv_heads * shape.head_dim;
+  const bool paged = target.contiguous.empty();
+  const std::uint64_t esize = DTypeSize(target.dtype);
+  if (paged) {
+    if (target.k_cache.size() != shape.layers || target.v_cache.size() != shape.layers ||
+        target.block_tables.size() != chunks.size()) {
+      return InvalidArgument(what + ": paged target needs " + std::to_string(shape.layers) +
+                             " K and V cache pointers and " + std::to_string(chunks.size()) +
+                             " block tables");
+    }
+    if (target.page_size == 0 || target.num_pages == 0 || target.row_stride < channels ||
+        target.page_stride < std::uint64_t{target.page_size} * target.row_stride) {
+      return InvalidArgument(what + ": paged target needs page_size >= 1, num_pages >= 1, "
+                                    "row_stride >= channels and page_stride >= page_size * "
+                                    "row_stride");
+    }
+    for (std::uint32_t l = 0; l < shape.layers; ++l) {
+      if (target.k_cache[l] == nullptr || target.v_cache[l] == nullptr ||
+          !Aligned(target.k_cache[l], esize) || !Aligned(target.v_cache[l], esize)) {
+        return InvalidArgument(what + ": null or misaligned cache pointer of layer " +
+                               std::to_string(l));
+      }
+    }
+  } else if (target.contiguous.size() != chunks.size()) {
+    return InvalidArgument(what + ": " + std::to_string(target.contiguous.size()) +
+                           " contiguous outputs for " + std::to_string(chunks.size()) + " chunks");
+  }
+
+  // Staging: descriptors | k pointers | v pointers | error word (zeroed).
+  auto* base = static_cast<std::byte*>(ws.host_.data());
+  auto* descs = reinterpret_cast<CacheGenDecodeChunkDesc*>(base);
+  const std::size_t desc_bytes = chunks.size() * sizeof(CacheGenDecodeChunkDesc);
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    const CacheGenDecodeChunk& ch = chunks[i];
+    const CacheGenContainerInfo& in = ch.info;
+    if (!(in.shape == shape)) {
+      return InvalidArgument(what + ": chunk " + std::to_string(i) + " has shape " +
+                             in.shape.ToString() + ", chunk 0 " + shape.ToString() +
+                             " (one shape per batch)");
+    }
+    if (ch.container == nullptr || !Aligned(ch.container, 16)) {
+      return InvalidArgument(what + ": chunk " + std::to_string(i) +
+                             " container is null or not 16-byte aligned");
+    }
+    if (in.codes_words > UINT32_MAX || in.tables_entries > UINT32_MAX ||
+        (in.scale_dtype != cachegen::kScaleFp16 && in.scale_dtype != cachegen::kScaleFp32) ||
+        in.codes_offset % 16 != 0 || in.scales_offset % 8 != 0 || in.index_offset % 4 != 0) {
+      return InvalidArgument(what + ": chunk " + std::to_string(i) +
+                             " info does not come from ParseCacheGenContainer");
+    }
+    CacheGenDecodeChunkDesc& d = descs[i];
+    d = CacheGenDecodeChunkDesc{};
+    d.bins = reinterpret_cast<const std::uint8_t*>(ch.container + in.params_offset) +
+             kParamsFixedBytes;
+    d.freq = reinterpret_cast<const std::uint16_t*>(ch.container + in.tables_offset);
+    d.scales = ch.container + in.scales_offset;
+    d.index = reinterpret_cast<const std::uint32_t*>(ch.container + in.index_offset);
+    d.codes = reinterpret_cast<const std::uint16_t*>(ch.container + in.codes_offset);
+    d.tables_entries = static_cast<std::uint32_t>(in.tables_entries);
+    d.codes_words = static_cast<std::uint32_t>(in.codes_words);
+    d.scale_fp32 = in.scale_dtype == cachegen::kScaleFp32 ? 1u : 0u;
+    if (paged) {
+      if (target.block_tables[i] == nullptr || !Aligned(target.block_tables[i], 4)) {
+        return InvalidArgument(what + ": block table of chunk " + std::to_string(i) +
+                               " is null or misaligned");
+      }
+      d.block_table = target.block_tables[i];
+    } else {
+      if (target.contiguous[i] == nullptr || !Aligned(target.contiguous[i], esize)) {
+        return InvalidArgument(what + ": output of chunk " + std::to_string(i) +
+                               " is null or misaligned");
+      }
+      d.out = target.contiguous[i];
+    }
+  }
+  const std::size_t ptr_offset = desc_bytes;
+  auto* ptrs = reinterpret_cast<void**>(base + ptr_offset);
+  const std::size_t ptr_count = paged ? std::size_t{shape.layers} * 2 : 0;
+  for (std::uint32_t l = 0; paged && l < shape.layers; ++l) {
+    ptrs[l] = target.k_cache[l];
+    ptrs[shape.layers + l] = target.v_cache[l];
+  }
+  const std::size_t error_offset = (ptr_offset + ptr_count * sizeof(void*) + 7) & ~std::size_t{7};
+  std::memset(base + error_offset, 0, 8);
+  auto* dbase = static_cast<std::byte*>(ws.device_.data());
+
+  CacheGenDecodeParams params{};
+  params.chunks = reinterpret_cast<const CacheGenDecodeChunkDesc*>(dbase);
+  params.k_cache = paged ? reinterpret_cast<void* const*>(dbase + ptr_offset) : nullptr;
+  params.v_cache =
+      paged ? reinterpret_cast<void* const*>(dbase + ptr_offset) + shape.layers : nullptr;
+  params.error = reinterpret_cast<unsigned long long*>(dbase + error_offset);
+  params.page_stride = target.page_stride;
+  params.row_stride = target.row_stride;
+  params.num_pages = target.num_pages;
+  params.page_size = paged ? target.page_size : 1;
+  params.num_chunks = static_cast<std::uint32_t>(chunks.size());
+  params.layers = shape.layers;
+  params.tokens = shape.tokens;
+  params.channels = channels;
+  params.channels_per_lane = cachegen::ChannelsPerLane(shape.tokens);
+  params.groups_per_lk = cachegen::GroupsPerLayerKv(channels, params.channels_per_lane);
+  params.warps_per_block = std::min(kWarpsPerBlock, params.groups_per_lk);
+  params.blocks_per_lk =
+      (params.groups_per_lk + params.warps_per_block - 1) / params.warps_per_block;
+  params.stage_words = kStageWords;
+  const std::uint64_t blocks =
+      std::uint64_t{params.num_chunks} * params.layers * 2 * params.blocks_per_lk;
+  if (blocks > INT32_MAX) return InvalidArgument(what + ": batch too large for one launch");
+
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dbase, base, error_offset + 8,
+                                           cudaMemcpyHostToDevice, stream),
+                           what + ": upload descriptors");
+  cudaError_t err = cudaErrorInvalidValue;
+  switch (target.dtype) {
+    case DType::kFloat16:
+      err = paged ? LaunchCacheGenDecode<DType::kFloat16, true>(params, stream)
+                  : LaunchCacheGenDecode<DType::kFloat16, false>(params, stream);
+      break;
+    case DType::kBFloat16:
+      err = paged ? LaunchCacheGenDecode<DType::kBFloat16, true>(params, stream)
+                  : LaunchCacheGenDecode<DType::kBFloat16, false>(params, stream);
+      break;
+    case DType::kFloat32:
+      err = paged ? LaunchCacheGenDecode<DType::kFloat32, true>(params, stream)
+                  : LaunchCacheGenDecode<DType::kFloat32, false>(params, stream);
+      break;
+    default:
+      return InvalidArgument(what + ": unsupported output dtype");
+  }
+  KVD_CUDA_RETURN_IF_ERROR(err, what + ": launch");
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + error_offset, dbase + error_offset, 8,
+                                           cudaMemcpyDeviceToHost, stream),
+                           what + ": download error word");
+  ws.pending_chunks_ = params.num_chunks;
+  ws.error_offset_ = error_offset;
+  return Status::Ok();
+}
+
+Status FinishDecodeCacheGen(CacheGenDecodeWorkspace& ws, cudaStream_t stream) {
+  if (ws.pending_chunks_ == 0) {
+    return InvalidArgument("FinishDecodeCacheGen: no batch in flight");
+  }
+  ws.pending_chunks_ = 0;
+  KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "FinishDecodeCacheGen");
+  unsigned long long v = 0;
+  std::memcpy(&v, static_cast<const std::byte*>(ws.host_.data()) + ws.error_offset_, 8);
+  if (v == 0) return Status::Ok();
+  const unsigned long long key = ~v;
+  if ((key & 15u) == kErrPage) {
+    return InvalidArgument("cachegen decode: " + DecodeErrorMessage(key));
+  }
+  return Corruption("cachegen decode: " + DecodeErrorMessage(key));
+}
+
+Status DecodeCacheGenDevice(std::span<const CacheGenDecodeChunk> chunks,
+                            const CacheGenDecodeTarget& target, CacheGenDecodeWorkspace& workspace,
+                            cudaStream_t stream) {
+  KVD_RETURN_IF_ERROR(EnqueueDecodeCacheGen(chunks, target, workspace, stream));
+  return FinishDecodeCacheGen(workspace, stream);
+}
+
+Result<KvTensor> DecodeCacheGenGpu(std::span<const std::byte> container, cudaStream_t stream) {
+  KVD_ASSIGN_OR_RETURN(const CacheGenContainerInfo info, ParseCacheGenContainer(container));
+  KvTensor out = KvTensor::Zeros(info.dtype, info.shape);
+  KVD_ASSIGN_OR_RETURN(CacheGenDecodeWorkspace ws,
+                       CacheGenDecodeWorkspace::Create(1, info.shape.layers));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_in, DeviceBuffer::Allocate(container.size()));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_out, DeviceBuffer::Allocate(out.data.size()));
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_in.data(), container.data(), container.size(),
+                                           cudaMemcpyHostToDevice, stream),
+                           "DecodeCacheGenGpu: upload");
+  const CacheGenDecodeChunk chunk{static_cast<const std::byte*>(d_in.data()), info};
+  void* const outs[] = {d_out.data()};
+  CacheGenDecodeTarget target;
+  target.dtype = info.dtype;
+  target.contiguous = outs;
+  KVD_RETURN_IF_ERROR(DecodeCacheGenDevice({&chunk, 1}, target, ws, stream));
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data.data(), d_out.data(), out.data.size(),
+                                           cudaMemcpyDeviceToHost, stream),
+                           "DecodeCacheGenGpu: download");
+  KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "DecodeCacheGenGpu");
+  return Result<KvTensor>(std::move(out));
+}
+
+}  // namespace kvdepot::cuda

@@ -1,0 +1,962 @@
+// Kernel family "cachegen", encode half (see kvdepot/cuda/cachegen.h, docs/cachegen-gpu.md):
+// params -> kernels -> launcher -> dispatcher, plus the container layout helpers. Compiled with
+// -fmad=false. The pipeline, per batch (every kernel covers all chunks):
+//   1. MinMaxScales<In>: per (chunk, lk, 32*V channels) block: per-channel min/max over the tokens
+//      (first occurrence wins ties, as on the CPU), non-finite detection, fp16 and fp32 scales
+//      (fp16 pairs straight into the container's scales section), fp16-fit flag.
+//   2. QuantizeHistogram<In>: symbols (u8) with the chunk's scale dtype; per-lk histogram from
+//      per-lane shared-memory counters (integer atomics: deterministic).
+//   3. Normalize: one thread per (chunk, lk): NormalizeFrequencies -> tables section + packed
+//      (freq, cum) for the coder.
+//   4. Encode: one warp per group, steps in reverse, words written backward into the group's
+//      worst-case scratch region (the final stream ends up contiguous at its end); its length.
+//   5. Finalize: one block per chunk: scan of the lengths -> index section and offsets; header,
+//      section table (checksums 0), params, zero padding; the container's byte size.
+//   6. Compact: one block per group: copies its words into the codes section (and, for fp32
+//      scales, its channels' scale pairs into the scales section).
+#include "kvdepot/cuda/cachegen.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "kvdepot/byte_order.h"
+#include "kvdepot/cachegen_format.h"
+#include "kvdepot/checksum.h"
+#include "kvdepot/cuda/status.h"
+#include "kvdepot/numeric.h"
+
+namespace kvdepot::cuda {
+
+namespace {
+
+using cachegen::kLanes;
+using cachegen::kMaxBins;
+using cachegen::kStateLow;
+
+constexpr std::uint32_t kFullMask = 0xffffffffu;
+constexpr std::uint32_t kRows = 8;                  // token rows (warps) of a min/max or quantize block
+constexpr std::uint32_t kTileThreads = kRows * 32;
+constexpr std::uint32_t kEncodeWarps = 4;           // groups per encode block
+constexpr std::uint32_t kFinalizeThreads = 1024;
+constexpr std::uint32_t kCompactThreads = 128;
+constexpr std::uint32_t kSectionCount = 5;
+constexpr std::uint64_t kParamsFixedBytes = 8;
+constexpr std::uint32_t kStatusWords = 4;  // per chunk: fp16 failed, ~nonfinite, ~overflow, bytes
+
+__host__ __device__ constexpr std::uint64_t AlignUp64(std::uint64_t v) { return (v + 63) & ~std::uint64_t{63}; }
+
+// ---- element loads ----
+
+template <DType In>
+__device__ __forceinline__ float ToFloat(std::uint32_t bits16) {
+  if constexpr (In == DType::kFloat16) {
+    return HalfBitsToFloat(static_cast<std::uint16_t>(bits16));
+  } else {
+    return Bf16BitsToFloat(static_cast<std::uint16_t>(bits16));
+  }
+}
+
+// V consecutive elements starting at element `idx` of `base`, as float.
+template <DType In, int V>
+__device__ __forceinline__ void LoadVec(const void* base, std::uint64_t idx, float (&f)[V]) {
+  if constexpr (V == 8) {
+    if constexpr (In == DType::kFloat32) {
+      const uint4* p = reinterpret_cast<const uint4*>(static_cast<const float*>(base) + idx);
+      const uint4 a = __ldg(p), b = __ldg(p + 1);
+      f[0] = __uint_as_float(a.x); f[1] = __uint_as_float(a.y);
+      f[2] = __uint_as_float(a.z); f[3] = __uint_as_float(a.w);
+      f[4] = __uint_as_float(b.x); f[5] = __uint_as_float(b.y);
+      f[6] = __uint_as_float(b.z); f[7] = __uint_as_float(b.w);
+    } else {
+      const uint4 a =
+          __ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(base) + idx));
+      const std::uint32_t w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        f[2 * i] = ToFloat<In>(w[i] & 0xffffu);
+        f[2 * i + 1] = ToFloat<In>(w[i] >> 16);
+      }
+    }
+  } else {
+    if constexpr (In == DType::kFloat32) {
+      f[0] = __ldg(static_cast<const float*>(base) + idx);
+    } else {
+      f[0] = ToFloat<In>(__ldg(static_cast<const std::uint16_t*>(base) + idx));
+    }
+  }
+}
+
+// Token range [begin, end) of row `row` of a kRows-row block.
+__device__ __forceinline__ void RowRange(std::uint32_t tokens, std::uint32_t row,
+                                         std::uint32_t* begin, std::uint32_t* end) {
+  const std::uint32_t per = (tokens + kRows - 1) / kRows;
+  *begin = min(tokens, row * per);
+  *end = min(tokens, *begin + per);
+}
+
+// ---- 1. min/max + scales ----
+
+template <DType In, int V>
+__device__ void MinMaxScalesTile(const CacheGenEncodeParams& p, std::uint32_t chunk,
+                                 std::uint32_t lk, std::uint32_t tile, float* s_min,
+                                 float* s_max) {
+  const std::uint32_t lane = threadIdx.x & 31u, row = threadIdx.x >> 5;
+  const std::uint32_t C = p.channels, T = p.tokens;
+  const std::uint32_t c0 = tile * 32 * V + lane * V;
+  const void* in = p.chunks[chunk].input;
+  std::uint32_t t0, t1;
+  RowRange(T, row, &t0, &t1);
+  float mn[V], mx[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) mn[v] = mx[v] = 0.0f;
+  std::uint64_t bad = ~std::uint64_t{0};
+  if (c0 < C && t0 < t1) {
+    const std::uint64_t base = (std::uint64_t{lk} * T) * C + c0;
+    // The first token initialises (as the CPU's `t == 0 ||`), later ones replace only when
+    // strictly smaller/larger: among equal values (+0/-0) the first occurrence wins.
+    {
+      float f[V];
+      LoadVec<In, V>(in, base + std::uint64_t{t0} * C, f);
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        if (!cachegen::IsFiniteFloat(f[v]) && bad == ~std::uint64_t{0}) {
+          bad = base + std::uint64_t{t0} * C + v;
+        }
+        mn[v] = mx[v] = f[v];
+      }
+    }
+    constexpr int kUnroll = 4;
+    for (std::uint32_t t = t0 + 1; t < t1; t += kUnroll) {
+      float f[kUnroll][V];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (t + u < t1) LoadVec<In, V>(in, base + std::uint64_t{t + u} * C, f[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (t + u < t1) {
+#pragma unroll
+          for (int v = 0; v < V; ++v) {
+            const float x = f[u][v];
+            if (!cachegen::IsFiniteFloat(x)) {
+              const std::uint64_t i = base + std::uint64_t{t + u} * C + v;
+              bad = i < bad ? i : bad;
+            }
+            if (x < mn[v]) mn[v] = x;
+            if (x > mx[v]) mx[v] = x;
+          }
+        }
+      }
+    }
+  }
+  if (bad != ~std::uint64_t{0}) {
+    atomicMax(&p.status[chunk * kStatusWords + 1], ~static_cast<unsigned long long>(bad));
+  }
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    s_min[row * 32 * V + lane * V + v] = mn[v];
+    s_max[row * 32 * V + lane * V + v] = mx[v];
+  }
+  __syncthreads();
+  const std::uint32_t bins = p.bins[lk];
+  std::byte* out = p.chunks[chunk].output;
+  for (std::uint32_t i = threadIdx.x; i < 32 * V; i += blockDim.x) {
+    const std::uint32_t c = tile * 32 * V + i;
+    if (c >= C) break;
+    float lo = s_min[i], hi = s_max[i];
+    for (std::uint32_t r = 1; r < kRows; ++r) {
+      std::uint32_t r0, r1;
+      RowRange(T, r, &r0, &r1);
+      if (r0 >= r1) break;
+      const float a = s_min[r * 32 * V + i], b = s_max[r * 32 * V + i];
+      if (a < lo) lo = a;
+      if (b > hi) hi = b;
+    }
+    const std::uint64_t sc_index = std::uint64_t{lk} * C + c;
+    bool ok16 = true, ok32 = true;
+    const cachegen::ChannelScale s16 = cachegen::ScaleFp16(lo, hi, bins, &ok16);
+    const cachegen::ChannelScale s32 = cachegen::ScaleFp32(lo, hi, bins, &ok32);
+    const std::uint32_t pair16 = static_cast<std::uint32_t>(FloatToHalfBits(s16.lo)) |
+                                 (static_cast<std::uint32_t>(FloatToHalfBits(s16.step)) << 16);
+    reinterpret_cast<std::uint32_t*>(out + p.scales_offset)[sc_index] = pair16;
+    float* s32p = p.scales32 + (std::uint64_t{chunk} * p.layers * 2 * C + sc_index) * 2;
+    s32p[0] = s32.lo;
+    s32p[1] = s32.step;
+    if (!ok16) atomicOr(&p.status[chunk * kStatusWords + 0], 1ull);
+    if (!ok32) atomicMax(&p.status[chunk * kStatusWords + 2], ~static_cast<unsigned long long>(sc_index));
+  }
+}
+
+template <DType In>
+__global__ void __launch_bounds__(kTileThreads) MinMaxScalesKernel(const CacheGenEncodeParams p) {
+  __shared__ float s_min[kRows * 32 * 8];
+  __shared__ float s_max[kRows * 32 * 8];
+  const std::uint32_t lks = p.layers * 2;
+  const std::uint32_t tiles = (p.channels + 32 * p.vec - 1) / (32 * p.vec);
+  std::uint32_t b = blockIdx.x;
+  const std::uint32_t tile = b % tiles;
+  b /= tiles;
+  const std::uint32_t lk = b % lks, chunk = b / lks;
+  if (p.vec == 8) {
+    MinMaxScalesTile<In, 8>(p, chunk, lk, tile, s_min, s_max);
+  } else {
+    MinMaxScalesTile<In, 1>(p, chunk, lk, tile, s_min, s_max);
+  }
+}
+
+// ---- 2. quantize + histogram ----
+
+template <DType In, int V>
+__device__ void QuantizeTile(const CacheGenEncodeParams& p, std::uint32_t chunk, std::uint32_t lk,
+                             std::uint32_t tile, std::uint32_t* s_count) {
+  const std::uint32_t lane = threadIdx.x & 31u, row = threadIdx.x >> 5;
+  const std::uint32_t C = p.channels, T = p.tokens;
+  const std::uint32_t lks = p.layers * 2;
+  const std::uint32_t c0 = tile * 32 * V + lane * V;
+  std::uint32_t* count = s_count + row * kMaxBins * 32 + lane;  // this lane's counters, stride 32
+  for (std::uint32_t i = lane; i < kMaxBins * 32; i += 32) s_count[row * kMaxBins * 32 + i] = 0;
+  __syncwarp();
+  const std::uint32_t bins = p.bins[lk];
+  if (c0 < C) {
+    const bool fp32 = p.status[chunk * kStatusWords + 0] != 0;
+    cachegen::ChannelScale sc[V];
+    const std::uint64_t sc_index = std::uint64_t{lk} * C + c0;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      if (fp32) {
+        const float* s32p = p.scales32 + (std::uint64_t{chunk} * lks * C + sc_index + v) * 2;
+        sc[v] = {s32p[0], s32p[1]};
+      } else {
+        const std::uint32_t pair = reinterpret_cast<const std::uint32_t*>(
+            p.chunks[chunk].output + p.scales_offset)[sc_index + v];
+        sc[v] = {HalfBitsToFloat(static_cast<std::uint16_t>(pair & 0xffffu)),
+                 HalfBitsToFloat(static_cast<std::uint16_t>(pair >> 16))};
+      }
+    }
+    const void* in = p.chunks[chunk].input;
+    const std::uint64_t base = (std::uint64_t{lk} * T) * C + c0;
+    std::uint8_t* sym = p.symbols + std::uint64_t{chunk} * lks * T * C + base;
+    std::uint32_t t0, t1;
+    RowRange(T, row, &t0, &t1);
+    constexpr int kUnroll = 4;
+    for (std::uint32_t t = t0; t < t1; t += kUnroll) {
+      float f[kUnroll][V];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (t + u < t1) LoadVec<In, V>(in, base + std::uint64_t{t + u} * C, f[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (t + u < t1) {
+          std::uint32_t q[V];
+#pragma unroll
+          for (int v = 0; v < V; ++v) {
+            q[v] = cachegen::Quantize(f[u][v], sc[v], bins);
+            count[q[v] * 32] += 1;
+          }
+          std::uint8_t* dst = sym + std::uint64_t{t + u} * C;
+          if constexpr (V == 8) {
+            uint2 packed;
+            packed.x = q[0] | (q[1] << 8) | (q[2] << 16) | (q[3] << 24);
+            packed.y = q[4] | (q[5] << 8) | (q[6] << 16) | (q[7] << 24);
+            *reinterpret_cast<uint2*>(dst) = packed;
+          } else {
+            *dst = static_cast<std::uint8_t>(q[0]);
+          }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  // Bin b = threadIdx.x / 4 sums rows x lanes [part * 8, part * 8 + 8) with part = threadIdx.x % 4.
+  const std::uint32_t bin = threadIdx.x >> 2, part = threadIdx.x & 3u;
+  std::uint32_t sum = 0;
+  if (bin < kMaxBins) {
+    for (std::uint32_t r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (std::uint32_t l = 0; l < 8; ++l) sum += s_count[(r * kMaxBins + bin) * 32 + part * 8 + l];
+    }
+  }
+  sum += __shfl_xor_sync(kFullMask, sum, 1);
+  sum += __shfl_xor_sync(kFullMask, sum, 2);
+  if (part == 0 && bin < bins && sum != 0) {
+    atomicAdd(&p.hist[(std::uint64_t{chunk} * lks + lk) * kMaxBins + bin], sum);
+  }
+}
+
+template <DType In>
+__global__ void __launch_bounds__(kTileThreads) QuantizeHistogramKernel(const CacheGenEncodeParams p) {
+  extern __shared__ std::uint32_t s_count[];  // [kRows][kMaxBins][32]
+  const std::uint32_t lks = p.layers * 2;
+  const std::uint32_t tiles = (p.channels + 32 * p.vec - 1) / (32 * p.vec);
+  std::uint32_t b = blockIdx.x;
+  const std::uint32_t tile = b % tiles;
+  b /= tiles;
+  const std::uint32_t lk = b % lks, chunk = b / lks;
+  if (p.vec == 8) {
+    QuantizeTile<In, 8>(p, chunk, lk, tile, s_count);
+  } else {
+    QuantizeTile<In, 1>(p, chunk, lk, tile, s_count);
+  }
+}
+
+// ---- 3. frequency tables ----
+
+__global__ void NormalizeKernel(const CacheGenEncodeParams p) {
+  const std::uint32_t lks = p.layers * 2;
+  const std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;  // chunk * lks + lk
+  if (i >= p.num_chunks * lks) return;
+  const std::uint32_t chunk = i / lks, lk = i % lks;
+  const std::uint32_t bins = p.bins[lk];
+  std::uint32_t counts[kMaxBins];
+  for (std::uint32_t s = 0; s < bins; ++s) counts[s] = p.hist[std::uint64_t{i} * kMaxBins + s];
+  std::uint16_t freq[kMaxBins];
+  cachegen::NormalizeFrequencies(counts, bins, freq);
+  auto* table = reinterpret_cast<std::uint16_t*>(p.chunks[chunk].output + p.tables_offset) +
+                p.table_start[lk];
+  std::uint32_t* packed = p.packed + std::uint64_t{i} * kMaxBins;
+  std::uint32_t cum = 0;
+  for (std::uint32_t s = 0; s < bins; ++s) {
+    table[s] = freq[s];
+    packed[s] = freq[s] | (cum << 16);
+    cum += freq[s];
+  }
+}
+
+// ---- 4. rANS encode ----
+
+__global__ void __launch_bounds__(kEncodeWarps * 32) EncodeKernel(const CacheGenEncodeParams p) {
+  __shared__ std::uint32_t s_table[kMaxBins];
+  const std::uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const std::uint32_t lks = p.layers * 2;
+  const std::uint32_t blocks_per_lk = (p.groups_per_lk + kEncodeWarps - 1) / kEncodeWarps;
+  std::uint32_t b = blockIdx.x;
+  const std::uint32_t blk = b % blocks_per_lk;
+  b /= blocks_per_lk;
+  const std::uint32_t lk = b % lks, chunk = b / lks;
+  const std::uint32_t* packed = p.packed + (std::uint64_t{chunk} * lks + lk) * kMaxBins;
+  for (std::uint32_t s = threadIdx.x; s < kMaxBins; s += blockDim.x) s_table[s] = packed[s];
+  __syncthreads();
+  const std::uint32_t group = blk * kEncodeWarps + warp;
+  if (group >= p.groups_per_lk) return;
+
+  const std::uint32_t C = p.channels, T = p.tokens, cpl = p.channels_per_lane;
+  const std::uint32_t groups = lks * p.groups_per_lk;
+  const std::uint32_t g = lk * p.groups_per_lk + group;
+  std::uint16_t* region = p.streams + (std::uint64_t{chunk} * groups + g) * p.stream_cap;
+  std::uint16_t* top = region + p.stream_cap - 1;  // emission e goes to top[-e]
+  const std::uint32_t lanemask_gt = lane == 31 ? 0u : (~0u << (lane + 1));
+  const std::uint8_t* sym_lk = p.symbols + (std::uint64_t{chunk} * lks + lk) * T * C;
+  std::uint32_t x = kStateLow;
+  std::uint32_t emitted = 0;
+  for (std::uint32_t k = cpl; k-- > 0;) {
+    const std::uint32_t c = cachegen::LaneChannel(group, k, lane, cpl);
+    const bool active = c < C;
+    if (__ballot_sync(kFullMask, active) == 0) continue;
+    const std::uint8_t* sym = sym_lk + c;
+    constexpr int kUnroll = 8;
+    for (std::uint32_t t_hi = T; t_hi > 0;) {
+      // Tokens t_hi - 1 down to t_hi - n, symbols loaded first (independent loads in flight).
+      const std::uint32_t n = t_hi < kUnroll ? t_hi : kUnroll;
+      std::uint32_t q[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        q[u] = (active && static_cast<std::uint32_t>(u) < n)
+                   ? sym[std::uint64_t{t_hi - 1 - u} * C]
+                   : 0u;
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (static_cast<std::uint32_t>(u) >= n) break;
+        std::uint16_t w = 0;
+        bool emit = false;
+        if (active) {
+          const std::uint32_t e = s_table[q[u]];
+          emit = cachegen::RansEncodeStep(&x, e & 0xffffu, e >> 16, &w);
+        }
+        const std::uint32_t ballot = __ballot_sync(kFullMask, emit);
+        if (emit) top[-static_cast<std::int64_t>(emitted + __popc(ballot & lanemask_gt))] = w;
+        emitted += __popc(ballot);
+      }
+      t_hi -= n;
+    }
+  }
+  // Final states of the stateful lanes (a prefix), pushed lanes descending, hi then lo.
+  const bool stateful = cachegen::LaneChannel(group, 0, lane, cpl) < C;
+  const std::uint32_t n_state = __popc(__ballot_sync(kFullMask, stateful));
+  if (stateful) {
+    const std::uint32_t e_hi = emitted + 2 * (n_state - 1 - lane);
+    top[-static_cast<std::int64_t>(e_hi)] = static_cast<std::uint16_t>(x >> 16);
+    top[-static_cast<std::int64_t>(e_hi + 1)] = static_cast<std::uint16_t>(x & 0xffffu);
+  }
+  emitted += 2 * n_state;
+  if (lane == 0) p.lengths[std::uint64_t{chunk} * groups + g] = emitted;
+}
+
+// ---- 5. scan + container assembly ----
+
+struct ChunkLayout {
+  std::uint64_t scales_bytes;
+  std::uint64_t index_offset;
+  std::uint64_t codes_offset;
+};
+
+__device__ __forceinline__ ChunkLayout LayoutOf(const CacheGenEncodeParams& p, bool fp32,
+                                                std::uint32_t groups) {
+  ChunkLayout l;
+  l.scales_bytes = fp32 ? p.scales_bytes16 * 2 : p.scales_bytes16;
+  l.index_offset = AlignUp64(p.scales_offset + l.scales_bytes);
+  l.codes_offset = AlignUp64(l.index_offset + std::uint64_t{groups} * 4);
+  return l;
+}
+
+template <typename T>
+__device__ __forceinline__ void Put(std::byte* p, T v) {
+  *reinterpret_cast<T*>(p) = v;  // callers keep fields naturally aligned
+}
+
+__device__ void ZeroBytes(std::byte* out, std::uint64_t begin, std::uint64_t end) {
+  for (std::uint64_t i = begin + threadIdx.x; i < end; i += blockDim.x) out[i] = std::byte{0};
+}
+
+__global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(const CacheGenEncodeParams p) {
+  __shared__ std::uint32_t s_warp[32];
+  __shared__ std::uint32_t s_carry;
+  const std::uint32_t chunk = blockIdx.x;
+  const std::uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const std::uint32_t lks = p.layers * 2;
+  const std::uint32_t groups = lks * p.groups_per_lk;
+  const bool fp32 = p.status[chunk * kStatusWords + 0] != 0;
+  const ChunkLayout lay = LayoutOf(p, fp32, groups);
+  std::byte* out = p.chunks[chunk].output;
+  const std::uint32_t* lengths = p.lengths + std::uint64_t{chunk} * groups;
+  std::uint32_t* offsets = p.offsets + std::uint64_t{chunk} * groups;
+  auto* index = reinterpret_cast<std::uint32_t*>(out + lay.index_offset);
+  if (threadIdx.x == 0) s_carry = 0;
+  __syncthreads();
+  for (std::uint32_t base = 0; base < groups; base += blockDim.x) {
+    const std::uint32_t g = base + threadIdx.x;
+    const std::uint32_t len = g < groups ? lengths[g] : 0u;
+    std::uint32_t incl = len;
+#pragma unroll
+    for (std::uint32_t off = 1; off < 32; off <<= 1) {
+      const std::uint32_t u = __shfl_up_sync(kFullMask, incl, off);
+      if (lane >= off) incl += u;
+    }
+    if (lane == 31) s_warp[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+      const std::uint32_t nwarps = blockDim.x / 32;
+      std::uint32_t w = lane < nwarps ? s_warp[lane] : 0u;
+#pragma unroll
+      for (std::uint32_t off = 1; off < 32; off <<= 1) {
+        const std::uint32_t u = __shfl_up_sync(kFullMask, w, off);
+        if (lane >= off) w += u;
+      }
+      s_warp[lane] = w;  // inclusive prefix of warp totals
+    }
+    __syncthreads();
+    const std::uint32_t carry = s_carry;
+    const std::uint32_t end = carry + (warp == 0 ? 0u : s_warp[warp - 1]) + incl;
+    if (g < groups) {
+      offsets[g] = end - len;
+      index[g] = end;
+    }
+    __syncthreads();
+    if (threadIdx.x == blockDim.x - 1) s_carry = end;
+    __syncthreads();
+  }
+  const std::uint64_t codes_words = s_carry;
+  const std::uint64_t total = lay.codes_offset + codes_words * 2;
+  const std::uint64_t params_bytes = kParamsFixedBytes + lks;
+  const std::uint64_t tables_bytes = std::uint64_t{p.table_entries} * 2;
+  const std::uint64_t index_bytes = std::uint64_t{groups} * 4;
+  if (threadIdx.x == 0) {
+    p.status[chunk * kStatusWords + 3] = total;
+    // Fixed header (docs/format.md §1.1); the checksum is filled in by the host.
+    const std::uint8_t magic[8] = {0x89, 'K', 'V', 'D', 0x0D, 0x0A, 0x1A, 0x0A};
+    for (int i = 0; i < 8; ++i) out[i] = static_cast<std::byte>(magic[i]);
+    Put<std::uint16_t>(out + 8, kContainerVersion);
+    Put<std::uint16_t>(out + 10, static_cast<std::uint16_t>(kContainerHeaderBytes));
+    out[12] = static_cast<std::byte>(CodecId::kCacheGen);
+    out[13] = static_cast<std::byte>(p.input_dtype);
+    Put<std::uint16_t>(out + 14, 0);
+    Put<std::uint32_t>(out + 16, p.layers);
+    Put<std::uint32_t>(out + 20, 2);
+    Put<std::uint32_t>(out + 24, p.tokens);
+    Put<std::uint32_t>(out + 28, p.kv_heads);
+    Put<std::uint32_t>(out + 32, p.head_dim);
+    Put<std::uint32_t>(out + 36, kSectionCount);
+    Put<std::uint64_t>(out + 40, total);
+    Put<std::uint64_t>(out + 48, 0);
+    Put<std::uint64_t>(out + 56, 0);
+    const std::uint32_t kinds[kSectionCount] = {
+        static_cast<std::uint32_t>(SectionKind::kParams),
+        static_cast<std::uint32_t>(SectionKind::kTables),
+        static_cast<std::uint32_t>(SectionKind::kScales),
+        static_cast<std::uint32_t>(SectionKind::kIndex),
+        static_cast<std::uint32_t>(SectionKind::kCodes)};
+    const std::uint64_t offsets_[kSectionCount] = {p.params_offset, p.tables_offset,
+                                                   p.scales_offset, lay.index_offset,
+                                                   lay.codes_offset};
+    const std::uint64_t lengths_[kSectionCount] = {params_bytes, tables_bytes, lay.scales_bytes,
+                                                   index_bytes, codes_words * 2};
+    for (std::uint32_t s = 0; s < kSectionCount; ++s) {
+      std::byte* e = out + kContainerHeaderBytes + s * kSectionEntryBytes;
+      Put<std::uint32_t>(e + 0, kinds[s]);
+      Put<std::uint32_t>(e + 4, 0);
+      Put<std::uint64_t>(e + 8, offsets_[s]);
+      Put<std::uint64_t>(e + 16, lengths_[s]);
+      Put<std::uint64_t>(e + 24, 0);
+    }
+    std::byte* prm = out + p.params_offset;
+    prm[0] = std::byte{cachegen::kParamsVersion};
+    prm[1] = std::byte{cachegen::kProbBits};
+    prm[2] = std::byte{fp32 ? cachegen::kScaleFp32 : cachegen::kScaleFp16};
+    prm[3] = static_cast<std::byte>(p.channels_per_lane);
+    Put<std::uint32_t>(prm + 4, 0);
+  }
+  for (std::uint32_t i = threadIdx.x; i < lks; i += blockDim.x) {
+    out[p.params_offset + kParamsFixedBytes + i] = static_cast<std::byte>(p.bins[i]);
+  }
+  // Zero padding before each section.
+  ZeroBytes(out, kContainerHeaderBytes + kSectionCount * kSectionEntryBytes, p.params_offset);
+  ZeroBytes(out, p.params_offset + params_bytes, p.tables_offset);
+  ZeroBytes(out, p.tables_offset + tables_bytes, p.scales_offset);
+  ZeroBytes(out, p.scales_offset + lay.scales_bytes, lay.index_offset);
+  ZeroBytes(out, lay.index_offset + index_bytes, lay.codes_offset);
+}
+
+// ---- 6. compaction ----
+
+__global__ void __launch_bounds__(kCompactThreads) CompactKernel(const CacheGenEncodeParams p) {
+  const std::uint32_t lks = p.layers * 2;
+  const std::uint32_t groups = lks * p.groups_per_lk;
+  const std::uint32_t chunk = blockIdx.x / groups, g = blockIdx.x % groups;
+  const bool fp32 = p.status[chunk * kStatusWords + 0] != 0;
+  const ChunkLayout lay = LayoutOf(p, fp32, groups);
+  std::byte* out = p.chunks[chunk].output;
+  const std::uint64_t cg = std::uint64_t{chunk} * groups + g;
+  const std::uint32_t len = p.lengths[cg];
+  const std::uint16_t* src = p.streams + cg * p.stream_cap + (p.stream_cap - len);
+  std::uint16_t* dst = reinterpret_cast<std::uint16_t*>(out + lay.codes_offset) + p.offsets[cg];
+  constexpr std::uint32_t kUnroll = 8;
+  for (std::uint32_t base = 0; base < len; base += kUnroll * kCompactThreads) {
+    std::uint16_t w[kUnroll];
+#pragma unroll
+    for (std::uint32_t u = 0; u < kUnroll; ++u) {
+      const std::uint32_t i = base + u * kCompactThreads + threadIdx.x;
+      if (i < len) w[u] = src[i];
+    }
+#pragma unroll
+    for (std::uint32_t u = 0; u < kUnroll; ++u) {
+      const std::uint32_t i = base + u * kCompactThreads + threadIdx.x;
+      if (i < len) dst[i] = w[u];
+    }
+  }
+  if (fp32) {
+    // This group's channels' f32 scale pairs.
+    const std::uint32_t lk = g / p.groups_per_lk, group = g % p.groups_per_lk;
+    const std::uint32_t per_group = kLanes * p.channels_per_lane;
+    const std::uint32_t c_begin = group * per_group;
+    const std::uint32_t c_end = min(p.channels, c_begin + per_group);
+    const float2* s = reinterpret_cast<const float2*>(p.scales32) +
+                      (std::uint64_t{chunk} * lks + lk) * p.channels;
+    float2* d = reinterpret_cast<float2*>(out + p.scales_offset) + std::uint64_t{lk} * p.channels;
+    for (std::uint32_t c = c_begin + threadIdx.x; c < c_end; c += blockDim.x) d[c] = s[c];
+  }
+}
+
+cudaError_t Launch(const void* kernel, unsigned blocks, unsigned threads, std::size_t smem,
+                   const CacheGenEncodeParams& params, cudaStream_t stream) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  void* args[] = {const_cast<CacheGenEncodeParams*>(&params)};
+  return cudaLaunchKernelExC(&config, kernel, args);
+}
+
+// ---- host-side layout ----
+
+struct HostLayout {
+  std::uint32_t lks = 0;
+  std::uint32_t channels = 0;
+  std::uint32_t cpl = 0;
+  std::uint32_t groups_per_lk = 0;
+  std::uint32_t groups = 0;
+  std::uint64_t stream_cap = 0;
+  std::uint64_t elements = 0;  // per chunk
+};
+
+HostLayout MakeHostLayout(const KvShape& shape) {
+  HostLayout l;
+  l.lks = shape.layers * 2;
+  l.channels = shape.kv_heads * shape.head_dim;
+  l.cpl = cachegen::ChannelsPerLane(shape.tokens);
+  l.groups_per_lk = cachegen::GroupsPerLayerKv(l.channels, l.cpl);
+  l.groups = l.lks * l.groups_per_lk;
+  l.stream_cap = 2 * kLanes + std::uint64_t{l.cpl} * shape.tokens * kLanes;
+  l.elements = shape.elements();
+  return l;
+}
+
+// Byte offsets of the per-chunk scratch arrays inside the workspace's device buffer.
+struct ScratchLayout {
+  std::size_t descs = 0, table_start = 0, bins = 0, upload_end = 0;
+  std::size_t hist = 0, status = 0, zero_end = 0;
+  std::size_t scales32 = 0, packed = 0, lengths = 0, offsets = 0, symbols = 0, streams = 0;
+  std::size_t total = 0;
+};
+
+std::size_t Align256(std::size_t v) { return (v + 255) & ~std::size_t{255}; }
+
+ScratchLayout MakeScratchLayout(const KvShape& shape, std::uint32_t chunks) {
+  const HostLayout h = MakeHostLayout(shape);
+  ScratchLayout s;
+  std::size_t at = 0;
+  auto take = [&](std::size_t bytes) {
+    const std::size_t where = at;
+    at = Align256(at + bytes);
+    return where;
+  };
+  s.descs = take(std::size_t{chunks} * sizeof(CacheGenEncodeChunkDesc));
+  s.table_start = take(std::size_t{h.lks} * 4);
+  s.bins = at;
+  at += h.lks;
+  s.upload_end = at;
+  at = Align256(at);
+  s.hist = take(std::size_t{chunks} * h.lks * kMaxBins * 4);
+  s.status = at;
+  at += std::size_t{chunks} * kStatusWords * 8;
+  s.zero_end = at;
+  at = Align256(at);
+  s.scales32 = take(std::size_t{chunks} * h.lks * h.channels * 8);
+  s.packed = take(std::size_t{chunks} * h.lks * kMaxBins * 4);
+  s.lengths = take(std::size_t{chunks} * h.groups * 4);
+  s.offsets = take(std::size_t{chunks} * h.groups * 4);
+  s.symbols = take(std::size_t{chunks} * h.elements);
+  s.streams = take(std::size_t{chunks} * h.groups * h.stream_cap * 2);
+  s.total = at;
+  return s;
+}
+
+std::string Position(const KvShape& s, std::uint64_t i) {
+  const std::uint64_t d = i % s.head_dim;
+  i /= s.head_dim;
+  const std::uint64_t h = i % s.kv_heads;
+  i /= s.kv_heads;
+  const std::uint64_t t = i % s.tokens;
+  i /= s.tokens;
+  const std::uint64_t kv = i % 2;
+  const std::uint64_t l = i / 2;
+  return "[" + std::to_string(l) + ", " + std::to_string(kv) + ", " + std::to_string(t) + ", " +
+         std::to_string(h) + ", " + std::to_string(d) + "]";
+}
+
+Status ValidateBins(const std::vector<std::uint8_t>& bins, std::uint32_t layers, const char* which) {
+  if (bins.size() != layers) {
+    return InvalidArgument(std::string("cachegen: ") + which + " bins profile has " +
+                           std::to_string(bins.size()) + " layers, the tensor has " +
+                           std::to_string(layers));
+  }
+  for (std::size_t i = 0; i < bins.size(); ++i) {
+    if (bins[i] < cachegen::kMinBins || bins[i] > cachegen::kMaxBins) {
+      return InvalidArgument(std::string("cachegen: ") + which + " bins of layer " +
+                             std::to_string(i) + " = " + std::to_string(bins[i]) +
+                             " is out of range [2, 64]");
+    }
+  }
+  return Status::Ok();
+}
+
+bool Aligned(const void* p, std::uintptr_t n) {
+  return (reinterpret_cast<std::uintptr_t>(p) & (n - 1)) == 0;
+}
+
+}  // namespace
+
+std::uint64_t CacheGenMaxContainerBytes(const KvShape& shape) {
+  if (!ValidateShape(shape, DType::kFloat16).ok()) return 0;
+  const HostLayout h = MakeHostLayout(shape);
+  const std::uint64_t lengths[kSectionCount] = {
+      kParamsFixedBytes + h.lks, std::uint64_t{h.lks} * kMaxBins * 2,
+      std::uint64_t{h.lks} * h.channels * 8, std::uint64_t{h.groups} * 4,
+      std::uint64_t{h.groups} * h.stream_cap * 2};
+  return ContainerSize(lengths);
+}
+
+Status SealCacheGenContainer(std::span<std::byte> c) {
+  auto bad = [](const std::string& what) { return Corruption("SealCacheGenContainer: " + what); };
+  if (c.size() < kContainerHeaderBytes) return bad("shorter than the fixed header");
+  const auto count = LoadLE<std::uint32_t>(c.data() + 36);
+  if (count < 1 || count > kMaxSections) return bad("section count out of range");
+  const std::uint64_t table_end = kContainerHeaderBytes + std::uint64_t{count} * kSectionEntryBytes;
+  if (c.size() < table_end || LoadLE<std::uint64_t>(c.data() + 40) != c.size()) {
+    return bad("total_bytes does not match the buffer");
+  }
+  for (std::uint32_t i = 0; i < count; ++i) {
+    std::byte* e = c.data() + kContainerHeaderBytes + i * kSectionEntryBytes;
+    const auto offset = LoadLE<std::uint64_t>(e + 8);
+    const auto length = LoadLE<std::uint64_t>(e + 16);
+    if (offset > c.size() || length > c.size() - offset) return bad("section past the end");
+    StoreLE<std::uint64_t>(e + 24, Checksum64(c.subspan(offset, length)));
+  }
+  Checksum64Builder builder;
+  builder.Update(c.first(56));
+  builder.Update(c.subspan(kContainerHeaderBytes, count * kSectionEntryBytes));
+  StoreLE<std::uint64_t>(c.data() + 56, builder.Digest());
+  return Status::Ok();
+}
+
+template <DType In>
+cudaError_t LaunchCacheGenEncode(const CacheGenEncodeParams& params, cudaStream_t stream) {
+  const std::uint32_t lks = params.layers * 2;
+  const std::uint32_t tiles = (params.channels + 32 * params.vec - 1) / (32 * params.vec);
+  const unsigned tile_blocks = params.num_chunks * lks * tiles;
+  const std::uint32_t groups = lks * params.groups_per_lk;
+  const std::size_t hist_smem = std::size_t{kRows} * kMaxBins * 32 * 4;  // 64 KiB
+  cudaError_t err = cudaFuncSetAttribute(QuantizeHistogramKernel<In>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(hist_smem));
+  if (err != cudaSuccess) return err;
+  err = Launch(reinterpret_cast<const void*>(MinMaxScalesKernel<In>), tile_blocks, kTileThreads, 0,
+               params, stream);
+  if (err != cudaSuccess) return err;
+  err = Launch(reinterpret_cast<const void*>(QuantizeHistogramKernel<In>), tile_blocks,
+               kTileThreads, hist_smem, params, stream);
+  if (err != cudaSuccess) return err;
+  const std::uint32_t norm_items = params.num_chunks * lks;
+  err = Launch(reinterpret_cast<const void*>(NormalizeKernel), (norm_items + 127) / 128, 128, 0,
+               params, stream);
+  if (err != cudaSuccess) return err;
+  const std::uint32_t enc_blocks =
+      params.num_chunks * lks * ((params.groups_per_lk + kEncodeWarps - 1) / kEncodeWarps);
+  err = Launch(reinterpret_cast<const void*>(EncodeKernel), enc_blocks, kEncodeWarps * 32, 0,
+               params, stream);
+  if (err != cudaSuccess) return err;
+  err = Launch(reinterpret_cast<const void*>(FinalizeKernel), params.num_chunks, kFinalizeThreads,
+               0, params, stream);
+  if (err != cudaSuccess) return err;
+  return Launch(reinterpret_cast<const void*>(CompactKernel), params.num_chunks * groups,
+                kCompactThreads, 0, params, stream);
+}
+
+// The closed set of instantiations.
+template cudaError_t LaunchCacheGenEncode<DType::kFloat16>(const CacheGenEncodeParams&,
+                                                           cudaStream_t);
+template cudaError_t LaunchCacheGenEncode<DType::kBFloat16>(const CacheGenEncodeParams&,
+                                                            cudaStream_t);
+template cudaError_t LaunchCacheGenEncode<DType::kFloat32>(const CacheGenEncodeParams&,
+                                                           cudaStream_t);
+
+Result<CacheGenEncodeWorkspace> CacheGenEncodeWorkspace::Create(const KvShape& shape,
+                                                                std::uint32_t max_chunks) {
+  KVD_RETURN_IF_ERROR(ValidateShape(shape, DType::kFloat32).WithContext("CacheGenEncodeWorkspace"));
+  if (max_chunks == 0 || max_chunks > 4096) {
+    return InvalidArgument("CacheGenEncodeWorkspace: max_chunks " + std::to_string(max_chunks) +
+                           " out of range [1, 4096]");
+  }
+  const ScratchLayout s = MakeScratchLayout(shape, max_chunks);
+  const HostLayout h = MakeHostLayout(shape);
+  if (std::uint64_t{max_chunks} * h.groups > INT32_MAX) {
+    return InvalidArgument("CacheGenEncodeWorkspace: " + std::to_string(max_chunks) +
+                           " chunks of " + std::to_string(h.groups) +
+                           " groups are too many for one launch");
+  }
+  CacheGenEncodeWorkspace ws;
+  ws.shape_ = shape;
+  ws.max_chunks_ = max_chunks;
+  KVD_ASSIGN_OR_RETURN(ws.device_, DeviceBuffer::Allocate(s.total));
+  KVD_ASSIGN_OR_RETURN(ws.host_, PinnedHostBuffer::Allocate(
+                                     s.upload_end + std::size_t{max_chunks} * kStatusWords * 8));
+  return Result<CacheGenEncodeWorkspace>(std::move(ws));
+}
+
+Status EnqueueEncodeCacheGen(DType dtype, const KvShape& shape,
+                             std::span<const void* const> inputs,
+                             std::span<std::byte* const> outputs, const CacheGenOptions& options,
+                             CacheGenEncodeWorkspace& ws, cudaStream_t stream) {
+  const std::string what = "EnqueueEncodeCacheGen";
+  if (ws.pending_chunks_ != 0) {
+    return InvalidArgument(what + ": the workspace has a batch in flight (call "
+                                  "FinishEncodeCacheGen first)");
+  }
+  if (!IsValidDType(static_cast<std::uint8_t>(dtype))) {
+    return InvalidArgument(what + ": invalid dtype " + std::to_string(static_cast<int>(dtype)));
+  }
+  KVD_RETURN_IF_ERROR(ValidateShape(shape, dtype).WithContext("cachegen encode"));
+  if (!(shape == ws.shape_)) {
+    return InvalidArgument(what + ": shape " + shape.ToString() + " differs from the workspace's " +
+                           ws.shape_.ToString());
+  }
+  if (inputs.empty() || inputs.size() != outputs.size() || inputs.size() > ws.max_chunks_) {
+    return InvalidArgument(what + ": " + std::to_string(inputs.size()) + " inputs and " +
+                           std::to_string(outputs.size()) +
+                           " outputs; need the same count, 1 to " +
+                           std::to_string(ws.max_chunks_));
+  }
+  CacheGenOptions opts = options;
+  const CacheGenOptions defaults = CacheGenDefaultProfile(shape.layers);
+  if (opts.k_bins.empty()) opts.k_bins = defaults.k_bins;
+  if (opts.v_bins.empty()) opts.v_bins = defaults.v_bins;
+  KVD_RETURN_IF_ERROR(ValidateBins(opts.k_bins, shape.layers, "K"));
+  KVD_RETURN_IF_ERROR(ValidateBins(opts.v_bins, shape.layers, "V"));
+
+  const HostLayout h = MakeHostLayout(shape);
+  const auto chunks = static_cast<std::uint32_t>(inputs.size());
+  const ScratchLayout s = MakeScratchLayout(shape, ws.max_chunks_);
+  auto* host = static_cast<std::byte*>(ws.host_.data());
+  auto* dev = static_cast<std::byte*>(ws.device_.data());
+  const std::uint64_t esize = DTypeSize(dtype);
+  bool vec = h.channels % 8 == 0;
+  auto* descs = reinterpret_cast<CacheGenEncodeChunkDesc*>(host + s.descs);
+  for (std::uint32_t i = 0; i < chunks; ++i) {
+    if (inputs[i] == nullptr || !Aligned(inputs[i], esize)) {
+      return InvalidArgument(what + ": input " + std::to_string(i) + " is null or misaligned");
+    }
+    if (outputs[i] == nullptr || !Aligned(outputs[i], 16)) {
+      return InvalidArgument(what + ": output " + std::to_string(i) +
+                             " is null or not 16-byte aligned");
+    }
+    vec = vec && Aligned(inputs[i], 16);
+    descs[i] = CacheGenEncodeChunkDesc{inputs[i], outputs[i]};
+  }
+  auto* table_start = reinterpret_cast<std::uint32_t*>(host + s.table_start);
+  auto* bins = reinterpret_cast<std::uint8_t*>(host + s.bins);
+  std::uint32_t entries = 0;
+  for (std::uint32_t l = 0; l < shape.layers; ++l) {
+    bins[2 * l] = opts.k_bins[l];
+    bins[2 * l + 1] = opts.v_bins[l];
+    table_start[2 * l] = entries;
+    entries += opts.k_bins[l];
+    table_start[2 * l + 1] = entries;
+    entries += opts.v_bins[l];
+  }
+
+  CacheGenEncodeParams p{};
+  p.chunks = reinterpret_cast<const CacheGenEncodeChunkDesc*>(dev + s.descs);
+  p.bins = reinterpret_cast<const std::uint8_t*>(dev + s.bins);
+  p.table_start = reinterpret_cast<const std::uint32_t*>(dev + s.table_start);
+  p.symbols = reinterpret_cast<std::uint8_t*>(dev + s.symbols);
+  p.scales32 = reinterpret_cast<float*>(dev + s.scales32);
+  p.hist = reinterpret_cast<std::uint32_t*>(dev + s.hist);
+  p.packed = reinterpret_cast<std::uint32_t*>(dev + s.packed);
+  p.streams = reinterpret_cast<std::uint16_t*>(dev + s.streams);
+  p.lengths = reinterpret_cast<std::uint32_t*>(dev + s.lengths);
+  p.offsets = reinterpret_cast<std::uint32_t*>(dev + s.offsets);
+  p.status = reinterpret_cast<unsigned long long*>(dev + s.status);
+  p.params_offset = AlignUp64(kContainerHeaderBytes + kSectionCount * kSectionEntryBytes);
+  p.tables_offset = AlignUp64(p.params_offset + kParamsFixedBytes + h.lks);
+  p.scales_offset = AlignUp64(p.tables_offset + std::uint64_t{entries} * 2);
+  p.scales_bytes16 = std::uint64_t{h.lks} * h.channels * 4;
+  p.num_chunks = chunks;
+  p.layers = shape.layers;
+  p.tokens = shape.tokens;
+  p.kv_heads = shape.kv_heads;
+  p.head_dim = shape.head_dim;
+  p.channels = h.channels;
+  p.channels_per_lane = h.cpl;
+  p.groups_per_lk = h.groups_per_lk;
+  p.table_entries = entries;
+  p.stream_cap = static_cast<std::uint32_t>(h.stream_cap);
+  p.vec = vec ? 8u : 1u;
+  p.input_dtype = static_cast<std::uint32_t>(dtype);
+
+  KVD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dev, host, s.upload_end, cudaMemcpyHostToDevice, stream),
+      what + ": upload descriptors");
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dev + s.hist, 0, s.zero_end - s.hist, stream),
+                           what + ": clear counters");
+  cudaError_t err = cudaErrorInvalidValue;
+  switch (dtype) {
+    case DType::kFloat16: err = LaunchCacheGenEncode<DType::kFloat16>(p, stream); break;
+    case DType::kBFloat16: err = LaunchCacheGenEncode<DType::kBFloat16>(p, stream); break;
+    case DType::kFloat32: err = LaunchCacheGenEncode<DType::kFloat32>(p, stream); break;
+    default: return InvalidArgument(what + ": unsupported dtype");
+  }
+  KVD_CUDA_RETURN_IF_ERROR(err, what + ": launch");
+  KVD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(host + s.upload_end, dev + s.status, std::size_t{chunks} * kStatusWords * 8,
+                      cudaMemcpyDeviceToHost, stream),
+      what + ": download status");
+  ws.pending_chunks_ = chunks;
+  ws.pending_dtype_ = dtype;
+  return Status::Ok();
+}
+
+Result<std::vector<std::uint64_t>> FinishEncodeCacheGen(CacheGenEncodeWorkspace& ws,
+                                                        cudaStream_t stream) {
+  if (ws.pending_chunks_ == 0) return InvalidArgument("FinishEncodeCacheGen: no batch in flight");
+  const std::uint32_t chunks = ws.pending_chunks_;
+  ws.pending_chunks_ = 0;
+  KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "FinishEncodeCacheGen");
+  const ScratchLayout s = MakeScratchLayout(ws.shape_, ws.max_chunks_);
+  const auto* status =
+      reinterpret_cast<const unsigned long long*>(static_cast<const std::byte*>(ws.host_.data()) +
+                                                  s.upload_end);
+  const std::uint32_t channels = ws.shape_.kv_heads * ws.shape_.head_dim;
+  const std::string prefix = chunks > 1 ? "cachegen: chunk " : "cachegen: ";
+  std::vector<std::uint64_t> sizes(chunks);
+  for (std::uint32_t i = 0; i < chunks; ++i) {
+    const unsigned long long* st = status + std::size_t{i} * kStatusWords;
+    const std::string where = chunks > 1 ? prefix + std::to_string(i) + ": " : prefix;
+    if (st[1] != 0) {
+      return InvalidArgument(where + "non-finite value at " + Position(ws.shape_, ~st[1]) +
+                             " (CacheGen cannot represent NaN/Inf; use the raw codec)");
+    }
+    if (st[0] != 0 && st[2] != 0) {
+      const std::uint64_t sc = ~st[2];
+      return InvalidArgument(where + "the value range of channel " +
+                             std::to_string(sc % channels) + " of layer " +
+                             std::to_string(sc / channels / 2) + " overflows float");
+    }
+    sizes[i] = st[3];
+  }
+  return sizes;
+}
+
+Result<std::vector<std::uint64_t>> EncodeCacheGenDevice(DType dtype, const KvShape& shape,
+                                                        std::span<const void* const> inputs,
+                                                        std::span<std::byte* const> outputs,
+                                                        const CacheGenOptions& options,
+                                                        CacheGenEncodeWorkspace& workspace,
+                                                        cudaStream_t stream) {
+  KVD_RETURN_IF_ERROR(
+      EnqueueEncodeCacheGen(dtype, shape, inputs, outputs, options, workspace, stream));
+  return FinishEncodeCacheGen(workspace, stream);
+}
+
+Result<std::vector<std::byte>> EncodeCacheGenGpu(const KvTensorView& host_tensor,
+                                                 const CacheGenOptions& options,
+                                                 cudaStream_t stream) {
+  KVD_RETURN_IF_ERROR(host_tensor.Validate().WithContext("cachegen encode"));
+  const KvShape& shape = host_tensor.shape;
+  KVD_ASSIGN_OR_RETURN(CacheGenEncodeWorkspace ws, CacheGenEncodeWorkspace::Create(shape, 1));
+  const std::uint64_t max_bytes = CacheGenMaxContainerBytes(shape);
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_in, DeviceBuffer::Allocate(host_tensor.data.size()));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_out, DeviceBuffer::Allocate(max_bytes));
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_in.data(), host_tensor.data.data(),
+                                           host_tensor.data.size(), cudaMemcpyHostToDevice,
+                                           stream),
+                           "EncodeCacheGenGpu: upload");
+  const void* const ins[] = {d_in.data()};
+  std::byte* const outs[] = {static_cast<std::byte*>(d_out.data())};
+  KVD_ASSIGN_OR_RETURN(std::vector<std::uint64_t> sizes,
+                       EncodeCacheGenDevice(host_tensor.dtype, shape, ins, outs, options, ws,
+                                            stream));
+  if (sizes[0] > max_bytes) return Internal("EncodeCacheGenGpu: container larger than its bound");
+  std::vector<std::byte> bytes(sizes[0]);
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(bytes.data(), d_out.data(), bytes.size(),
+                                           cudaMemcpyDeviceToHost, stream),
+                           "EncodeCacheGenGpu: download");
+  KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "EncodeCacheGenGpu");
+  KVD_RETURN_IF_ERROR(SealCacheGenContainer(bytes));
+  return bytes;
+}
+
+}  // namespace kvdepot::cuda

@@ -218,6 +218,7 @@ struct CacheGenEncodeChunkDesc {
 struct CacheGenEncodeParams {
   const CacheGenEncodeChunkDesc* chunks;  // [num_chunks], device memory
   const std::uint8_t* bins;               // [2 * layers] bins per (layer, K|V), device memory
+  const std::uint32_t* table_start;       // [2 * layers] first table entry of each (layer, K|V)
   std::uint8_t* symbols;                  // [chunks][2 * layers][tokens][channels] u8
   float* scales32;                        // [chunks][2 * layers][channels][2] (lo, step) f32
   std::uint32_t* hist;                    // [chunks][2 * layers][64] symbol counts (zeroed)
@@ -235,7 +236,9 @@ struct CacheGenEncodeParams {
   std::uint32_t num_chunks;
   std::uint32_t layers;
   std::uint32_t tokens;
-  std::uint32_t channels;
+  std::uint32_t kv_heads;
+  std::uint32_t head_dim;
+  std::uint32_t channels;                 // kv_heads * head_dim
   std::uint32_t channels_per_lane;
   std::uint32_t groups_per_lk;
   std::uint32_t table_entries;            // sum of bins

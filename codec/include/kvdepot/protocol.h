@@ -1,0 +1,147 @@
+// kvdepot wire protocol v1 (docs/protocol.md specifies every byte): framed, little-endian,
+// pipelined requests with request ids; responses may complete out of order.
+//
+//   frame = header (24 bytes) ‖ body (body_length bytes)
+//
+// This header holds the frame header codec and the body encoders/decoders shared by the daemon
+// and the client. Decoders are total: they check every count and length against the limits and
+// against the bytes present before using them, and return kCorruption (malformed frame: the
+// connection is closed) or kInvalidArgument / kOutOfRange (a well-formed request over a limit:
+// answered with an error) naming the field.
+//
+// Thread-safety: free functions on values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvdepot/status.h"
+
+namespace kvdepot::protocol {
+
+inline constexpr std::uint8_t kMagic[4] = {'K', 'V', 'D', 'P'};
+inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::size_t kFrameHeaderBytes = 24;
+
+enum class Op : std::uint8_t {
+  kPing = 1,
+  kPut = 2,
+  kGet = 3,
+  kLookup = 4,
+  kDelete = 5,
+  kStats = 6,
+  kScan = 7,
+};
+inline constexpr std::uint8_t kMaxOp = 7;
+inline constexpr std::uint8_t kResponseBit = 0x80;
+// Response flag: more response frames follow for the same request (a GET streams one frame per
+// key; every frame but the last carries this flag).
+inline constexpr std::uint16_t kFlagMore = 1;
+
+// "ping", "put", ...
+std::string_view OpName(Op op);
+
+// Storage tiers as they appear on the wire (LOOKUP, GET, SCAN). 0 means "absent / any".
+enum class Tier : std::uint8_t { kNone = 0, kGpu = 1, kHost = 2, kSsd = 3 };
+std::string_view TierName(Tier tier);
+Result<Tier> ParseTierName(std::string_view name);
+
+struct Limits {
+  std::uint32_t max_key_bytes = 256;
+  std::uint64_t max_value_bytes = 64ull << 20;
+  std::uint32_t max_batch = 4096;
+  std::uint64_t max_body_bytes = 256ull << 20;  // also bounds a whole multi-item PUT
+};
+
+struct FrameHeader {
+  std::uint8_t version = kVersion;
+  std::uint8_t type = 0;  // an Op, with kResponseBit set on responses
+  std::uint16_t flags = 0;
+  std::uint64_t request_id = 0;
+  std::uint32_t body_length = 0;
+  std::uint16_t status = 0;  // responses: a StatusCode; requests: 0
+
+  Op op() const { return static_cast<Op>(type & ~kResponseBit); }
+  bool is_response() const { return (type & kResponseBit) != 0; }
+};
+
+void EncodeFrameHeader(const FrameHeader& h, std::byte* out);  // writes kFrameHeaderBytes
+// Validates magic, version, type (a known op; `expect_response` says which direction), flags,
+// reserved bits and body_length <= limits.max_body_bytes. Errors are kCorruption.
+Result<FrameHeader> DecodeFrameHeader(std::span<const std::byte> bytes, const Limits& limits,
+                                      bool expect_response);
+
+// ---- bodies -----------------------------------------------------------------------------------
+
+// GET / LOOKUP / DELETE request: u32 count, then count x (u16 key length, key bytes).
+std::vector<std::byte> EncodeKeyList(std::span<const std::string> keys);
+// The keys as views into `body`. Checks count <= max_batch, 1 <= key length <= max_key_bytes,
+// and that the body holds exactly the listed keys.
+Result<std::vector<std::string_view>> DecodeKeyList(std::span<const std::byte> body,
+                                                    const Limits& limits);
+
+// PUT request: u32 count, then count x (u16 key length, key, u64 value length, value bytes).
+struct PutItemView {
+  std::string_view key;
+  std::span<const std::byte> value;
+};
+std::vector<std::byte> EncodePutBody(std::span<const PutItemView> items);
+Result<std::vector<PutItemView>> DecodePutBody(std::span<const std::byte> body,
+                                               const Limits& limits);
+
+// PUT / DELETE response: u32 count, then count x u16 status code (StatusCode) per item.
+std::vector<std::byte> EncodeStatusList(std::span<const StatusCode> codes);
+Result<std::vector<StatusCode>> DecodeStatusList(std::span<const std::byte> body);
+
+// GET response frame body (one per key, in request order): u32 index, u8 tier, 3 reserved zero
+// bytes, then the value (present only when the frame's status is ok).
+inline constexpr std::size_t kGetItemPrefixBytes = 8;
+void EncodeGetItemPrefix(std::uint32_t index, Tier tier, std::byte* out);
+struct GetItemPrefix {
+  std::uint32_t index = 0;
+  Tier tier = Tier::kNone;
+};
+Result<GetItemPrefix> DecodeGetItemPrefix(std::span<const std::byte> body);
+
+// LOOKUP response: u32 prefix length (leading keys present), u32 count, count x u8 tier.
+struct LookupResult {
+  std::uint32_t prefix_length = 0;
+  std::vector<Tier> tiers;  // per key; kNone when absent
+};
+std::vector<std::byte> EncodeLookupResult(const LookupResult& result);
+Result<LookupResult> DecodeLookupResult(std::span<const std::byte> body);
+
+// SCAN request: u32 limit, u8 tier filter (kNone = any), u8 reserved, u16 prefix length, prefix
+// (keys starting with it), u16 cursor length, cursor (list keys after it; empty = from the start).
+struct ScanRequest {
+  std::uint32_t limit = 100;
+  Tier tier = Tier::kNone;
+  std::string prefix;
+  std::string cursor;
+};
+std::vector<std::byte> EncodeScanRequest(const ScanRequest& request);
+Result<ScanRequest> DecodeScanRequest(std::span<const std::byte> body, const Limits& limits);
+
+// SCAN response: u32 count, count x (u16 key length, key, u64 value bytes, u8 tier,
+// u64 idle milliseconds), u16 next-cursor length, next cursor (empty: listing complete).
+struct ScanEntry {
+  std::string key;
+  std::uint64_t value_bytes = 0;
+  Tier tier = Tier::kNone;
+  std::uint64_t idle_ms = 0;
+};
+struct ScanResult {
+  std::vector<ScanEntry> entries;
+  std::string next_cursor;
+};
+std::vector<std::byte> EncodeScanResult(const ScanResult& result);
+Result<ScanResult> DecodeScanResult(std::span<const std::byte> body);
+
+// Error response body (any op, status != ok): the message, UTF-8, at most 1 KiB.
+std::vector<std::byte> EncodeErrorBody(std::string_view message);
+
+}  // namespace kvdepot::protocol

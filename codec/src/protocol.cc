@@ -1,0 +1,363 @@
+#include "kvdepot/protocol.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "kvdepot/byte_order.h"
+
+namespace kvdepot::protocol {
+namespace {
+
+Status Malformed(const std::string& what) { return Corruption("protocol: " + what); }
+
+// Bounds-checked little-endian reader over a body.
+class Reader {
+ public:
+  Reader(std::span<const std::byte> bytes, const char* what) : bytes_(bytes), what_(what) {}
+
+  template <typename T>
+  Result<T> Read(const char* field) {
+    if (bytes_.size() - pos_ < sizeof(T)) return Truncated(field);
+    const T v = LoadLE<T>(bytes_.data() + pos_);
+    pos_ += sizeof(T);
+    return v;
+  }
+  Result<std::span<const std::byte>> Take(std::uint64_t n, const char* field) {
+    if (bytes_.size() - pos_ < n) return Truncated(field);
+    auto out = bytes_.subspan(pos_, static_cast<std::size_t>(n));
+    pos_ += static_cast<std::size_t>(n);
+    return out;
+  }
+  Status ExpectEnd() const {
+    if (pos_ == bytes_.size()) return Status::Ok();
+    return Malformed(std::string(what_) + ": " + std::to_string(bytes_.size() - pos_) +
+                     " trailing bytes");
+  }
+  std::size_t remaining() const { return bytes_.size() - pos_; }
+
+ private:
+  Status Truncated(const char* field) const {
+    return Malformed(std::string(what_) + ": truncated at field '" + field + "' (offset " +
+                     std::to_string(pos_) + " of " + std::to_string(bytes_.size()) + ")");
+  }
+  std::span<const std::byte> bytes_;
+  std::size_t pos_ = 0;
+  const char* what_;
+};
+
+class Writer {
+ public:
+  template <typename T>
+  void Put(T v) {
+    const std::size_t at = out_.size();
+    out_.resize(at + sizeof(T));
+    StoreLE<T>(out_.data() + at, v);
+  }
+  void PutBytes(const void* p, std::size_t n) {
+    const auto* b = static_cast<const std::byte*>(p);
+    out_.insert(out_.end(), b, b + n);
+  }
+  void PutShortString(std::string_view s) {
+    Put<std::uint16_t>(static_cast<std::uint16_t>(s.size()));
+    PutBytes(s.data(), s.size());
+  }
+  std::vector<std::byte> Take() { return std::move(out_); }
+
+ private:
+  std::vector<std::byte> out_;
+};
+
+std::string_view AsString(std::span<const std::byte> b) {
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
+Status CheckCount(std::uint32_t count, const Limits& limits, const char* what) {
+  if (count == 0 || count > limits.max_batch) {
+    return OutOfRange(std::string("protocol: ") + what + ": count " + std::to_string(count) +
+                      " is out of range [1, " + std::to_string(limits.max_batch) + "]");
+  }
+  return Status::Ok();
+}
+
+Result<std::string_view> ReadKey(Reader& r, const Limits& limits, const char* what,
+                                 std::uint32_t index) {
+  KVD_ASSIGN_OR_RETURN(std::uint16_t len, r.Read<std::uint16_t>("key_length"));
+  if (len == 0 || len > limits.max_key_bytes) {
+    return OutOfRange(std::string("protocol: ") + what + ": key " + std::to_string(index) +
+                      " length " + std::to_string(len) + " is out of range [1, " +
+                      std::to_string(limits.max_key_bytes) + "]");
+  }
+  KVD_ASSIGN_OR_RETURN(auto bytes, r.Take(len, "key"));
+  return AsString(bytes);
+}
+
+}  // namespace
+
+std::string_view OpName(Op op) {
+  switch (op) {
+    case Op::kPing: return "ping";
+    case Op::kPut: return "put";
+    case Op::kGet: return "get";
+    case Op::kLookup: return "lookup";
+    case Op::kDelete: return "delete";
+    case Op::kStats: return "stats";
+    case Op::kScan: return "scan";
+  }
+  return "unknown";
+}
+
+std::string_view TierName(Tier tier) {
+  switch (tier) {
+    case Tier::kNone: return "none";
+    case Tier::kGpu: return "gpu";
+    case Tier::kHost: return "host";
+    case Tier::kSsd: return "ssd";
+  }
+  return "unknown";
+}
+
+Result<Tier> ParseTierName(std::string_view name) {
+  if (name == "gpu") return Tier::kGpu;
+  if (name == "host") return Tier::kHost;
+  if (name == "ssd") return Tier::kSsd;
+  if (name == "any" || name == "none") return Tier::kNone;
+  return InvalidArgument("unknown tier '" + std::string(name) + "' (expected gpu, host, ssd)");
+}
+
+void EncodeFrameHeader(const FrameHeader& h, std::byte* out) {
+  std::memcpy(out, kMagic, 4);
+  out[4] = std::byte{h.version};
+  out[5] = std::byte{h.type};
+  StoreLE<std::uint16_t>(out + 6, h.flags);
+  StoreLE<std::uint64_t>(out + 8, h.request_id);
+  StoreLE<std::uint32_t>(out + 16, h.body_length);
+  StoreLE<std::uint16_t>(out + 20, h.status);
+  StoreLE<std::uint16_t>(out + 22, 0);
+}
+
+Result<FrameHeader> DecodeFrameHeader(std::span<const std::byte> bytes, const Limits& limits,
+                                      bool expect_response) {
+  if (bytes.size() < kFrameHeaderBytes) {
+    return Malformed("frame header truncated: " + std::to_string(bytes.size()) + " bytes");
+  }
+  if (std::memcmp(bytes.data(), kMagic, 4) != 0) return Malformed("bad frame magic");
+  FrameHeader h;
+  h.version = std::to_integer<std::uint8_t>(bytes[4]);
+  if (h.version != kVersion) {
+    return Malformed("frame version " + std::to_string(h.version) + " is not supported (1)");
+  }
+  h.type = std::to_integer<std::uint8_t>(bytes[5]);
+  const std::uint8_t op = h.type & ~kResponseBit;
+  if (op < 1 || op > kMaxOp) return Malformed("unknown frame type " + std::to_string(h.type));
+  if (h.is_response() != expect_response) {
+    return Malformed(expect_response ? "expected a response frame" : "expected a request frame");
+  }
+  h.flags = LoadLE<std::uint16_t>(bytes.data() + 6);
+  if ((h.flags & ~kFlagMore) != 0 || (!expect_response && h.flags != 0)) {
+    return Malformed("frame flags " + std::to_string(h.flags) + " are not defined");
+  }
+  h.request_id = LoadLE<std::uint64_t>(bytes.data() + 8);
+  h.body_length = LoadLE<std::uint32_t>(bytes.data() + 16);
+  h.status = LoadLE<std::uint16_t>(bytes.data() + 20);
+  if (!expect_response && h.status != 0) return Malformed("request frame with a status");
+  if (LoadLE<std::uint16_t>(bytes.data() + 22) != 0) return Malformed("reserved header bytes set");
+  if (h.body_length > limits.max_body_bytes) {
+    return Malformed("frame body of " + std::to_string(h.body_length) +
+                     " bytes exceeds the limit of " + std::to_string(limits.max_body_bytes));
+  }
+  return h;
+}
+
+std::vector<std::byte> EncodeKeyList(std::span<const std::string> keys) {
+  Writer w;
+  w.Put<std::uint32_t>(static_cast<std::uint32_t>(keys.size()));
+  for (const std::string& k : keys) w.PutShortString(k);
+  return w.Take();
+}
+
+Result<std::vector<std::string_view>> DecodeKeyList(std::span<const std::byte> body,
+                                                    const Limits& limits) {
+  Reader r(body, "key list");
+  KVD_ASSIGN_OR_RETURN(std::uint32_t count, r.Read<std::uint32_t>("count"));
+  KVD_RETURN_IF_ERROR(CheckCount(count, limits, "key list"));
+  if (r.remaining() < std::uint64_t{count} * 3) return Malformed("key list: count " + std::to_string(count) + " exceeds the body");
+  std::vector<std::string_view> keys;
+  keys.reserve(count);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    KVD_ASSIGN_OR_RETURN(std::string_view key, ReadKey(r, limits, "key list", i));
+    keys.push_back(key);
+  }
+  KVD_RETURN_IF_ERROR(r.ExpectEnd());
+  return keys;
+}
+
+std::vector<std::byte> EncodePutBody(std::span<const PutItemView> items) {
+  Writer w;
+  w.Put<std::uint32_t>(static_cast<std::uint32_t>(items.size()));
+  for (const PutItemView& item : items) {
+    w.PutShortString(item.key);
+    w.Put<std::uint64_t>(item.value.size());
+    w.PutBytes(item.value.data(), item.value.size());
+  }
+  return w.Take();
+}
+
+Result<std::vector<PutItemView>> DecodePutBody(std::span<const std::byte> body,
+                                               const Limits& limits) {
+  Reader r(body, "put");
+  KVD_ASSIGN_OR_RETURN(std::uint32_t count, r.Read<std::uint32_t>("count"));
+  KVD_RETURN_IF_ERROR(CheckCount(count, limits, "put"));
+  if (r.remaining() < std::uint64_t{count} * 11) return Malformed("put: count " + std::to_string(count) + " exceeds the body");
+  std::vector<PutItemView> items;
+  items.reserve(count);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    PutItemView item;
+    KVD_ASSIGN_OR_RETURN(item.key, ReadKey(r, limits, "put", i));
+    KVD_ASSIGN_OR_RETURN(std::uint64_t len, r.Read<std::uint64_t>("value_length"));
+    if (len > limits.max_value_bytes) {
+      return OutOfRange("protocol: put: value " + std::to_string(i) + " of " +
+                        std::to_string(len) + " bytes exceeds the limit of " +
+                        std::to_string(limits.max_value_bytes));
+    }
+    KVD_ASSIGN_OR_RETURN(item.value, r.Take(len, "value"));
+    items.push_back(item);
+  }
+  KVD_RETURN_IF_ERROR(r.ExpectEnd());
+  return items;
+}
+
+std::vector<std::byte> EncodeStatusList(std::span<const StatusCode> codes) {
+  Writer w;
+  w.Put<std::uint32_t>(static_cast<std::uint32_t>(codes.size()));
+  for (StatusCode c : codes) w.Put<std::uint16_t>(static_cast<std::uint16_t>(c));
+  return w.Take();
+}
+
+Result<std::vector<StatusCode>> DecodeStatusList(std::span<const std::byte> body) {
+  Reader r(body, "status list");
+  KVD_ASSIGN_OR_RETURN(std::uint32_t count, r.Read<std::uint32_t>("count"));
+  if (r.remaining() != std::uint64_t{count} * 2) return Malformed("status list: wrong length");
+  std::vector<StatusCode> codes(count);
+  for (auto& c : codes) {
+    KVD_ASSIGN_OR_RETURN(std::uint16_t v, r.Read<std::uint16_t>("status"));
+    c = static_cast<StatusCode>(v);
+  }
+  return codes;
+}
+
+void EncodeGetItemPrefix(std::uint32_t index, Tier tier, std::byte* out) {
+  StoreLE<std::uint32_t>(out, index);
+  out[4] = static_cast<std::byte>(tier);
+  out[5] = out[6] = out[7] = std::byte{0};
+}
+
+Result<GetItemPrefix> DecodeGetItemPrefix(std::span<const std::byte> body) {
+  if (body.size() < kGetItemPrefixBytes) return Malformed("get item: truncated prefix");
+  GetItemPrefix p;
+  p.index = LoadLE<std::uint32_t>(body.data());
+  const auto tier = std::to_integer<std::uint8_t>(body[4]);
+  if (tier > 3) return Malformed("get item: invalid tier " + std::to_string(tier));
+  p.tier = static_cast<Tier>(tier);
+  return p;
+}
+
+std::vector<std::byte> EncodeLookupResult(const LookupResult& result) {
+  Writer w;
+  w.Put<std::uint32_t>(result.prefix_length);
+  w.Put<std::uint32_t>(static_cast<std::uint32_t>(result.tiers.size()));
+  for (Tier t : result.tiers) w.Put<std::uint8_t>(static_cast<std::uint8_t>(t));
+  return w.Take();
+}
+
+Result<LookupResult> DecodeLookupResult(std::span<const std::byte> body) {
+  Reader r(body, "lookup result");
+  LookupResult out;
+  KVD_ASSIGN_OR_RETURN(out.prefix_length, r.Read<std::uint32_t>("prefix_length"));
+  KVD_ASSIGN_OR_RETURN(std::uint32_t count, r.Read<std::uint32_t>("count"));
+  if (r.remaining() != count || out.prefix_length > count) {
+    return Malformed("lookup result: inconsistent lengths");
+  }
+  for (std::uint32_t i = 0; i < count; ++i) {
+    KVD_ASSIGN_OR_RETURN(std::uint8_t t, r.Read<std::uint8_t>("tier"));
+    if (t > 3) return Malformed("lookup result: invalid tier");
+    out.tiers.push_back(static_cast<Tier>(t));
+  }
+  return out;
+}
+
+std::vector<std::byte> EncodeScanRequest(const ScanRequest& q) {
+  Writer w;
+  w.Put<std::uint32_t>(q.limit);
+  w.Put<std::uint8_t>(static_cast<std::uint8_t>(q.tier));
+  w.Put<std::uint8_t>(0);
+  w.PutShortString(q.prefix);
+  w.PutShortString(q.cursor);
+  return w.Take();
+}
+
+Result<ScanRequest> DecodeScanRequest(std::span<const std::byte> body, const Limits& limits) {
+  Reader r(body, "scan");
+  ScanRequest q;
+  KVD_ASSIGN_OR_RETURN(q.limit, r.Read<std::uint32_t>("limit"));
+  KVD_RETURN_IF_ERROR(CheckCount(q.limit, limits, "scan limit"));
+  KVD_ASSIGN_OR_RETURN(std::uint8_t tier, r.Read<std::uint8_t>("tier"));
+  if (tier > 3) return Malformed("scan: invalid tier " + std::to_string(tier));
+  q.tier = static_cast<Tier>(tier);
+  KVD_ASSIGN_OR_RETURN(std::uint8_t reserved, r.Read<std::uint8_t>("reserved"));
+  if (reserved != 0) return Malformed("scan: reserved byte set");
+  for (std::string* s : {&q.prefix, &q.cursor}) {
+    KVD_ASSIGN_OR_RETURN(std::uint16_t len, r.Read<std::uint16_t>("length"));
+    if (len > limits.max_key_bytes) return OutOfRange("protocol: scan: prefix or cursor too long");
+    KVD_ASSIGN_OR_RETURN(auto bytes, r.Take(len, "prefix/cursor"));
+    s->assign(AsString(bytes));
+  }
+  KVD_RETURN_IF_ERROR(r.ExpectEnd());
+  return q;
+}
+
+std::vector<std::byte> EncodeScanResult(const ScanResult& result) {
+  Writer w;
+  w.Put<std::uint32_t>(static_cast<std::uint32_t>(result.entries.size()));
+  for (const ScanEntry& e : result.entries) {
+    w.PutShortString(e.key);
+    w.Put<std::uint64_t>(e.value_bytes);
+    w.Put<std::uint8_t>(static_cast<std::uint8_t>(e.tier));
+    w.Put<std::uint64_t>(e.idle_ms);
+  }
+  w.PutShortString(result.next_cursor);
+  return w.Take();
+}
+
+Result<ScanResult> DecodeScanResult(std::span<const std::byte> body) {
+  Reader r(body, "scan result");
+  ScanResult out;
+  KVD_ASSIGN_OR_RETURN(std::uint32_t count, r.Read<std::uint32_t>("count"));
+  if (r.remaining() < std::uint64_t{count} * 19) return Malformed("scan result: count exceeds the body");
+  for (std::uint32_t i = 0; i < count; ++i) {
+    ScanEntry e;
+    KVD_ASSIGN_OR_RETURN(std::uint16_t len, r.Read<std::uint16_t>("key_length"));
+    KVD_ASSIGN_OR_RETURN(auto key, r.Take(len, "key"));
+    e.key.assign(AsString(key));
+    KVD_ASSIGN_OR_RETURN(e.value_bytes, r.Read<std::uint64_t>("value_bytes"));
+    KVD_ASSIGN_OR_RETURN(std::uint8_t tier, r.Read<std::uint8_t>("tier"));
+    if (tier > 3) return Malformed("scan result: invalid tier");
+    e.tier = static_cast<Tier>(tier);
+    KVD_ASSIGN_OR_RETURN(e.idle_ms, r.Read<std::uint64_t>("idle_ms"));
+    out.entries.push_back(std::move(e));
+  }
+  KVD_ASSIGN_OR_RETURN(std::uint16_t len, r.Read<std::uint16_t>("cursor_length"));
+  KVD_ASSIGN_OR_RETURN(auto cursor, r.Take(len, "cursor"));
+  out.next_cursor.assign(AsString(cursor));
+  KVD_RETURN_IF_ERROR(r.ExpectEnd());
+  return out;
+}
+
+std::vector<std::byte> EncodeErrorBody(std::string_view message) {
+  const std::size_t n = std::min<std::size_t>(message.size(), 1024);
+  std::vector<std::byte> out(n);
+  std::memcpy(out.data(), message.data(), n);
+  return out;
+}
+
+}  // namespace kvdepot::protocol

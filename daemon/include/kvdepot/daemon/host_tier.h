@@ -1,0 +1,121 @@
+// The host-memory tier: a sharded index of immutable values under one byte capacity.
+//
+// Capacity contract: every byte of a value (plus its key and a fixed per-entry overhead) is
+// charged from the moment Allocate() returns until the last reference to the value is dropped —
+// in-flight PUTs and values still being sent to a reader included — so the tier's memory never
+// exceeds its capacity. Allocate() evicts (per the eviction policy) to make room and fails with
+// kResourceExhausted when even an empty index would not free enough (everything left is in use).
+// A value being sent is never freed under the reader: eviction only drops the index's reference.
+//
+// Thread-safety: every method may be called concurrently. Each shard has its own mutex, held only
+// for in-memory index operations (no I/O, no allocation of value memory).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvdepot/protocol.h"
+#include "kvdepot/status.h"
+
+namespace kvdepot::daemon {
+
+class HostTier;
+
+// An immutable stored value (a chunk container, or any bytes a client PUTs).
+class Value {
+ public:
+  ~Value();
+  Value(const Value&) = delete;
+  Value& operator=(const Value&) = delete;
+
+  std::span<const std::byte> bytes() const { return {data_.get(), size_}; }
+  // Writable only between Allocate() and Insert(): the owner fills the value, then publishes it.
+  std::span<std::byte> mutable_bytes() { return {data_.get(), size_}; }
+
+ private:
+  friend class HostTier;
+  Value(std::shared_ptr<std::atomic<std::uint64_t>> used, std::uint64_t charge, std::size_t size);
+  std::shared_ptr<std::atomic<std::uint64_t>> used_;  // the tier's counter (outlives the tier)
+  std::uint64_t charge_;
+  std::size_t size_;
+  std::unique_ptr<std::byte[]> data_;
+};
+using ValueRef = std::shared_ptr<const Value>;
+
+enum class EvictionPolicy { kLru, kSieve };
+Result<EvictionPolicy> ParseEvictionPolicy(std::string_view name);  // "lru", "sieve"
+std::string_view EvictionPolicyName(EvictionPolicy policy);
+
+struct HostTierOptions {
+  std::uint64_t capacity_bytes = 1ull << 30;
+  EvictionPolicy policy = EvictionPolicy::kSieve;
+  std::uint32_t shards = 16;  // rounded up to a power of two
+};
+
+struct HostTierStats {
+  std::uint64_t bytes = 0;       // charged now (stored + in flight)
+  std::uint64_t capacity = 0;
+  std::uint64_t chunks = 0;      // entries in the index
+  std::uint64_t hits = 0;        // Get() found the key
+  std::uint64_t misses = 0;      // Get() did not
+  std::uint64_t evictions = 0;
+  std::uint64_t inserts = 0;
+  std::uint64_t rejected = 0;    // Allocate() failures
+};
+
+class HostTier {
+ public:
+  // Bytes charged per entry on top of its value and key (index node, policy links, bookkeeping).
+  static constexpr std::uint64_t kEntryOverhead = 128;
+
+  explicit HostTier(const HostTierOptions& options);
+  ~HostTier();
+  HostTier(const HostTier&) = delete;
+  HostTier& operator=(const HostTier&) = delete;
+
+  // A writable value of `size` bytes for `key`, charged against the capacity (evicting as needed).
+  // kResourceExhausted when it cannot fit; kOutOfRange when it could never fit.
+  Result<std::shared_ptr<Value>> Allocate(std::string_view key, std::size_t size);
+
+  // Publishes a value under `key`, replacing any previous one. Precondition: from Allocate().
+  void Insert(std::string_view key, ValueRef value);
+
+  // The value, or nullptr. Counts a hit or a miss and marks the entry as used for eviction.
+  ValueRef Get(std::string_view key);
+
+  // Whether the key is present, without counting or touching the eviction policy (LOOKUP).
+  bool Contains(std::string_view key) const;
+
+  // Removes the key; false when absent.
+  bool Erase(std::string_view key);
+
+  // Up to `limit` keys starting with `prefix` and greater than `cursor`, in byte order; the next
+  // cursor is the last key returned when more may follow, empty when the listing is complete.
+  protocol::ScanResult Scan(std::string_view prefix, std::string_view cursor,
+                            std::uint32_t limit) const;
+
+  HostTierStats stats() const;
+  EvictionPolicy policy() const { return policy_; }
+
+ private:
+  struct Shard;
+  Shard& ShardFor(std::string_view key) const;
+  // Evicts one entry (round-robin over shards); false when every shard is empty.
+  bool EvictOne();
+
+  const std::uint64_t capacity_;
+  const EvictionPolicy policy_;
+  std::shared_ptr<std::atomic<std::uint64_t>> used_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::atomic<std::uint32_t> evict_cursor_{0};
+  std::atomic<std::uint64_t> hits_{0}, misses_{0}, evictions_{0}, inserts_{0}, rejected_{0};
+};
+
+}  // namespace kvdepot::daemon

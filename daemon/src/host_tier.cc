@@ -1,0 +1,235 @@
+#include "kvdepot/daemon/host_tier.h"
+
+#include <algorithm>
+#include <chrono>
+#include <list>
+#include <string>
+#include <unordered_map>
+
+#include "kvdepot/checksum.h"
+
+namespace kvdepot::daemon {
+namespace {
+
+std::uint64_t NowMs() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+}  // namespace
+
+Value::Value(std::shared_ptr<std::atomic<std::uint64_t>> used, std::uint64_t charge,
+             std::size_t size)
+    : used_(std::move(used)),
+      charge_(charge),
+      size_(size),
+      data_(new std::byte[size == 0 ? 1 : size]) {}
+
+Value::~Value() { used_->fetch_sub(charge_, std::memory_order_acq_rel); }
+
+Result<EvictionPolicy> ParseEvictionPolicy(std::string_view name) {
+  if (name == "lru") return EvictionPolicy::kLru;
+  if (name == "sieve") return EvictionPolicy::kSieve;
+  return InvalidArgument("unknown eviction policy '" + std::string(name) +
+                         "' (expected lru or sieve)");
+}
+
+std::string_view EvictionPolicyName(EvictionPolicy policy) {
+  return policy == EvictionPolicy::kLru ? "lru" : "sieve";
+}
+
+// One shard: the index plus the eviction order. LRU: `order` front = most recent, evict back.
+// SIEVE: `order` front = newest insert; the hand walks from the back toward the front, clearing
+// `visited` bits and evicting the first unvisited entry (Zhang et al., NSDI '24).
+struct HostTier::Shard {
+  struct Entry {
+    ValueRef value;
+    std::list<std::string>::iterator pos;
+    bool visited = false;
+    std::uint64_t last_access_ms = 0;
+  };
+  mutable std::mutex mu;
+  std::unordered_map<std::string, Entry> index;
+  std::list<std::string> order;
+  std::list<std::string>::iterator hand = order.end();  // SIEVE only; end() = start at the back
+
+  // Removes an entry; a SIEVE hand on it moves one step toward the front.
+  void Unlink(std::unordered_map<std::string, Entry>::iterator it) {
+    if (hand == it->second.pos) hand = hand == order.begin() ? order.end() : std::prev(hand);
+    order.erase(it->second.pos);
+    index.erase(it);
+  }
+};
+
+HostTier::HostTier(const HostTierOptions& options)
+    : capacity_(options.capacity_bytes),
+      policy_(options.policy),
+      used_(std::make_shared<std::atomic<std::uint64_t>>(0)) {
+  std::uint32_t n = 1;
+  while (n < std::max<std::uint32_t>(options.shards, 1)) n <<= 1;
+  for (std::uint32_t i = 0; i < n; ++i) shards_.push_back(std::make_unique<Shard>());
+}
+
+HostTier::~HostTier() = default;
+
+HostTier::Shard& HostTier::ShardFor(std::string_view key) const {
+  const std::uint64_t h = Checksum64(std::as_bytes(std::span(key.data(), key.size())));
+  return *shards_[h & (shards_.size() - 1)];
+}
+
+bool HostTier::EvictOne() {
+  const std::uint32_t n = static_cast<std::uint32_t>(shards_.size());
+  for (std::uint32_t tries = 0; tries < n; ++tries) {
+    Shard& s = *shards_[evict_cursor_.fetch_add(1, std::memory_order_relaxed) & (n - 1)];
+    ValueRef victim;  // released after the lock
+    {
+      std::lock_guard lock(s.mu);
+      if (s.index.empty()) continue;
+      std::list<std::string>::iterator pos;
+      if (policy_ == EvictionPolicy::kLru) {
+        pos = std::prev(s.order.end());
+      } else {
+        auto h = s.hand == s.order.end() ? std::prev(s.order.end()) : s.hand;
+        while (true) {
+          auto& entry = s.index.find(*h)->second;
+          if (!entry.visited) break;
+          entry.visited = false;
+          h = h == s.order.begin() ? std::prev(s.order.end()) : std::prev(h);
+        }
+        pos = h;
+        s.hand = h;  // Unlink moves it past the victim
+      }
+      auto it = s.index.find(*pos);
+      victim = std::move(it->second.value);
+      s.Unlink(it);
+    }
+    evictions_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
+Result<std::shared_ptr<Value>> HostTier::Allocate(std::string_view key, std::size_t size) {
+  const std::uint64_t charge = size + key.size() + kEntryOverhead;
+  if (charge > capacity_) {
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    return OutOfRange("host tier: a value of " + std::to_string(size) +
+                      " bytes can never fit the capacity of " + std::to_string(capacity_));
+  }
+  while (true) {
+    std::uint64_t cur = used_->load(std::memory_order_acquire);
+    if (cur + charge <= capacity_) {
+      if (used_->compare_exchange_weak(cur, cur + charge, std::memory_order_acq_rel)) break;
+      continue;
+    }
+    if (!EvictOne()) {
+      rejected_.fetch_add(1, std::memory_order_relaxed);
+      return ResourceExhausted("host tier: no room for " + std::to_string(size) +
+                               " bytes: the remaining capacity is held by values in use");
+    }
+  }
+  try {
+    return std::shared_ptr<Value>(new Value(used_, charge, size));
+  } catch (const std::bad_alloc&) {
+    used_->fetch_sub(charge, std::memory_order_acq_rel);
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    return ResourceExhausted("host tier: out of memory allocating " + std::to_string(size) +
+                             " bytes");
+  }
+}
+
+void HostTier::Insert(std::string_view key, ValueRef value) {
+  Shard& s = ShardFor(key);
+  ValueRef old;  // released after the lock
+  {
+    std::lock_guard lock(s.mu);
+    auto it = s.index.find(std::string(key));
+    if (it != s.index.end()) {
+      old = std::move(it->second.value);
+      s.Unlink(it);
+    }
+    s.order.emplace_front(key);
+    Shard::Entry e;
+    e.value = std::move(value);
+    e.pos = s.order.begin();
+    e.last_access_ms = NowMs();
+    s.index.emplace(std::string(key), std::move(e));
+  }
+  inserts_.fetch_add(1, std::memory_order_relaxed);
+}
+
+ValueRef HostTier::Get(std::string_view key) {
+  Shard& s = ShardFor(key);
+  std::lock_guard lock(s.mu);
+  auto it = s.index.find(std::string(key));
+  if (it == s.index.end()) {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  hits_.fetch_add(1, std::memory_order_relaxed);
+  it->second.last_access_ms = NowMs();
+  if (policy_ == EvictionPolicy::kLru) {
+    s.order.splice(s.order.begin(), s.order, it->second.pos);
+  } else {
+    it->second.visited = true;
+  }
+  return it->second.value;
+}
+
+bool HostTier::Contains(std::string_view key) const {
+  Shard& s = ShardFor(key);
+  std::lock_guard lock(s.mu);
+  return s.index.count(std::string(key)) != 0;
+}
+
+bool HostTier::Erase(std::string_view key) {
+  Shard& s = ShardFor(key);
+  ValueRef old;
+  std::lock_guard lock(s.mu);
+  auto it = s.index.find(std::string(key));
+  if (it == s.index.end()) return false;
+  old = std::move(it->second.value);
+  s.Unlink(it);
+  return true;
+}
+
+protocol::ScanResult HostTier::Scan(std::string_view prefix, std::string_view cursor,
+                                    std::uint32_t limit) const {
+  std::vector<protocol::ScanEntry> found;
+  const std::uint64_t now = NowMs();
+  for (const auto& shard : shards_) {
+    std::lock_guard lock(shard->mu);
+    for (const auto& [key, entry] : shard->index) {
+      if (key.compare(0, prefix.size(), prefix) != 0 || key <= cursor) continue;
+      found.push_back({key, entry.value->bytes().size(), protocol::Tier::kHost,
+                       now - std::min(now, entry.last_access_ms)});
+    }
+  }
+  protocol::ScanResult result;
+  const std::size_t n = std::min<std::size_t>(found.size(), limit);
+  std::partial_sort(found.begin(), found.begin() + static_cast<std::ptrdiff_t>(n), found.end(),
+                    [](const auto& a, const auto& b) { return a.key < b.key; });
+  found.resize(n);
+  if (n == limit && n > 0) result.next_cursor = found.back().key;
+  result.entries = std::move(found);
+  return result;
+}
+
+HostTierStats HostTier::stats() const {
+  HostTierStats st;
+  st.bytes = used_->load(std::memory_order_acquire);
+  st.capacity = capacity_;
+  for (const auto& shard : shards_) {
+    std::lock_guard lock(shard->mu);
+    st.chunks += shard->index.size();
+  }
+  st.hits = hits_.load();
+  st.misses = misses_.load();
+  st.evictions = evictions_.load();
+  st.inserts = inserts_.load();
+  st.rejected = rejected_.load();
+  return st;
+}
+
+}  // namespace kvdepot::daemon

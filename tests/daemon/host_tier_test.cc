@@ -1,0 +1,148 @@
+#include "kvdepot/daemon/host_tier.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace kvdepot::daemon {
+namespace {
+
+constexpr std::uint64_t kOverhead = HostTier::kEntryOverhead;
+
+void Put(HostTier& tier, const std::string& key, std::size_t size, std::uint8_t fill = 7) {
+  auto v = tier.Allocate(key, size);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  std::memset((*v)->mutable_bytes().data(), fill, size);
+  tier.Insert(key, *v);
+}
+
+TEST(HostTierTest, PutGetEraseAndStats) {
+  HostTier tier({1 << 20, EvictionPolicy::kSieve, 4});
+  Put(tier, "a", 100, 1);
+  ValueRef a = tier.Get("a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->bytes().size(), 100u);
+  EXPECT_EQ(a->bytes()[99], std::byte{1});
+  EXPECT_EQ(tier.Get("b"), nullptr);
+  EXPECT_TRUE(tier.Contains("a"));
+  const HostTierStats st = tier.stats();
+  EXPECT_EQ(st.hits, 1u);
+  EXPECT_EQ(st.misses, 1u);
+  EXPECT_EQ(st.chunks, 1u);
+  EXPECT_EQ(st.bytes, 100u + 1u + kOverhead);
+  EXPECT_TRUE(tier.Erase("a"));
+  EXPECT_FALSE(tier.Erase("a"));
+  EXPECT_EQ(tier.stats().bytes, 100u + 1u + kOverhead) << "a reader still holds the value";
+  a.reset();
+  EXPECT_EQ(tier.stats().bytes, 0u);
+}
+
+TEST(HostTierTest, CapacityHoldsWhileThreeTimesCapacityIsWritten) {
+  for (EvictionPolicy policy : {EvictionPolicy::kLru, EvictionPolicy::kSieve}) {
+    const std::uint64_t cap = 64 * 1024;
+    HostTier tier({cap, policy, 8});
+    for (int i = 0; i < 3 * 64; ++i) {
+      Put(tier, "k" + std::to_string(i), 1000);
+      ASSERT_LE(tier.stats().bytes, cap);
+    }
+    EXPECT_GT(tier.stats().evictions, 0u);
+    EXPECT_GT(tier.stats().chunks, 30u);
+  }
+}
+
+TEST(HostTierTest, LruEvictsLeastRecentlyUsed) {
+  const std::uint64_t entry = 1000 + 2 + kOverhead;
+  HostTier tier({3 * entry, EvictionPolicy::kLru, 1});
+  Put(tier, "k1", 1000);
+  Put(tier, "k2", 1000);
+  Put(tier, "k3", 1000);
+  ASSERT_NE(tier.Get("k1"), nullptr);  // k2 is now the least recently used
+  Put(tier, "k4", 1000);
+  EXPECT_TRUE(tier.Contains("k1"));
+  EXPECT_FALSE(tier.Contains("k2"));
+  EXPECT_TRUE(tier.Contains("k3"));
+  EXPECT_TRUE(tier.Contains("k4"));
+}
+
+TEST(HostTierTest, SieveKeepsVisitedEntries) {
+  const std::uint64_t entry = 1000 + 2 + kOverhead;
+  HostTier tier({3 * entry, EvictionPolicy::kSieve, 1});
+  Put(tier, "k1", 1000);
+  Put(tier, "k2", 1000);
+  Put(tier, "k3", 1000);
+  ASSERT_NE(tier.Get("k1"), nullptr);  // visited: survives the hand's first pass
+  Put(tier, "k4", 1000);               // evicts k2 (oldest unvisited)
+  EXPECT_TRUE(tier.Contains("k1"));
+  EXPECT_FALSE(tier.Contains("k2"));
+  Put(tier, "k5", 1000);  // the hand moves on: k3 (unvisited) goes
+  EXPECT_TRUE(tier.Contains("k1"));
+  EXPECT_FALSE(tier.Contains("k3"));
+  EXPECT_TRUE(tier.Contains("k4"));
+  EXPECT_TRUE(tier.Contains("k5"));
+}
+
+TEST(HostTierTest, ValuesInUseAreNeverFreedAndStillCount) {
+  const std::uint64_t entry = 1000 + 2 + kOverhead;
+  HostTier tier({2 * entry, EvictionPolicy::kLru, 2});
+  Put(tier, "k1", 1000, 0x11);
+  Put(tier, "k2", 1000, 0x22);
+  ValueRef r1 = tier.Get("k1");
+  ValueRef r2 = tier.Get("k2");
+  // Both are being "sent": evicting them frees nothing, so a new value cannot fit.
+  auto v = tier.Allocate("k3", 1000);
+  EXPECT_EQ(v.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(r1->bytes()[999], std::byte{0x11}) << "the reader's bytes are intact";
+  EXPECT_EQ(r2->bytes()[0], std::byte{0x22});
+  EXPECT_LE(tier.stats().bytes, 2 * entry);
+  r1.reset();
+  r2.reset();
+  EXPECT_TRUE(tier.Allocate("k3", 1000).ok());
+  EXPECT_EQ(tier.Allocate("huge", 1 << 20).status().code(), StatusCode::kOutOfRange);
+}
+
+TEST(HostTierTest, ScanPagesInKeyOrder) {
+  HostTier tier({1 << 20, EvictionPolicy::kSieve, 4});
+  for (int i = 0; i < 25; ++i) Put(tier, "ns1/" + std::to_string(100 + i), 10);
+  Put(tier, "ns2/x", 10);
+  std::string cursor;
+  std::vector<std::string> seen;
+  for (int page = 0; page < 10; ++page) {
+    const protocol::ScanResult r = tier.Scan("ns1/", cursor, 10);
+    for (const auto& e : r.entries) {
+      seen.push_back(e.key);
+      EXPECT_EQ(e.value_bytes, 10u);
+      EXPECT_EQ(e.tier, protocol::Tier::kHost);
+    }
+    if (r.next_cursor.empty()) break;
+    cursor = r.next_cursor;
+  }
+  ASSERT_EQ(seen.size(), 25u);
+  EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
+  EXPECT_EQ(seen.front(), "ns1/100");
+}
+
+TEST(HostTierTest, ConcurrentWritersNeverExceedCapacity) {
+  const std::uint64_t cap = 256 * 1024;
+  HostTier tier({cap, EvictionPolicy::kSieve, 16});
+  std::atomic<bool> over{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 2000; ++i) {
+        const std::string key = "t" + std::to_string(t) + "/" + std::to_string(i % 300);
+        auto v = tier.Allocate(key, 500 + (i % 7) * 300);
+        if (v.ok()) tier.Insert(key, *v);
+        if (i % 3 == 0) (void)tier.Get("t0/" + std::to_string(i % 300));
+        if (tier.stats().bytes > cap) over = true;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_FALSE(over.load());
+  EXPECT_LE(tier.stats().bytes, cap);
+}
+
+}  // namespace
+}  // namespace kvdepot::daemon

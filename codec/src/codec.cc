@@ -3,24 +3,17 @@
 #include <string>
 
 #include "kvdepot/cachegen.h"
+#include "kvdepot/hack.h"
 #include "kvdepot/raw_codec.h"
 
 namespace kvdepot {
-namespace {
-
-Status NotInThisBuild(CodecId codec) {
-  return Unimplemented("codec '" + std::string(CodecName(codec)) +
-                       "' is not implemented in this build");
-}
-
-}  // namespace
 
 Result<std::vector<std::byte>> EncodeChunk(const KvTensorView& tensor,
                                            const EncodeOptions& options) {
   switch (options.codec) {
     case CodecId::kRaw: return EncodeRaw(tensor);
     case CodecId::kCacheGen: return EncodeCacheGen(tensor, options.cachegen);
-    case CodecId::kHackInt2: return NotInThisBuild(options.codec);
+    case CodecId::kHackInt2: return EncodeHack(tensor, options.hack);
   }
   return InvalidArgument("encode: invalid codec id");
 }
@@ -29,7 +22,7 @@ Result<KvTensor> DecodeChunk(const ContainerView& view) {
   switch (view.header.codec) {
     case CodecId::kRaw: return DecodeRaw(view);
     case CodecId::kCacheGen: return DecodeCacheGen(view);
-    case CodecId::kHackInt2: return NotInThisBuild(view.header.codec);
+    case CodecId::kHackInt2: return DecodeHack(view);
   }
   return Internal("decode: invalid codec id in a parsed container");
 }

@@ -11,6 +11,7 @@
 #include "kvdepot/cachegen.h"
 #include "kvdepot/codec_id.h"
 #include "kvdepot/container.h"
+#include "kvdepot/hack.h"
 #include "kvdepot/status.h"
 #include "kvdepot/tensor.h"
 
@@ -19,6 +20,7 @@ namespace kvdepot {
 struct EncodeOptions {
   CodecId codec = CodecId::kRaw;
   CacheGenOptions cachegen;  // used when codec == kCacheGen
+  HackOptions hack;          // used when codec == kHackInt2
 };
 
 // Encodes one chunk. kUnimplemented for a codec this build does not provide.

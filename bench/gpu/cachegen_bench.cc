@@ -1,0 +1,451 @@
+// kvdepot_cachegen_bench: GPU CacheGen encode and decode throughput on Llama-3.1-8B-shaped chunks
+// [32, 2, 256, 8, 128] fp16 (32 MiB each), batches of 1, 8 and 32 chunks per launch, against a
+// cudaMemcpy D2D ceiling.
+//
+// Inputs are SynthesizeKv chunks (kDistinct seeds, replicated on the device); each variant rotates
+// over enough buffer sets that every set is far larger than L2 and no rep reads what the previous
+// one left in cache. Times are cudaEvent intervals around one Enqueue (descriptor upload, kernels,
+// status download); the median over --reps timed reps (>= 50) after --warmup reps is reported.
+// GB/s = fp16 KV bytes (32 MiB per chunk) / time. "min bytes" = what the operation must move at
+// least (fp16 KV + the container), and "% ceil" compares min bytes / time with the D2D rate.
+// After timing, the last rep's chunk 0 is compared byte for byte with the CPU reference.
+//
+// Usage: kvdepot_cachegen_bench [--json FILE] [--reps N] [--warmup N] [--device N]
+//                               [--batches 1,8,32] [--only encode|decode|paged]
+// Exit status: 0 ok, 1 error, 2 no GPU, 64 bad usage.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvdepot/cachegen.h"
+#include "kvdepot/cuda/cachegen.h"
+#include "kvdepot/cuda/device.h"
+#include "kvdepot/cuda/status.h"
+#include "kvdepot/status.h"
+#include "kvdepot/synth.h"
+#include "kvdepot/tensor.h"
+
+namespace kvdepot::cuda {
+namespace {
+
+constexpr KvShape kShape{32, 256, 8, 128};
+constexpr int kDistinct = 4;       // distinct synthetic chunks, replicated over the buffers
+constexpr std::uint32_t kPageSize = 16;
+
+struct Options {
+  std::string json_path;
+  int reps = 100;
+  int warmup = 5;
+  int device = 0;
+  std::vector<std::uint32_t> batches = {1, 8, 32};
+  std::string only;
+};
+
+struct Row {
+  std::string op;  // encode, decode, decode-paged
+  std::uint32_t batch = 0;
+  double median_us = 0;
+  double min_us = 0;
+  double us_per_chunk = 0;
+  double gbps = 0;            // fp16 KV bytes / time
+  std::uint64_t min_bytes = 0;  // per chunk
+  double pct_ceiling = 0;
+};
+
+class EventPair {
+ public:
+  EventPair() = default;
+  ~EventPair() {
+    if (start_ != nullptr) static_cast<void>(cudaEventDestroy(start_));
+    if (stop_ != nullptr) static_cast<void>(cudaEventDestroy(stop_));
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+  Status Init() {
+    KVD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start_), "cudaEventCreate");
+    KVD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop_), "cudaEventCreate");
+    return Status::Ok();
+  }
+  cudaEvent_t start() const { return start_; }
+  cudaEvent_t stop() const { return stop_; }
+
+ private:
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Times `op` (which enqueues on `stream`) and `finish` (which synchronises), rotating `sets`.
+template <typename Op, typename Finish>
+Result<std::vector<double>> Time(const Options& opt, int sets, cudaStream_t stream, Op op,
+                                 Finish finish) {
+  EventPair ev;
+  KVD_RETURN_IF_ERROR(ev.Init());
+  std::vector<double> us;
+  for (int rep = 0; rep < opt.warmup + opt.reps; ++rep) {
+    KVD_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.start(), stream), "cudaEventRecord");
+    KVD_RETURN_IF_ERROR(op(rep % sets));
+    KVD_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.stop(), stream), "cudaEventRecord");
+    KVD_RETURN_IF_ERROR(finish());
+    float ms = 0;
+    KVD_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, ev.start(), ev.stop()),
+                             "cudaEventElapsedTime");
+    if (rep >= opt.warmup) us.push_back(static_cast<double>(ms) * 1000.0);
+  }
+  return us;
+}
+
+struct Fixture {
+  std::vector<KvTensor> host;                   // kDistinct chunks
+  std::vector<std::vector<std::byte>> cpu;      // their CPU containers
+  std::uint64_t container_bytes_avg = 0;
+};
+
+Result<double> MeasureD2d(cudaStream_t stream, const Options& opt) {
+  const std::size_t bytes = std::size_t{256} << 20;
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::Allocate(bytes));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(bytes));
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemset(a.data(), 1, bytes), "cudaMemset");
+  KVD_ASSIGN_OR_RETURN(
+      std::vector<double> us,
+      Time(
+          opt, 1, stream,
+          [&](int) -> Status {
+            KVD_CUDA_RETURN_IF_ERROR(
+                cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream),
+                "d2d");
+            return Status::Ok();
+          },
+          [&]() -> Status {
+            KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "sync");
+            return Status::Ok();
+          }));
+  return 2.0 * static_cast<double>(bytes) / (Median(us) * 1e3);
+}
+
+int SetsFor(std::uint64_t bytes_per_set, std::uint64_t l2) {
+  return static_cast<int>(std::max<std::uint64_t>(2, (3 * l2 + bytes_per_set - 1) / bytes_per_set));
+}
+
+Result<Row> MeasureEncode(const Fixture& fx, std::uint32_t batch, std::uint64_t l2,
+                          cudaStream_t stream, const Options& opt) {
+  const std::uint64_t in_bytes = fx.host[0].data.size();
+  const std::uint64_t out_cap = CacheGenMaxContainerBytes(kShape);
+  const int sets = SetsFor(batch * in_bytes, l2);
+  KVD_ASSIGN_OR_RETURN(CacheGenEncodeWorkspace ws, CacheGenEncodeWorkspace::Create(kShape, batch));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer ins, DeviceBuffer::Allocate(sets * batch * in_bytes));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer outs, DeviceBuffer::Allocate(batch * out_cap));
+  std::vector<std::vector<const void*>> in_ptrs(sets);
+  std::vector<std::byte*> out_ptrs;
+  std::vector<int> which(sets * batch);
+  for (int s = 0; s < sets; ++s) {
+    for (std::uint32_t i = 0; i < batch; ++i) {
+      const std::size_t k = std::size_t{static_cast<std::uint32_t>(s)} * batch + i;
+      which[k] = static_cast<int>((k * 7 + 3) % kDistinct);
+      std::byte* p = ins.as<std::byte>() + k * in_bytes;
+      KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, fx.host[which[k]].data.data(), in_bytes,
+                                          cudaMemcpyHostToDevice),
+                               "upload");
+      in_ptrs[s].push_back(p);
+    }
+  }
+  // Outputs are written, not read: one set is enough.
+  for (std::uint32_t i = 0; i < batch; ++i) out_ptrs.push_back(outs.as<std::byte>() + i * out_cap);
+  std::vector<std::uint64_t> sizes;
+  KVD_ASSIGN_OR_RETURN(
+      std::vector<double> us,
+      Time(
+          opt, sets, stream,
+          [&](int s) {
+            return EnqueueEncodeCacheGen(DType::kFloat16, kShape, in_ptrs[s], out_ptrs, {}, ws,
+                                         stream);
+          },
+          [&]() -> Status {
+            KVD_ASSIGN_OR_RETURN(sizes, FinishEncodeCacheGen(ws, stream));
+            return Status::Ok();
+          }));
+  // Verify chunk 0 of the last rep.
+  const int last_set = (opt.warmup + opt.reps - 1) % sets;
+  std::vector<std::byte> got(sizes[0]);
+  KVD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(got.data(), out_ptrs[0], got.size(), cudaMemcpyDeviceToHost), "download");
+  KVD_RETURN_IF_ERROR(SealCacheGenContainer(got));
+  if (got != fx.cpu[which[static_cast<std::size_t>(last_set) * batch]]) {
+    return Internal("verify: GPU encode differs from EncodeCacheGen");
+  }
+  Row row;
+  row.op = "encode";
+  row.batch = batch;
+  row.median_us = Median(us);
+  row.min_us = *std::min_element(us.begin(), us.end());
+  row.us_per_chunk = row.median_us / batch;
+  row.gbps = static_cast<double>(in_bytes) * batch / (row.median_us * 1e3);
+  row.min_bytes = in_bytes + fx.container_bytes_avg;
+  return row;
+}
+
+Result<Row> MeasureDecode(const Fixture& fx, std::uint32_t batch, bool paged, std::uint64_t l2,
+                          cudaStream_t stream, const Options& opt) {
+  const std::uint64_t out_bytes = fx.host[0].data.size();
+  std::uint64_t max_container = 0;
+  for (const auto& c : fx.cpu) max_container = std::max<std::uint64_t>(max_container, c.size());
+  const std::uint64_t slot = (max_container + 255) & ~std::uint64_t{255};
+  const int sets = SetsFor(batch * (slot + out_bytes), l2);
+  KVD_ASSIGN_OR_RETURN(CacheGenDecodeWorkspace ws,
+                       CacheGenDecodeWorkspace::Create(batch, kShape.layers));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer ins, DeviceBuffer::Allocate(sets * batch * slot));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer outs, DeviceBuffer::Allocate(sets * batch * out_bytes));
+  std::vector<std::vector<CacheGenDecodeChunk>> chunks(sets);
+  std::vector<int> which(sets * batch);
+  for (int s = 0; s < sets; ++s) {
+    for (std::uint32_t i = 0; i < batch; ++i) {
+      const std::size_t k = std::size_t{static_cast<std::uint32_t>(s)} * batch + i;
+      which[k] = static_cast<int>((k * 5 + 1) % kDistinct);
+      const std::vector<std::byte>& c = fx.cpu[which[k]];
+      std::byte* p = ins.as<std::byte>() + k * slot;
+      KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, c.data(), c.size(), cudaMemcpyHostToDevice),
+                               "upload");
+      KVD_ASSIGN_OR_RETURN(CacheGenContainerInfo info, ParseCacheGenContainer(c));
+      chunks[s].push_back({p, info});
+    }
+  }
+  const std::uint32_t channels = kShape.kv_heads * kShape.head_dim;
+  const std::uint32_t pages_per_chunk = kShape.tokens / kPageSize;
+  // Contiguous: set s chunk i at outs + (s * batch + i) * out_bytes. Paged: per set, per layer a
+  // K and a V cache of batch * pages_per_chunk pages (the same bytes in total), shuffled tables.
+  std::vector<std::vector<void*>> contiguous(sets), k_cache(sets), v_cache(sets);
+  std::vector<std::vector<const std::int32_t*>> tables(sets);
+  const std::uint64_t layer_cache_bytes =
+      std::uint64_t{batch} * pages_per_chunk * kPageSize * channels * 2;
+  const std::uint32_t num_pages = batch * pages_per_chunk;
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_tables,
+                       DeviceBuffer::Allocate(std::size_t{static_cast<std::uint32_t>(sets)} *
+                                              num_pages * 4));
+  std::mt19937 rng(42);
+  for (int s = 0; s < sets; ++s) {
+    std::byte* set_base = outs.as<std::byte>() + std::size_t{static_cast<std::uint32_t>(s)} *
+                                                     batch * out_bytes;
+    for (std::uint32_t i = 0; i < batch; ++i) contiguous[s].push_back(set_base + i * out_bytes);
+    for (std::uint32_t l = 0; l < kShape.layers; ++l) {
+      k_cache[s].push_back(set_base + (2 * l) * layer_cache_bytes);
+      v_cache[s].push_back(set_base + (2 * l + 1) * layer_cache_bytes);
+    }
+    std::vector<std::int32_t> perm(num_pages);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::int32_t* dt = d_tables.as<std::int32_t>() + std::size_t{static_cast<std::uint32_t>(s)} *
+                                                         num_pages;
+    KVD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(dt, perm.data(), num_pages * 4, cudaMemcpyHostToDevice), "upload tables");
+    for (std::uint32_t i = 0; i < batch; ++i) tables[s].push_back(dt + i * pages_per_chunk);
+  }
+  auto target_for = [&](int s) {
+    CacheGenDecodeTarget t;
+    t.dtype = DType::kFloat16;
+    if (paged) {
+      t.k_cache = k_cache[s];
+      t.v_cache = v_cache[s];
+      t.block_tables = tables[s];
+      t.page_size = kPageSize;
+      t.num_pages = num_pages;
+      t.row_stride = channels;
+      t.page_stride = std::uint64_t{kPageSize} * channels;
+    } else {
+      t.contiguous = contiguous[s];
+    }
+    return t;
+  };
+  KVD_ASSIGN_OR_RETURN(
+      std::vector<double> us,
+      Time(
+          opt, sets, stream,
+          [&](int s) { return EnqueueDecodeCacheGen(chunks[s], target_for(s), ws, stream); },
+          [&]() { return FinishDecodeCacheGen(ws, stream); }));
+  if (!paged) {
+    const int last_set = (opt.warmup + opt.reps - 1) % sets;
+    KvTensor got = KvTensor::Zeros(DType::kFloat16, kShape);
+    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(got.data.data(), contiguous[last_set][0], out_bytes,
+                                        cudaMemcpyDeviceToHost),
+                             "download");
+    KVD_ASSIGN_OR_RETURN(ContainerView view,
+                         ParseContainer(fx.cpu[which[static_cast<std::size_t>(last_set) * batch]]));
+    KVD_ASSIGN_OR_RETURN(KvTensor ref, DecodeCacheGen(view));
+    if (got.data != ref.data) return Internal("verify: GPU decode differs from DecodeCacheGen");
+  }
+  Row row;
+  row.op = paged ? "decode-paged" : "decode";
+  row.batch = batch;
+  row.median_us = Median(us);
+  row.min_us = *std::min_element(us.begin(), us.end());
+  row.us_per_chunk = row.median_us / batch;
+  row.gbps = static_cast<double>(out_bytes) * batch / (row.median_us * 1e3);
+  row.min_bytes = out_bytes + fx.container_bytes_avg;
+  return row;
+}
+
+std::string JsonEscape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out;
+}
+
+int Usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--json FILE] [--reps N (>= 50, default 100)] [--warmup N (default 5)] "
+               "[--device N] [--batches 1,8,32] [--only encode|decode|paged]\n",
+               argv0);
+  return 64;
+}
+
+int Main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    const char* value = nullptr;
+    if (arg == "--json" && (value = next())) {
+      opt.json_path = value;
+    } else if (arg == "--reps" && (value = next())) {
+      opt.reps = std::atoi(value);
+    } else if (arg == "--warmup" && (value = next())) {
+      opt.warmup = std::atoi(value);
+    } else if (arg == "--device" && (value = next())) {
+      opt.device = std::atoi(value);
+    } else if (arg == "--batches" && (value = next())) {
+      opt.batches.clear();
+      std::stringstream ss(value);
+      std::string part;
+      while (std::getline(ss, part, ',')) {
+        const long b = std::strtol(part.c_str(), nullptr, 10);
+        if (b < 1 || b > 64) return Usage(argv[0]);
+        opt.batches.push_back(static_cast<std::uint32_t>(b));
+      }
+    } else if (arg == "--only" && (value = next())) {
+      opt.only = value;
+      if (opt.only != "encode" && opt.only != "decode" && opt.only != "paged") {
+        return Usage(argv[0]);
+      }
+    } else {
+      return Usage(argv[0]);
+    }
+  }
+  if (opt.reps < 50 || opt.warmup < 1 || opt.device < 0 || opt.batches.empty()) {
+    return Usage(argv[0]);
+  }
+  if (const Status gpu = GpuAvailable(); !gpu.ok()) {
+    std::fprintf(stderr, "kvdepot_cachegen_bench: no GPU: %s\n", gpu.message().c_str());
+    return 2;
+  }
+  if (const cudaError_t err = cudaSetDevice(opt.device); err != cudaSuccess) {
+    std::fprintf(stderr, "kvdepot_cachegen_bench: %s\n",
+                 StatusFromCuda(err, "cudaSetDevice").ToString().c_str());
+    return 1;
+  }
+  Result<DeviceInfo> info = QueryDevice(opt.device);
+  Result<Stream> stream = Stream::Create();
+  if (!info.ok() || !stream.ok()) {
+    std::fprintf(stderr, "kvdepot_cachegen_bench: %s\n",
+                 (!info.ok() ? info.status() : stream.status()).ToString().c_str());
+    return 1;
+  }
+  std::printf("device: %s\n", info->ToString().c_str());
+
+  Fixture fx;
+  for (int s = 0; s < kDistinct; ++s) {
+    Result<KvTensor> t = SynthesizeKv(SynthOptions{kShape, 1000u + 17u * s, DType::kFloat16});
+    Result<std::vector<std::byte>> c =
+        t.ok() ? EncodeCacheGen(t->view()) : Result<std::vector<std::byte>>(t.status());
+    if (!c.ok()) {
+      std::fprintf(stderr, "kvdepot_cachegen_bench: %s\n", c.status().ToString().c_str());
+      return 1;
+    }
+    fx.container_bytes_avg += c->size() / kDistinct;
+    fx.host.push_back(std::move(t).value());
+    fx.cpu.push_back(std::move(c).value());
+  }
+  Result<double> d2d = MeasureD2d(stream->get(), opt);
+  if (!d2d.ok()) {
+    std::fprintf(stderr, "kvdepot_cachegen_bench: d2d: %s\n", d2d.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("chunk %s fp16 = %llu bytes, container %llu bytes (ratio %.2f); d2d ceiling %.1f "
+              "GB/s (read + write); %d warm-up + %d timed reps, median\n",
+              kShape.ToString().c_str(),
+              static_cast<unsigned long long>(fx.host[0].data.size()),
+              static_cast<unsigned long long>(fx.container_bytes_avg),
+              static_cast<double>(fx.host[0].data.size()) / fx.container_bytes_avg, *d2d,
+              opt.warmup, opt.reps);
+  std::FILE* json = nullptr;
+  if (!opt.json_path.empty()) {
+    json = std::fopen(opt.json_path.c_str(), "w");
+    if (json == nullptr) {
+      std::fprintf(stderr, "kvdepot_cachegen_bench: %s\n",
+                   StatusFromErrno(errno, "open " + opt.json_path).ToString().c_str());
+      return 1;
+    }
+  }
+  std::printf("%-13s %5s %12s %12s %10s %12s %8s\n", "op", "batch", "median us", "us/chunk",
+              "GB/s", "min bytes", "% ceil");
+  int rc = 0;
+  for (const char* op : {"encode", "decode", "paged"}) {
+    if (!opt.only.empty() && opt.only != op) continue;
+    for (std::uint32_t batch : opt.batches) {
+      Result<Row> row = std::string_view(op) == "encode"
+                            ? MeasureEncode(fx, batch, info->l2_bytes, stream->get(), opt)
+                            : MeasureDecode(fx, batch, std::string_view(op) == "paged",
+                                            info->l2_bytes, stream->get(), opt);
+      if (!row.ok()) {
+        std::fprintf(stderr, "kvdepot_cachegen_bench: %s batch %u: %s\n", op, batch,
+                     row.status().ToString().c_str());
+        rc = 1;
+        continue;
+      }
+      row->pct_ceiling =
+          100.0 * (static_cast<double>(row->min_bytes) / (row->us_per_chunk * 1e3)) / *d2d;
+      std::printf("%-13s %5u %12.1f %12.1f %10.1f %12llu %7.1f%%\n", row->op.c_str(), batch,
+                  row->median_us, row->us_per_chunk, row->gbps,
+                  static_cast<unsigned long long>(row->min_bytes), row->pct_ceiling);
+      std::fflush(stdout);
+      if (json != nullptr) {
+        std::fprintf(json,
+                     "{\"bench\":\"gpu_cachegen\",\"op\":\"%s\",\"batch\":%u,\"device\":\"%s\","
+                     "\"shape\":\"%s\",\"median_us\":%.3f,\"min_us\":%.3f,\"us_per_chunk\":%.3f,"
+                     "\"gbps_fp16\":%.2f,\"min_bytes_per_chunk\":%llu,\"d2d_gbps\":%.2f,"
+                     "\"pct_of_d2d\":%.2f,\"reps\":%d}\n",
+                     row->op.c_str(), batch, JsonEscape(info->name).c_str(),
+                     kShape.ToString().c_str(), row->median_us, row->min_us, row->us_per_chunk,
+                     row->gbps, static_cast<unsigned long long>(row->min_bytes), *d2d,
+                     row->pct_ceiling, opt.reps);
+      }
+    }
+  }
+  if (json != nullptr && std::fclose(json) != 0) {
+    std::fprintf(stderr, "kvdepot_cachegen_bench: %s\n",
+                 StatusFromErrno(errno, "close " + opt.json_path).ToString().c_str());
+    rc = 1;
+  }
+  return rc;
+}
+
+}  // namespace
+}  // namespace kvdepot::cuda
+
+int main(int argc, char** argv) { return kvdepot::cuda::Main(argc, argv); }

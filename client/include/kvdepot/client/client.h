@@ -1,0 +1,112 @@
+// libkvdepot's C++ client: talks protocol v1 (docs/protocol.md) to kvdepotd over TCP or a Unix
+// domain socket.
+//
+// Connection: one socket, blocking calls with a timeout, not thread-safe (use one per thread, or
+// a Client). Any transport or protocol error closes the connection and is returned as
+// kUnavailable / kCorruption; a GET never hands out partial bytes: a value is delivered only once
+// its whole frame has arrived.
+// Client: a thread-safe pool of Connections; a call that fails on a broken connection is retried
+// once on a fresh one (every operation is idempotent).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvdepot/protocol.h"
+#include "kvdepot/status.h"
+
+namespace kvdepot::client {
+
+struct ClientOptions {
+  // "HOST:PORT" (IPv6 as "[::1]:7600") or "unix:/path/to/socket".
+  std::string address = "127.0.0.1:7600";
+  std::chrono::milliseconds timeout{30000};  // per send/receive
+  protocol::Limits limits;                   // what this client accepts from the server
+  std::size_t pool_size = 4;                 // Client only: connections kept open
+};
+
+// One GET result, delivered in request order.
+struct GetItem {
+  std::uint32_t index = 0;
+  protocol::Tier tier = protocol::Tier::kNone;
+  Status status;                     // ok, not_found, or the server's error
+  std::span<const std::byte> value;  // valid during the callback only
+};
+using GetCallback = std::function<void(const GetItem&)>;
+
+class Connection {
+ public:
+  static Result<std::unique_ptr<Connection>> Connect(const ClientOptions& options);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  bool broken() const { return fd_ < 0; }
+
+  Status Ping();
+  // Per-item statuses (ok, resource_exhausted, out_of_range, ...).
+  Result<std::vector<StatusCode>> Put(std::span<const protocol::PutItemView> items);
+  Status Put(std::string_view key, std::span<const std::byte> value);
+  // Streams one callback per key, in order, each as soon as its frame is complete.
+  Status Get(std::span<const std::string> keys, const GetCallback& on_item);
+  // The value, or nullopt on a miss.
+  Result<std::optional<std::vector<std::byte>>> Get(std::string_view key);
+  Result<protocol::LookupResult> Lookup(std::span<const std::string> keys);
+  Result<std::vector<StatusCode>> Delete(std::span<const std::string> keys);
+  Result<std::string> Stats();  // JSON document
+  Result<protocol::ScanResult> Scan(const protocol::ScanRequest& request);
+
+  // Pipelining: send several requests, then read their responses. SendRequest returns the
+  // request id; ReadResponse reads the next response frame (any request) into `body`.
+  Result<std::uint64_t> SendRequest(protocol::Op op, std::span<const std::byte> body);
+  // Sends a PUT of one item without building the body in memory first.
+  Result<std::uint64_t> SendPut(std::string_view key, std::span<const std::byte> value);
+  Result<protocol::FrameHeader> ReadResponse(std::vector<std::byte>& body);
+
+ private:
+  explicit Connection(int fd, const ClientOptions& options) : fd_(fd), options_(options) {}
+  Status SendAll(std::span<const std::span<const std::byte>> parts);
+  Status RecvAll(std::byte* out, std::size_t n);
+  // Sends a request and reads its single response; non-ok statuses become errors.
+  Result<std::vector<std::byte>> Call(protocol::Op op, std::span<const std::byte> body);
+  Status Broken(Status status);
+
+  int fd_;
+  ClientOptions options_;
+  std::uint64_t next_id_ = 1;
+};
+
+class Client {
+ public:
+  explicit Client(ClientOptions options) : options_(std::move(options)) {}
+
+  Status Ping();
+  Status Put(std::string_view key, std::span<const std::byte> value);
+  Result<std::optional<std::vector<std::byte>>> Get(std::string_view key);
+  Status Get(std::span<const std::string> keys, const GetCallback& on_item);
+  Result<protocol::LookupResult> Lookup(std::span<const std::string> keys);
+  Result<std::vector<StatusCode>> Delete(std::span<const std::string> keys);
+  Result<std::string> Stats();
+  Result<protocol::ScanResult> Scan(const protocol::ScanRequest& request);
+
+ private:
+  // Runs fn on a pooled connection. With `retry`, a failure on a stale pooled connection is
+  // retried once on a fresh one.
+  template <typename Fn>
+  auto WithConnection(Fn&& fn, bool retry = true) -> decltype(fn(std::declval<Connection&>()));
+
+  ClientOptions options_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Connection>> idle_;
+};
+
+}  // namespace kvdepot::client

@@ -1,0 +1,355 @@
+#include "kvdepot/client/client.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "kvdepot/byte_order.h"
+
+namespace kvdepot::client {
+namespace {
+
+using protocol::FrameHeader;
+using protocol::Op;
+
+Result<int> ConnectSocket(const ClientOptions& options) {
+  const std::string& address = options.address;
+  if (address.rfind("unix:", 0) == 0) {
+    const std::string path = address.substr(5);
+    sockaddr_un sa{};
+    if (path.empty() || path.size() >= sizeof(sa.sun_path)) {
+      return InvalidArgument("address '" + address + "': bad socket path");
+    }
+    sa.sun_family = AF_UNIX;
+    std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return StatusFromErrno(errno, "socket");
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return Status(StatusCode::kUnavailable,
+                    StatusFromErrno(err, "connect " + address).message());
+    }
+    return fd;
+  }
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    return InvalidArgument("address '" + address + "' is not HOST:PORT or unix:PATH");
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  const std::string port = address.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+    return Unavailable("address '" + address + "': " + gai_strerror(rc));
+  }
+  int fd = -1;
+  int last_errno = 0;
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+      last_errno = errno;
+      continue;
+    }
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
+    last_errno = errno;
+    ::close(fd);
+    fd = -1;
+  }
+  ::freeaddrinfo(res);
+  if (fd < 0) {
+    return Status(StatusCode::kUnavailable,
+                  StatusFromErrno(last_errno, "connect " + address).message());
+  }
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+Status FromWire(std::uint16_t code, std::span<const std::byte> body) {
+  std::string message(reinterpret_cast<const char*>(body.data()), body.size());
+  if (message.empty()) message = "server returned " + std::string(StatusCodeName(static_cast<StatusCode>(code)));
+  return Status(static_cast<StatusCode>(code), "server: " + message);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Connection>> Connection::Connect(const ClientOptions& options) {
+  KVD_ASSIGN_OR_RETURN(int fd, ConnectSocket(options));
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(options.timeout.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((options.timeout.count() % 1000) * 1000);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  return std::unique_ptr<Connection>(new Connection(fd, options));
+}
+
+Connection::~Connection() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status Connection::Broken(Status status) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  return status;
+}
+
+Status Connection::SendAll(std::span<const std::span<const std::byte>> parts) {
+  if (fd_ < 0) return Unavailable("connection is closed");
+  std::vector<iovec> iov;
+  for (auto p : parts) {
+    if (!p.empty()) iov.push_back({const_cast<std::byte*>(p.data()), p.size()});
+  }
+  std::size_t first = 0;
+  while (first < iov.size()) {
+    msghdr msg{};
+    msg.msg_iov = iov.data() + first;
+    msg.msg_iovlen = std::min<std::size_t>(iov.size() - first, IOV_MAX);
+    const ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Broken(Status(StatusCode::kUnavailable, StatusFromErrno(errno, "send").message()));
+    }
+    std::size_t left = static_cast<std::size_t>(n);
+    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+    if (first < iov.size()) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+  }
+  return Status::Ok();
+}
+
+Status Connection::RecvAll(std::byte* out, std::size_t n) {
+  if (fd_ < 0) return Unavailable("connection is closed");
+  std::size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::recv(fd_, out + done, n - done, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      return Broken(Status(StatusCode::kUnavailable,
+                           StatusFromErrno(err, err == EAGAIN ? "receive (timeout)" : "receive")
+                               .message()));
+    }
+    if (r == 0) return Broken(Unavailable("connection closed by the server"));
+    done += static_cast<std::size_t>(r);
+  }
+  return Status::Ok();
+}
+
+Result<std::uint64_t> Connection::SendRequest(Op op, std::span<const std::byte> body) {
+  FrameHeader h;
+  h.type = static_cast<std::uint8_t>(op);
+  h.request_id = next_id_++;
+  h.body_length = static_cast<std::uint32_t>(body.size());
+  std::byte head[protocol::kFrameHeaderBytes];
+  protocol::EncodeFrameHeader(h, head);
+  const std::span<const std::byte> parts[] = {head, body};
+  KVD_RETURN_IF_ERROR(SendAll(parts));
+  return h.request_id;
+}
+
+Result<std::uint64_t> Connection::SendPut(std::string_view key, std::span<const std::byte> value) {
+  std::vector<std::byte> prefix(4 + 2 + key.size() + 8);
+  StoreLE<std::uint32_t>(prefix.data(), 1);
+  StoreLE<std::uint16_t>(prefix.data() + 4, static_cast<std::uint16_t>(key.size()));
+  std::memcpy(prefix.data() + 6, key.data(), key.size());
+  StoreLE<std::uint64_t>(prefix.data() + 6 + key.size(), value.size());
+  FrameHeader h;
+  h.type = static_cast<std::uint8_t>(Op::kPut);
+  h.request_id = next_id_++;
+  h.body_length = static_cast<std::uint32_t>(prefix.size() + value.size());
+  std::byte head[protocol::kFrameHeaderBytes];
+  protocol::EncodeFrameHeader(h, head);
+  const std::span<const std::byte> parts[] = {head, prefix, value};
+  KVD_RETURN_IF_ERROR(SendAll(parts));
+  return h.request_id;
+}
+
+Result<FrameHeader> Connection::ReadResponse(std::vector<std::byte>& body) {
+  std::byte head[protocol::kFrameHeaderBytes];
+  KVD_RETURN_IF_ERROR(RecvAll(head, sizeof(head)));
+  protocol::Limits limits = options_.limits;
+  limits.max_body_bytes = std::max<std::uint64_t>(limits.max_body_bytes,
+                                                  limits.max_value_bytes + 4096);
+  auto h = protocol::DecodeFrameHeader(head, limits, /*expect_response=*/true);
+  if (!h.ok()) return Broken(h.status());
+  body.resize(h->body_length);
+  KVD_RETURN_IF_ERROR(RecvAll(body.data(), body.size()));
+  return h;
+}
+
+Result<std::vector<std::byte>> Connection::Call(Op op, std::span<const std::byte> body) {
+  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendRequest(op, body));
+  std::vector<std::byte> response;
+  KVD_ASSIGN_OR_RETURN(FrameHeader h, ReadResponse(response));
+  if (h.request_id != id || h.op() != op || (h.flags & protocol::kFlagMore) != 0) {
+    if (h.status == static_cast<std::uint16_t>(StatusCode::kCorruption)) {
+      return Broken(FromWire(h.status, response));
+    }
+    return Broken(Corruption("protocol: unexpected response to request " + std::to_string(id)));
+  }
+  if (h.status != 0) return FromWire(h.status, response);
+  return response;
+}
+
+Status Connection::Ping() { return Call(Op::kPing, {}).status(); }
+
+Result<std::vector<StatusCode>> Connection::Put(std::span<const protocol::PutItemView> items) {
+  const std::vector<std::byte> body = protocol::EncodePutBody(items);
+  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kPut, body));
+  return protocol::DecodeStatusList(response);
+}
+
+Status Connection::Put(std::string_view key, std::span<const std::byte> value) {
+  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendPut(key, value));
+  std::vector<std::byte> response;
+  KVD_ASSIGN_OR_RETURN(FrameHeader h, ReadResponse(response));
+  if (h.request_id != id) return Broken(Corruption("protocol: response id mismatch"));
+  if (h.status != 0) return FromWire(h.status, response);
+  KVD_ASSIGN_OR_RETURN(auto codes, protocol::DecodeStatusList(response));
+  if (codes.size() != 1) return Broken(Corruption("protocol: put response count"));
+  if (codes[0] != StatusCode::kOk) {
+    return Status(codes[0], "server refused the value for '" + std::string(key) + "'");
+  }
+  return Status::Ok();
+}
+
+Status Connection::Get(std::span<const std::string> keys, const GetCallback& on_item) {
+  const std::vector<std::byte> body = protocol::EncodeKeyList(keys);
+  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendRequest(Op::kGet, body));
+  std::vector<std::byte> frame;
+  for (std::uint32_t expected = 0;; ++expected) {
+    KVD_ASSIGN_OR_RETURN(FrameHeader h, ReadResponse(frame));
+    if (h.request_id != id || h.op() != Op::kGet) {
+      if (h.status == static_cast<std::uint16_t>(StatusCode::kCorruption)) {
+        return Broken(FromWire(h.status, frame));
+      }
+      return Broken(Corruption("protocol: unexpected response to GET " + std::to_string(id)));
+    }
+    if (expected == 0 && h.status != 0 && frame.size() < protocol::kGetItemPrefixBytes) {
+      return FromWire(h.status, frame);  // the request itself was refused
+    }
+    KVD_ASSIGN_OR_RETURN(auto prefix, protocol::DecodeGetItemPrefix(frame));
+    if (prefix.index != expected || expected >= keys.size()) {
+      return Broken(Corruption("protocol: GET items out of order"));
+    }
+    GetItem item;
+    item.index = prefix.index;
+    item.tier = prefix.tier;
+    item.status = h.status == 0 ? Status::Ok()
+                                : Status(static_cast<StatusCode>(h.status), "key " +
+                                             std::to_string(prefix.index) + ": " +
+                                             std::string(StatusCodeName(
+                                                 static_cast<StatusCode>(h.status))));
+    item.value = std::span<const std::byte>(frame).subspan(protocol::kGetItemPrefixBytes);
+    on_item(item);
+    if ((h.flags & protocol::kFlagMore) == 0) {
+      if (expected + 1 != keys.size()) return Broken(Corruption("protocol: GET ended early"));
+      return Status::Ok();
+    }
+  }
+}
+
+Result<std::optional<std::vector<std::byte>>> Connection::Get(std::string_view key) {
+  const std::string keys[] = {std::string(key)};
+  std::optional<std::vector<std::byte>> out;
+  Status item_status;
+  KVD_RETURN_IF_ERROR(Get(keys, [&](const GetItem& item) {
+    item_status = item.status;
+    if (item.status.ok()) out.emplace(item.value.begin(), item.value.end());
+  }));
+  if (!item_status.ok() && item_status.code() != StatusCode::kNotFound) return item_status;
+  return out;
+}
+
+Result<protocol::LookupResult> Connection::Lookup(std::span<const std::string> keys) {
+  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kLookup, protocol::EncodeKeyList(keys)));
+  return protocol::DecodeLookupResult(response);
+}
+
+Result<std::vector<StatusCode>> Connection::Delete(std::span<const std::string> keys) {
+  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kDelete, protocol::EncodeKeyList(keys)));
+  return protocol::DecodeStatusList(response);
+}
+
+Result<std::string> Connection::Stats() {
+  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kStats, {}));
+  return std::string(reinterpret_cast<const char*>(response.data()), response.size());
+}
+
+Result<protocol::ScanResult> Connection::Scan(const protocol::ScanRequest& request) {
+  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kScan, protocol::EncodeScanRequest(request)));
+  return protocol::DecodeScanResult(response);
+}
+
+// ---- Client -----------------------------------------------------------------------------------
+
+template <typename Fn>
+auto Client::WithConnection(Fn&& fn, bool retry) -> decltype(fn(std::declval<Connection&>())) {
+  for (int attempt = 0;; ++attempt) {
+    std::unique_ptr<Connection> conn;
+    {
+      std::lock_guard lock(mu_);
+      if (!idle_.empty()) {
+        conn = std::move(idle_.back());
+        idle_.pop_back();
+      }
+    }
+    const bool reused = conn != nullptr;
+    if (!conn) {
+      auto fresh = Connection::Connect(options_);
+      if (!fresh.ok()) return fresh.status();
+      conn = std::move(*fresh);
+    }
+    auto result = fn(*conn);
+    if (conn->broken()) {
+      if (retry && reused && attempt == 0) continue;  // stale pooled connection: once more
+      return result;
+    }
+    std::lock_guard lock(mu_);
+    if (idle_.size() < options_.pool_size) idle_.push_back(std::move(conn));
+    return result;
+  }
+}
+
+Status Client::Ping() {
+  return WithConnection([](Connection& c) { return c.Ping(); });
+}
+Status Client::Put(std::string_view key, std::span<const std::byte> value) {
+  return WithConnection([&](Connection& c) { return c.Put(key, value); });
+}
+Result<std::optional<std::vector<std::byte>>> Client::Get(std::string_view key) {
+  return WithConnection([&](Connection& c) { return c.Get(key); });
+}
+Status Client::Get(std::span<const std::string> keys, const GetCallback& on_item) {
+  // Not retried: items may already have been delivered to the callback.
+  return WithConnection([&](Connection& c) { return c.Get(keys, on_item); }, /*retry=*/false);
+}
+Result<protocol::LookupResult> Client::Lookup(std::span<const std::string> keys) {
+  return WithConnection([&](Connection& c) { return c.Lookup(keys); });
+}
+Result<std::vector<StatusCode>> Client::Delete(std::span<const std::string> keys) {
+  return WithConnection([&](Connection& c) { return c.Delete(keys); });
+}
+Result<std::string> Client::Stats() {
+  return WithConnection([](Connection& c) { return c.Stats(); });
+}
+Result<protocol::ScanResult> Client::Scan(const protocol::ScanRequest& request) {
+  return WithConnection([&](Connection& c) { return c.Scan(request); });
+}
+
+}  // namespace kvdepot::client

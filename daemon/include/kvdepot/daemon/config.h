@@ -1,0 +1,49 @@
+// kvdepotd's configuration: embedded defaults, then the YAML file (config/kvdepot.yaml documents
+// every key), then command-line flags — each later source overriding the earlier ones. Every key
+// has a flag: the key path with dots turned into dashes (`host.capacity` -> `--host-capacity`).
+//
+// Validation errors name where the value came from: "FILE:LINE: key 'host.capacity': ..." or
+// "flag --host-capacity: ...".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/daemon/server.h"
+#include "kvdepot/status.h"
+
+namespace kvdepot::daemon {
+
+enum class LogLevel { kDebug, kInfo, kWarn, kError };
+
+struct Config {
+  ServerOptions server;  // listen, unix, io_threads, limits, max_output_bytes
+  HostTierOptions host;
+  std::string data_dir = "kvdepot-data";
+  LogLevel log_level = LogLevel::kInfo;
+};
+
+// "64MiB", "1GiB", "512KiB", "1000000" (bytes), "2GB" (10^9). Errors name the text.
+Result<std::uint64_t> ParseSize(std::string_view text);
+
+// Applies a YAML file on top of `config`. Unknown keys are errors (a typo must not be ignored).
+Status ApplyConfigFile(const std::string& path, Config& config);
+
+// Applies one flag (`name` without the leading dashes, e.g. "host-capacity") on top of `config`.
+Status ApplyConfigFlag(std::string_view name, std::string_view value, Config& config);
+
+// Cross-field checks (e.g. at least one listener). Call after all sources are applied.
+Status ValidateConfig(const Config& config);
+
+// Every key with its flag and one-line help, for `kvdepotd --help`.
+struct ConfigKeyHelp {
+  std::string key;
+  std::string flag;
+  std::string help;
+};
+std::vector<ConfigKeyHelp> ConfigKeys();
+
+}  // namespace kvdepot::daemon

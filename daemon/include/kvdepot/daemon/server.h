@@ -1,0 +1,66 @@
+// kvdepotd's network server: protocol v1 (docs/protocol.md) over TCP and a Unix domain socket,
+// on a Boost.Asio io_context run by a configurable number of I/O threads.
+//
+// Per connection: requests are read one frame at a time and answered as they complete (pipelined;
+// a GET streams one response frame per key, in the order asked). Responses are written with
+// scatter/gather straight from stored values (no copy); a value is kept alive by the write that
+// sends it. When a connection's queued output exceeds `max_output_bytes`, the server stops reading
+// its requests until the client has read enough (backpressure: a slow reader cannot grow the
+// daemon's memory). A malformed frame gets one error frame and closes that connection only.
+//
+// Thread-safety: Start/Stop/Wait from one controlling thread; the handlers run on the I/O threads
+// and never block on I/O (store operations are in-memory and short).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/protocol.h"
+#include "kvdepot/status.h"
+
+namespace kvdepot::daemon {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:7600";  // HOST:PORT; empty = no TCP listener; port 0 = ephemeral
+  std::string unix_path;                   // empty = no Unix socket
+  std::uint32_t io_threads = 2;
+  protocol::Limits limits;
+  std::uint64_t max_output_bytes = 64ull << 20;  // per connection, before reading pauses
+};
+
+struct ServerStats {
+  std::uint64_t connections_open = 0;
+  std::uint64_t connections_total = 0;
+  std::uint64_t requests = 0;
+  std::uint64_t protocol_errors = 0;  // malformed frames (connection closed)
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+};
+
+class Server {
+ public:
+  Server(const ServerOptions& options, HostTier& host_tier);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds the listeners and starts the I/O threads. Errors name the address (e.g. in use).
+  Status Start();
+  // The bound TCP port (useful with port 0), or 0 without a TCP listener.
+  std::uint16_t tcp_port() const;
+  // Stops accepting, lets every request already read finish and its responses be written, then
+  // closes all connections. Returns once the I/O threads have exited. Idempotent.
+  void Stop();
+
+  ServerStats stats() const;
+
+  class Impl;  // defined in server.cc
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvdepot::daemon

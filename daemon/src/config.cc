@@ -1,0 +1,241 @@
+#include "kvdepot/daemon/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <functional>
+#include <string>
+
+namespace kvdepot::daemon {
+namespace {
+
+// One configuration key: its dotted path, help and a setter from text.
+struct KeySpec {
+  const char* key;
+  const char* help;
+  std::function<Status(std::string_view, Config&)> set;
+};
+
+Result<std::uint64_t> ParseUint(std::string_view text, std::uint64_t min, std::uint64_t max) {
+  std::uint64_t v = 0;
+  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size() || text.empty()) {
+    return InvalidArgument("'" + std::string(text) + "' is not a non-negative integer");
+  }
+  if (v < min || v > max) {
+    return OutOfRange(std::to_string(v) + " is out of range [" + std::to_string(min) + ", " +
+                      std::to_string(max) + "]");
+  }
+  return v;
+}
+
+Result<std::uint64_t> ParseSizeIn(std::string_view text, std::uint64_t min, std::uint64_t max) {
+  KVD_ASSIGN_OR_RETURN(std::uint64_t v, ParseSize(text));
+  if (v < min || v > max) {
+    return OutOfRange(std::string(text) + " is out of range [" + std::to_string(min) + ", " +
+                      std::to_string(max) + "] bytes");
+  }
+  return v;
+}
+
+const std::vector<KeySpec>& Specs() {
+  static const std::vector<KeySpec> specs = {
+      {"listen", "TCP listen address HOST:PORT (empty: no TCP)",
+       [](std::string_view v, Config& c) {
+         c.server.listen = std::string(v);
+         return Status::Ok();
+       }},
+      {"unix", "Unix domain socket path (empty: none)",
+       [](std::string_view v, Config& c) {
+         c.server.unix_path = std::string(v);
+         return Status::Ok();
+       }},
+      {"io_threads", "network I/O threads (1-256)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 1, 256));
+         c.server.io_threads = static_cast<std::uint32_t>(n);
+         return Status::Ok();
+       }},
+      {"data_dir", "directory for the daemon's state",
+       [](std::string_view v, Config& c) -> Status {
+         if (v.empty()) return InvalidArgument("must not be empty");
+         c.data_dir = std::string(v);
+         return Status::Ok();
+       }},
+      {"log_level", "debug, info, warn or error",
+       [](std::string_view v, Config& c) -> Status {
+         if (v == "debug") c.log_level = LogLevel::kDebug;
+         else if (v == "info") c.log_level = LogLevel::kInfo;
+         else if (v == "warn") c.log_level = LogLevel::kWarn;
+         else if (v == "error") c.log_level = LogLevel::kError;
+         else return InvalidArgument("'" + std::string(v) + "' is not debug, info, warn or error");
+         return Status::Ok();
+       }},
+      {"host.capacity", "host-memory tier capacity, e.g. 64MiB, 8GiB",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.host.capacity_bytes, ParseSizeIn(v, 1 << 20, 1ull << 50));
+         return Status::Ok();
+       }},
+      {"host.eviction", "host-tier eviction policy: sieve or lru",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.host.policy, ParseEvictionPolicy(v));
+         return Status::Ok();
+       }},
+      {"host.shards", "index shards (1-1024)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 1, 1024));
+         c.host.shards = static_cast<std::uint32_t>(n);
+         return Status::Ok();
+       }},
+      {"limits.max_key_bytes", "longest key accepted (1-1024)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 1, 1024));
+         c.server.limits.max_key_bytes = static_cast<std::uint32_t>(n);
+         return Status::Ok();
+       }},
+      {"limits.max_value_bytes", "largest value accepted, e.g. 64MiB",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.server.limits.max_value_bytes, ParseSizeIn(v, 1, 1ull << 31));
+         return Status::Ok();
+       }},
+      {"limits.max_batch", "most keys in one request (1-65536)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 1, 65536));
+         c.server.limits.max_batch = static_cast<std::uint32_t>(n);
+         return Status::Ok();
+       }},
+      {"limits.max_body_bytes", "largest request body (a whole multi-item PUT), e.g. 256MiB",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.server.limits.max_body_bytes,
+                              ParseSizeIn(v, 1024, 0xffffffffull));
+         return Status::Ok();
+       }},
+      {"limits.max_output_bytes", "queued response bytes per connection before reading pauses",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.server.max_output_bytes, ParseSizeIn(v, 4096, 1ull << 40));
+         return Status::Ok();
+       }},
+  };
+  return specs;
+}
+
+std::string FlagName(std::string_view key) {
+  std::string flag(key);
+  for (char& ch : flag) {
+    if (ch == '.' || ch == '_') ch = '-';
+  }
+  return flag;
+}
+
+const KeySpec* FindKey(std::string_view key) {
+  for (const KeySpec& s : Specs()) {
+    if (key == s.key) return &s;
+  }
+  return nullptr;
+}
+
+Status ApplyNode(const std::string& path, const std::string& prefix, const YAML::Node& node,
+                 Config& config) {
+  for (const auto& kv : node) {
+    const std::string name = kv.first.as<std::string>();
+    const std::string key = prefix.empty() ? name : prefix + "." + name;
+    const std::string where = path + ":" + std::to_string(kv.first.Mark().line + 1) + ": key '" +
+                              key + "'";
+    if (kv.second.IsMap()) {
+      KVD_RETURN_IF_ERROR(ApplyNode(path, key, kv.second, config));
+      continue;
+    }
+    const KeySpec* spec = FindKey(key);
+    if (spec == nullptr) return InvalidArgument(where + ": unknown key");
+    if (!kv.second.IsScalar() && !kv.second.IsNull()) {
+      return InvalidArgument(where + ": expected a single value");
+    }
+    const std::string value = kv.second.IsNull() ? "" : kv.second.as<std::string>();
+    if (Status s = spec->set(value, config); !s.ok()) {
+      return Status(s.code(), where + ": " + s.message());
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::uint64_t> ParseSize(std::string_view text) {
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0) return InvalidArgument("'" + std::string(text) + "' is not a size (e.g. 64MiB)");
+  std::uint64_t n = 0;
+  const auto [p, ec] = std::from_chars(text.data(), text.data() + digits, n);
+  if (ec != std::errc()) return OutOfRange("'" + std::string(text) + "' is too large");
+  std::string_view unit = text.substr(digits);
+  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  std::uint64_t mul = 1;
+  if (unit.empty() || unit == "B") mul = 1;
+  else if (unit == "KiB" || unit == "K") mul = 1ull << 10;
+  else if (unit == "MiB" || unit == "M") mul = 1ull << 20;
+  else if (unit == "GiB" || unit == "G") mul = 1ull << 30;
+  else if (unit == "TiB" || unit == "T") mul = 1ull << 40;
+  else if (unit == "KB") mul = 1000;
+  else if (unit == "MB") mul = 1000 * 1000;
+  else if (unit == "GB") mul = 1000ull * 1000 * 1000;
+  else if (unit == "TB") mul = 1000ull * 1000 * 1000 * 1000;
+  else {
+    return InvalidArgument("'" + std::string(text) + "': unknown size unit '" + std::string(unit) +
+                           "' (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+  }
+  if (n > UINT64_MAX / mul) return OutOfRange("'" + std::string(text) + "' is too large");
+  return n * mul;
+}
+
+Status ApplyConfigFile(const std::string& path, Config& config) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    return NotFound(path + ": cannot read the config file");
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  if (root.IsNull()) return Status::Ok();  // an empty file: defaults
+  if (!root.IsMap()) return InvalidArgument(path + ": the top level must be a mapping of keys");
+  try {
+    return ApplyNode(path, "", root, config);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+}
+
+Status ApplyConfigFlag(std::string_view name, std::string_view value, Config& config) {
+  for (const KeySpec& s : Specs()) {
+    if (FlagName(s.key) == name) {
+      if (Status st = s.set(value, config); !st.ok()) {
+        return Status(st.code(), "flag --" + std::string(name) + ": " + st.message());
+      }
+      return Status::Ok();
+    }
+  }
+  return InvalidArgument("unknown flag --" + std::string(name));
+}
+
+Status ValidateConfig(const Config& config) {
+  if (config.server.listen.empty() && config.server.unix_path.empty()) {
+    return InvalidArgument("no listener: set listen (HOST:PORT) or unix (a socket path)");
+  }
+  if (config.server.limits.max_value_bytes + config.server.limits.max_key_bytes + 16 >
+      config.server.limits.max_body_bytes) {
+    return InvalidArgument("limits.max_body_bytes must exceed limits.max_value_bytes");
+  }
+  if (config.server.limits.max_value_bytes > config.host.capacity_bytes) {
+    return InvalidArgument("limits.max_value_bytes exceeds host.capacity: such values could "
+                           "never be stored");
+  }
+  return Status::Ok();
+}
+
+std::vector<ConfigKeyHelp> ConfigKeys() {
+  std::vector<ConfigKeyHelp> out;
+  for (const KeySpec& s : Specs()) out.push_back({s.key, "--" + FlagName(s.key), s.help});
+  return out;
+}
+
+}  // namespace kvdepot::daemon

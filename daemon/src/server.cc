@@ -1,0 +1,627 @@
+#include <utility>  // before Boost.Asio: Boost 1.74 under C++20 needs std::exchange declared
+
+#include "kvdepot/daemon/server.h"
+
+#include "kvdepot/byte_order.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace kvdepot::daemon {
+namespace asio = boost::asio;
+using protocol::FrameHeader;
+using protocol::Op;
+
+namespace {
+
+constexpr std::size_t kDiscardChunk = 64 * 1024;
+constexpr auto kDrainTimeout = std::chrono::seconds(10);
+
+// One response frame: header (+ a small inline prefix), then either an owned body or a stored
+// value (sent straight from the tier's buffer, kept alive until written).
+struct Outgoing {
+  std::array<std::byte, protocol::kFrameHeaderBytes + protocol::kGetItemPrefixBytes> head{};
+  std::size_t head_len = protocol::kFrameHeaderBytes;
+  std::vector<std::byte> body;
+  ValueRef value;
+
+  std::size_t size() const { return head_len + body.size() + (value ? value->bytes().size() : 0); }
+};
+
+Result<std::pair<std::string, std::uint16_t>> SplitHostPort(const std::string& listen) {
+  const auto colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    return InvalidArgument("listen address '" + listen + "' is not HOST:PORT");
+  }
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  const std::string port_text = listen.substr(colon + 1);
+  char* end = nullptr;
+  const unsigned long port = std::strtoul(port_text.c_str(), &end, 10);
+  if (port_text.empty() || *end != '\0' || port > 65535) {
+    return InvalidArgument("listen address '" + listen + "': bad port '" + port_text + "'");
+  }
+  return std::make_pair(host, static_cast<std::uint16_t>(port));
+}
+
+}  // namespace
+
+class ConnectionBase {
+ public:
+  virtual ~ConnectionBase() = default;
+  virtual void BeginShutdown() = 0;  // finish what was read, then close
+  virtual void ForceClose() = 0;
+};
+
+class Server::Impl {
+ public:
+  Impl(const ServerOptions& options, HostTier& tier)
+      : options_(options), tier_(tier), io_(static_cast<int>(options.io_threads)) {}
+
+  Status Start();
+  void Stop();
+  std::uint16_t tcp_port() const { return tcp_port_; }
+  ServerStats stats() const {
+    ServerStats s;
+    s.connections_open = open_.load();
+    s.connections_total = total_.load();
+    s.requests = requests_.load();
+    s.protocol_errors = protocol_errors_.load();
+    s.bytes_in = bytes_in_.load();
+    s.bytes_out = bytes_out_.load();
+    return s;
+  }
+
+  // Called by connections.
+  const ServerOptions& options() const { return options_; }
+  HostTier& tier() { return tier_; }
+  std::string StatsJson() const;
+  void Register(const std::shared_ptr<ConnectionBase>& c) {
+    std::lock_guard lock(mu_);
+    connections_.push_back(c);
+    ++open_;
+    ++total_;
+  }
+  void Unregister() { --open_; }
+  std::atomic<std::uint64_t> requests_{0}, protocol_errors_{0}, bytes_in_{0}, bytes_out_{0};
+
+ private:
+  template <typename Acceptor>
+  void Accept(Acceptor& acceptor);
+
+  ServerOptions options_;
+  HostTier& tier_;
+  asio::io_context io_;
+  std::unique_ptr<asio::ip::tcp::acceptor> tcp_;
+  std::unique_ptr<asio::local::stream_protocol::acceptor> unix_;
+  std::uint16_t tcp_port_ = 0;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::list<std::weak_ptr<ConnectionBase>> connections_;
+  std::atomic<std::uint64_t> open_{0}, total_{0};
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  bool stopped_ = false;
+};
+
+namespace {
+
+template <typename Socket>
+class Connection : public ConnectionBase,
+                   public std::enable_shared_from_this<Connection<Socket>> {
+ public:
+  Connection(Socket socket, Server::Impl& server)
+      : socket_(std::move(socket)), server_(server), limits_(server.options().limits) {}
+  ~Connection() override { server_.Unregister(); }
+
+  void Start() {
+    asio::dispatch(socket_.get_executor(), [self = this->shared_from_this()] { self->ReadHeader(); });
+  }
+
+  // Graceful stop: requests already received (fully or partly, including pipelined ones waiting
+  // in the socket buffer) are read and answered; then the connection closes.
+  void BeginShutdown() override {
+    asio::post(socket_.get_executor(), [self = this->shared_from_this()] {
+      self->draining_ = true;
+      boost::system::error_code ec;
+      if (self->awaiting_header_ && self->socket_.available(ec) == 0) self->socket_.cancel(ec);
+      self->MaybeClose();
+    });
+  }
+
+  void ForceClose() override {
+    asio::post(socket_.get_executor(), [self = this->shared_from_this()] { self->Close(); });
+  }
+
+ private:
+  // ---- reading ------------------------------------------------------------------------------
+  void ReadHeader() {
+    if (draining_ && !stop_reading_) {
+      boost::system::error_code ec;
+      if (socket_.available(ec) == 0 || ec) stop_reading_ = true;  // nothing more was sent
+    }
+    if (stop_reading_ || closed_) {
+      MaybeClose();
+      return;
+    }
+    if (queued_bytes_ > server_.options().max_output_bytes) {
+      read_paused_ = true;  // resumed by the writer once the client has read enough
+      return;
+    }
+    awaiting_header_ = true;
+    asio::async_read(socket_, asio::buffer(header_),
+                     [self = this->shared_from_this()](auto ec, std::size_t n) {
+                       self->awaiting_header_ = false;
+                       self->server_.bytes_in_ += n;
+                       if (ec) {
+                         // EOF, reset or our own cancel: stop reading, flush what is queued.
+                         self->stop_reading_ = true;
+                         self->MaybeClose();
+                         return;
+                       }
+                       self->OnHeader();
+                     });
+  }
+
+  void OnHeader() {
+    auto h = protocol::DecodeFrameHeader(header_, limits_, /*expect_response=*/false);
+    if (!h.ok()) {
+      ProtocolError(0, h.status());
+      return;
+    }
+    ++server_.requests_;
+    if (h->op() == Op::kPut) {
+      StartPut(*h);
+      return;
+    }
+    body_.resize(h->body_length);
+    asio::async_read(socket_, asio::buffer(body_),
+                     [self = this->shared_from_this(), hdr = *h](auto ec, std::size_t n) {
+                       self->server_.bytes_in_ += n;
+                       if (ec) {
+                         self->Close();
+                         return;
+                       }
+                       self->Dispatch(hdr);
+                       self->ReadHeader();
+                     });
+  }
+
+  // ---- PUT: items are read one by one straight into their final buffers ---------------------
+  struct PutState {
+    FrameHeader header;
+    std::uint32_t count = 0;
+    std::uint32_t index = 0;
+    std::uint64_t remaining = 0;  // body bytes not yet read
+    std::vector<StatusCode> results;
+    std::string key;
+    std::uint64_t value_length = 0;
+    std::shared_ptr<Value> value;
+  };
+
+  void StartPut(const FrameHeader& h) {
+    put_ = PutState{};
+    put_.header = h;
+    put_.remaining = h.body_length;
+    ReadSmall(4, [this] {
+      put_.count = LoadLE<std::uint32_t>(small_.data());
+      if (put_.count == 0 || put_.count > limits_.max_batch) {
+        return ProtocolError(put_.header.request_id,
+                             OutOfRange("put: count " + std::to_string(put_.count) +
+                                        " is out of range [1, " +
+                                        std::to_string(limits_.max_batch) + "]"));
+      }
+      put_.results.reserve(put_.count);
+      PutNextItem();
+    });
+  }
+
+  void PutNextItem() {
+    if (put_.index == put_.count) {
+      if (put_.remaining != 0) {
+        return ProtocolError(put_.header.request_id,
+                             Corruption("put: " + std::to_string(put_.remaining) +
+                                        " trailing body bytes"));
+      }
+      SendBody(put_.header, StatusCode::kOk, protocol::EncodeStatusList(put_.results));
+      return ReadHeader();
+    }
+    ReadSmall(2, [this] {
+      const auto key_len = LoadLE<std::uint16_t>(small_.data());
+      if (key_len == 0 || key_len > limits_.max_key_bytes) {
+        return ProtocolError(put_.header.request_id,
+                             OutOfRange("put: key " + std::to_string(put_.index) + " length " +
+                                        std::to_string(key_len) + " is out of range [1, " +
+                                        std::to_string(limits_.max_key_bytes) + "]"));
+      }
+      ReadSmall(key_len + 8u, [this, key_len] {
+        put_.key.assign(reinterpret_cast<const char*>(small_.data()), key_len);
+        put_.value_length = LoadLE<std::uint64_t>(small_.data() + key_len);
+        if (put_.value_length > put_.remaining) {
+          return ProtocolError(put_.header.request_id,
+                               Corruption("put: value " + std::to_string(put_.index) +
+                                          " runs past the frame body"));
+        }
+        if (put_.value_length > limits_.max_value_bytes) {
+          put_.results.push_back(StatusCode::kOutOfRange);
+          return Discard(put_.value_length);
+        }
+        auto value = server_.tier().Allocate(put_.key, put_.value_length);
+        if (!value.ok()) {
+          put_.results.push_back(value.status().code());
+          return Discard(put_.value_length);
+        }
+        put_.value = std::move(*value);
+        put_.remaining -= put_.value_length;
+        asio::async_read(socket_, asio::buffer(put_.value->mutable_bytes().data(),
+                                               put_.value_length),
+                         [self = this->shared_from_this()](auto ec, std::size_t n) {
+                           self->server_.bytes_in_ += n;
+                           if (ec) return self->Close();
+                           self->server_.tier().Insert(self->put_.key, std::move(self->put_.value));
+                           self->put_.results.push_back(StatusCode::kOk);
+                           ++self->put_.index;
+                           self->PutNextItem();
+                         });
+      });
+    });
+  }
+
+  // Reads and drops `n` body bytes (a value that was refused), then continues with the next item.
+  void Discard(std::uint64_t n) {
+    put_.remaining -= n;
+    if (n == 0) {
+      ++put_.index;
+      return PutNextItem();
+    }
+    discard_.resize(kDiscardChunk);
+    const std::size_t step = static_cast<std::size_t>(std::min<std::uint64_t>(n, kDiscardChunk));
+    asio::async_read(socket_, asio::buffer(discard_.data(), step),
+                     [self = this->shared_from_this(), left = n - step](auto ec, std::size_t r) {
+                       self->server_.bytes_in_ += r;
+                       if (ec) return self->Close();
+                       self->put_.remaining += left;  // Discard subtracts it again
+                       self->Discard(left);
+                     });
+  }
+
+  // Reads `n` (<= small_.size()) body bytes of the current PUT into small_, then runs `next`.
+  template <typename Next>
+  void ReadSmall(std::size_t n, Next next) {
+    if (n > put_.remaining) {
+      return ProtocolError(put_.header.request_id,
+                           Corruption("put: frame body ends inside item " +
+                                      std::to_string(put_.index)));
+    }
+    put_.remaining -= n;
+    asio::async_read(socket_, asio::buffer(small_.data(), n),
+                     [self = this->shared_from_this(), next](auto ec, std::size_t r) {
+                       self->server_.bytes_in_ += r;
+                       if (ec) return self->Close();
+                       next();
+                     });
+  }
+
+  // ---- request dispatch (everything but PUT) --------------------------------------------------
+  void Dispatch(const FrameHeader& h) {
+    switch (h.op()) {
+      case Op::kPing: return SendBody(h, StatusCode::kOk, {});
+      case Op::kGet: return HandleGet(h);
+      case Op::kLookup: return HandleLookup(h);
+      case Op::kDelete: return HandleDelete(h);
+      case Op::kStats: {
+        const std::string json = server_.StatsJson();
+        const auto* p = reinterpret_cast<const std::byte*>(json.data());
+        return SendBody(h, StatusCode::kOk, std::vector<std::byte>(p, p + json.size()));
+      }
+      case Op::kScan: return HandleScan(h);
+      case Op::kPut: break;  // handled while reading
+    }
+  }
+
+  void HandleGet(const FrameHeader& h) {
+    auto keys = protocol::DecodeKeyList(body_, limits_);
+    if (!keys.ok()) return RequestError(h, keys.status());
+    for (std::uint32_t i = 0; i < keys->size(); ++i) {
+      Outgoing out;
+      ValueRef value = server_.tier().Get((*keys)[i]);
+      FrameHeader r;
+      r.type = h.type | protocol::kResponseBit;
+      r.request_id = h.request_id;
+      r.flags = i + 1 < keys->size() ? protocol::kFlagMore : 0;
+      r.status = static_cast<std::uint16_t>(value ? StatusCode::kOk : StatusCode::kNotFound);
+      r.body_length = static_cast<std::uint32_t>(protocol::kGetItemPrefixBytes +
+                                                 (value ? value->bytes().size() : 0));
+      protocol::EncodeFrameHeader(r, out.head.data());
+      protocol::EncodeGetItemPrefix(i, value ? protocol::Tier::kHost : protocol::Tier::kNone,
+                                    out.head.data() + protocol::kFrameHeaderBytes);
+      out.head_len = protocol::kFrameHeaderBytes + protocol::kGetItemPrefixBytes;
+      out.value = std::move(value);
+      Enqueue(std::move(out));
+    }
+  }
+
+  void HandleLookup(const FrameHeader& h) {
+    auto keys = protocol::DecodeKeyList(body_, limits_);
+    if (!keys.ok()) return RequestError(h, keys.status());
+    protocol::LookupResult result;
+    bool prefix = true;
+    for (std::string_view key : *keys) {
+      const bool present = server_.tier().Contains(key);
+      result.tiers.push_back(present ? protocol::Tier::kHost : protocol::Tier::kNone);
+      prefix = prefix && present;
+      if (prefix) ++result.prefix_length;
+    }
+    SendBody(h, StatusCode::kOk, protocol::EncodeLookupResult(result));
+  }
+
+  void HandleDelete(const FrameHeader& h) {
+    auto keys = protocol::DecodeKeyList(body_, limits_);
+    if (!keys.ok()) return RequestError(h, keys.status());
+    std::vector<StatusCode> codes;
+    for (std::string_view key : *keys) {
+      codes.push_back(server_.tier().Erase(key) ? StatusCode::kOk : StatusCode::kNotFound);
+    }
+    SendBody(h, StatusCode::kOk, protocol::EncodeStatusList(codes));
+  }
+
+  void HandleScan(const FrameHeader& h) {
+    auto q = protocol::DecodeScanRequest(body_, limits_);
+    if (!q.ok()) return RequestError(h, q.status());
+    protocol::ScanResult result;
+    if (q->tier == protocol::Tier::kNone || q->tier == protocol::Tier::kHost) {
+      result = server_.tier().Scan(q->prefix, q->cursor, q->limit);
+    }
+    SendBody(h, StatusCode::kOk, protocol::EncodeScanResult(result));
+  }
+
+  // A well-formed request the server refuses (over a limit, bad field): an error response; the
+  // connection stays open. A malformed body (kCorruption) closes it like a malformed header.
+  void RequestError(const FrameHeader& h, const Status& status) {
+    if (status.code() == StatusCode::kCorruption) return ProtocolError(h.request_id, status);
+    SendBody(h, status.code(), protocol::EncodeErrorBody(status.message()));
+  }
+
+  void ProtocolError(std::uint64_t request_id, const Status& status) {
+    ++server_.protocol_errors_;
+    FrameHeader h;
+    h.type = static_cast<std::uint8_t>(Op::kPing);  // any valid op; request id 0 = connection
+    h.request_id = request_id;
+    SendBody(h, StatusCode::kCorruption, protocol::EncodeErrorBody(status.message()));
+    stop_reading_ = true;
+    MaybeClose();
+  }
+
+  // ---- writing --------------------------------------------------------------------------------
+  void SendBody(const FrameHeader& request, StatusCode status, std::vector<std::byte> body) {
+    Outgoing out;
+    FrameHeader r;
+    r.type = request.type | protocol::kResponseBit;
+    r.request_id = request.request_id;
+    r.status = static_cast<std::uint16_t>(status);
+    r.body_length = static_cast<std::uint32_t>(body.size());
+    protocol::EncodeFrameHeader(r, out.head.data());
+    out.body = std::move(body);
+    Enqueue(std::move(out));
+  }
+
+  void Enqueue(Outgoing out) {
+    if (closed_) return;
+    queued_bytes_ += out.size();
+    queue_.push_back(std::move(out));
+    if (!writing_) WriteSome();
+  }
+
+  void WriteSome() {
+    if (queue_.empty() || closed_) {
+      writing_ = false;
+      MaybeClose();
+      return;
+    }
+    writing_ = true;
+    // Gather up to 64 queued frames into one write.
+    buffers_.clear();
+    in_flight_ = 0;
+    for (auto it = queue_.begin(); it != queue_.end() && in_flight_ < 64; ++it, ++in_flight_) {
+      buffers_.emplace_back(it->head.data(), it->head_len);
+      if (!it->body.empty()) buffers_.emplace_back(it->body.data(), it->body.size());
+      if (it->value && !it->value->bytes().empty()) {
+        buffers_.emplace_back(it->value->bytes().data(), it->value->bytes().size());
+      }
+    }
+    asio::async_write(socket_, buffers_,
+                      [self = this->shared_from_this()](auto ec, std::size_t n) {
+                        self->server_.bytes_out_ += n;
+                        if (ec) return self->Close();
+                        for (std::size_t i = 0; i < self->in_flight_; ++i) {
+                          self->queued_bytes_ -= self->queue_.front().size();
+                          self->queue_.pop_front();
+                        }
+                        if (self->read_paused_ &&
+                            self->queued_bytes_ <= self->server_.options().max_output_bytes / 2) {
+                          self->read_paused_ = false;
+                          self->ReadHeader();
+                        }
+                        self->WriteSome();
+                      });
+  }
+
+  void MaybeClose() {
+    if (stop_reading_ && !writing_ && queue_.empty() && !awaiting_header_) Close();
+  }
+
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    queue_.clear();
+    boost::system::error_code ec;
+    socket_.shutdown(Socket::shutdown_both, ec);
+    socket_.close(ec);
+  }
+
+  Socket socket_;
+  Server::Impl& server_;
+  const protocol::Limits limits_;
+  std::array<std::byte, protocol::kFrameHeaderBytes> header_{};
+  std::vector<std::byte> body_;
+  std::array<std::byte, 256 + 8> small_{};
+  std::vector<std::byte> discard_;
+  PutState put_;
+  std::deque<Outgoing> queue_;
+  std::vector<asio::const_buffer> buffers_;
+  std::size_t in_flight_ = 0;
+  std::uint64_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool read_paused_ = false;
+  bool stop_reading_ = false;
+  bool draining_ = false;  // the server is stopping
+  bool awaiting_header_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace
+
+template <typename Acceptor>
+void Server::Impl::Accept(Acceptor& acceptor) {
+  using SocketType = typename Acceptor::protocol_type::socket::template rebind_executor<
+      asio::strand<asio::io_context::executor_type>>::other;
+  acceptor.async_accept(asio::make_strand(io_), [this, &acceptor](boost::system::error_code ec,
+                                                                  SocketType socket) {
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+      Accept(acceptor);  // e.g. EMFILE: keep serving the connections we have
+      return;
+    }
+    if constexpr (std::is_same_v<typename Acceptor::protocol_type, asio::ip::tcp>) {
+      boost::system::error_code ignored;
+      socket.set_option(asio::ip::tcp::no_delay(true), ignored);
+    }
+    auto conn = std::make_shared<Connection<SocketType>>(std::move(socket), *this);
+    Register(conn);
+    conn->Start();
+    Accept(acceptor);
+  });
+}
+
+Status Server::Impl::Start() {
+  boost::system::error_code ec;
+  if (!options_.listen.empty()) {
+    KVD_ASSIGN_OR_RETURN(auto host_port, SplitHostPort(options_.listen));
+    const auto address = asio::ip::make_address(host_port.first, ec);
+    if (ec) return InvalidArgument("listen address '" + options_.listen + "': " + ec.message());
+    const asio::ip::tcp::endpoint endpoint(address, host_port.second);
+    tcp_ = std::make_unique<asio::ip::tcp::acceptor>(io_);
+    if (tcp_->open(endpoint.protocol(), ec); !ec) {
+      tcp_->set_option(asio::socket_base::reuse_address(true), ec);
+      tcp_->bind(endpoint, ec);
+    }
+    if (!ec) tcp_->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return Unavailable("cannot listen on " + options_.listen + ": " + ec.message());
+    tcp_port_ = tcp_->local_endpoint().port();
+    Accept(*tcp_);
+  }
+  if (!options_.unix_path.empty()) {
+    struct stat st {};
+    if (::lstat(options_.unix_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+      ::unlink(options_.unix_path.c_str());  // a stale socket from a previous run
+    }
+    unix_ = std::make_unique<asio::local::stream_protocol::acceptor>(io_);
+    const asio::local::stream_protocol::endpoint endpoint(options_.unix_path);
+    if (unix_->open(endpoint.protocol(), ec); !ec) unix_->bind(endpoint, ec);
+    if (!ec) unix_->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return Unavailable("cannot listen on unix:" + options_.unix_path + ": " + ec.message());
+    Accept(*unix_);
+  }
+  if (!tcp_ && !unix_) return InvalidArgument("no listener configured (listen and unix are empty)");
+  for (std::uint32_t i = 0; i < std::max<std::uint32_t>(options_.io_threads, 1); ++i) {
+    threads_.emplace_back([this] { io_.run(); });
+  }
+  return Status::Ok();
+}
+
+void Server::Impl::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  asio::post(io_, [this] {
+    boost::system::error_code ec;
+    if (tcp_) tcp_->close(ec);
+    if (unix_) unix_->close(ec);
+  });
+  std::vector<std::shared_ptr<ConnectionBase>> live;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& weak : connections_) {
+      if (auto c = weak.lock()) live.push_back(std::move(c));
+    }
+    connections_.clear();
+  }
+  for (auto& c : live) c->BeginShutdown();
+  live.clear();
+  // Give connections kDrainTimeout to finish, then close whatever is left.
+  auto timer = std::make_shared<asio::steady_timer>(io_, kDrainTimeout);
+  timer->async_wait([this, timer](auto ec) {
+    if (ec) return;
+    std::lock_guard lock(mu_);
+    for (auto& weak : connections_) {
+      if (auto c = weak.lock()) c->ForceClose();
+    }
+  });
+  // The timer keeps io_ busy; cancel it as soon as every connection is gone.
+  std::thread watcher([this, timer] {
+    while (open_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    asio::post(io_, [timer] { timer->cancel(); });
+  });
+  for (auto& t : threads_) t.join();
+  watcher.join();
+  threads_.clear();
+  if (!options_.unix_path.empty()) ::unlink(options_.unix_path.c_str());
+}
+
+std::string Server::Impl::StatsJson() const {
+  const HostTierStats h = tier_.stats();
+  const ServerStats s = stats();
+  const auto uptime = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::steady_clock::now() - started_)
+                          .count();
+  char buf[1024];
+  std::snprintf(
+      buf, sizeof(buf),
+      "{\"uptime_s\":%lld,\"connections_open\":%llu,\"connections_total\":%llu,"
+      "\"requests\":%llu,\"protocol_errors\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,"
+      "\"tiers\":{\"host\":{\"bytes\":%llu,\"capacity\":%llu,\"chunks\":%llu,\"hits\":%llu,"
+      "\"misses\":%llu,\"evictions\":%llu,\"inserts\":%llu,\"rejected\":%llu,"
+      "\"policy\":\"%s\"}}}",
+      static_cast<long long>(uptime), static_cast<unsigned long long>(s.connections_open),
+      static_cast<unsigned long long>(s.connections_total),
+      static_cast<unsigned long long>(s.requests),
+      static_cast<unsigned long long>(s.protocol_errors),
+      static_cast<unsigned long long>(s.bytes_in), static_cast<unsigned long long>(s.bytes_out),
+      static_cast<unsigned long long>(h.bytes), static_cast<unsigned long long>(h.capacity),
+      static_cast<unsigned long long>(h.chunks), static_cast<unsigned long long>(h.hits),
+      static_cast<unsigned long long>(h.misses), static_cast<unsigned long long>(h.evictions),
+      static_cast<unsigned long long>(h.inserts), static_cast<unsigned long long>(h.rejected),
+      std::string(EvictionPolicyName(tier_.policy())).c_str());
+  return buf;
+}
+
+Server::Server(const ServerOptions& options, HostTier& host_tier)
+    : impl_(std::make_unique<Impl>(options, host_tier)) {}
+Server::~Server() { Stop(); }
+Status Server::Start() { return impl_->Start(); }
+std::uint16_t Server::tcp_port() const { return impl_->tcp_port(); }
+void Server::Stop() { impl_->Stop(); }
+ServerStats Server::stats() const { return impl_->stats(); }
+
+}  // namespace kvdepot::daemon

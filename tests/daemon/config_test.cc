@@ -1,0 +1,71 @@
+#include "kvdepot/daemon/config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace kvdepot::daemon {
+namespace {
+
+std::string WriteTemp(const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("kvdepot-config-" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+TEST(ConfigTest, Sizes) {
+  EXPECT_EQ(*ParseSize("64MiB"), 64ull << 20);
+  EXPECT_EQ(*ParseSize("1GiB"), 1ull << 30);
+  EXPECT_EQ(*ParseSize("2GB"), 2000000000ull);
+  EXPECT_EQ(*ParseSize("4096"), 4096ull);
+  EXPECT_FALSE(ParseSize("MiB").ok());
+  EXPECT_FALSE(ParseSize("12XB").ok());
+  EXPECT_FALSE(ParseSize("99999999999999999999").ok());
+}
+
+TEST(ConfigTest, FileThenFlags) {
+  Config c;
+  const std::string path = WriteTemp(
+      "listen: 127.0.0.1:9000\nhost:\n  capacity: 64MiB\n  eviction: lru\nlog_level: debug\n");
+  ASSERT_TRUE(ApplyConfigFile(path, c).ok());
+  EXPECT_EQ(c.server.listen, "127.0.0.1:9000");
+  EXPECT_EQ(c.host.capacity_bytes, 64ull << 20);
+  EXPECT_EQ(c.host.policy, EvictionPolicy::kLru);
+  ASSERT_TRUE(ApplyConfigFlag("host-capacity", "128MiB", c).ok());
+  EXPECT_EQ(c.host.capacity_bytes, 128ull << 20);
+  ASSERT_TRUE(ApplyConfigFlag("unix", "/tmp/x.sock", c).ok());
+  EXPECT_EQ(c.server.unix_path, "/tmp/x.sock");
+  EXPECT_TRUE(ValidateConfig(c).ok());
+}
+
+TEST(ConfigTest, ErrorsNameFileLineAndKey) {
+  Config c;
+  const std::string path = WriteTemp("listen: 127.0.0.1:9000\nhost:\n  capacity: lots\n");
+  const Status s = ApplyConfigFile(path, c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(path + ":3: key 'host.capacity'"), std::string::npos) << s.message();
+  const Status unknown = ApplyConfigFile(WriteTemp("hots:\n  capacity: 1GiB\n"), c);
+  EXPECT_NE(unknown.message().find(":2: key 'hots.capacity': unknown key"), std::string::npos)
+      << unknown.message();
+  const Status syntax = ApplyConfigFile(WriteTemp("listen: [\n"), c);
+  EXPECT_FALSE(syntax.ok());
+  EXPECT_EQ(ApplyConfigFile("/nonexistent.yaml", c).code(), StatusCode::kNotFound);
+  const Status flag = ApplyConfigFlag("io-threads", "0", c);
+  EXPECT_NE(flag.message().find("flag --io-threads"), std::string::npos) << flag.message();
+  EXPECT_FALSE(ApplyConfigFlag("no-such-flag", "1", c).ok());
+  c.server.listen.clear();
+  EXPECT_FALSE(ValidateConfig(c).ok());
+}
+
+TEST(ConfigTest, EveryKeyHasAFlag) {
+  for (const ConfigKeyHelp& k : ConfigKeys()) {
+    EXPECT_EQ(k.flag.rfind("--", 0), 0u);
+    EXPECT_FALSE(k.help.empty()) << k.key;
+  }
+}
+
+}  // namespace
+}  // namespace kvdepot::daemon

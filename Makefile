@@ -1,10 +1,12 @@
 # kvdepot — top-level entry points. `make run` and `make test` are all a new user needs: both
 # install missing Debian packages first (scripts/install-deps.sh), then build.
 #
-#   make run         build, then run the main job (today: the codec demo; later: kvdepotd)
+#   make run         build, then start kvdepotd in the foreground on config/kvdepot.yaml
+#   make demo        build, then run the offline codec demo (synthesize, encode, decode, compare)
 #   make test        build and run every test (GPU tests skip, with a reason, without a GPU)
 #   make build       configure and build into build/
-#   make bench       build and run the CPU benchmarks
+#   make bench       build and run the CPU benchmarks and the eviction trace study
+#   make bench-loopback  kvdepotd vs Redis vs iperf3 over loopback (docs/benchmarks.md)
 #   make test-asan   build with AddressSanitizer + UBSan into build-asan/ and run every test
 #   make gpu         build the GPU test/bench binaries into .gpu/ (for a GPU machine)
 #   make format      clang-format every C++/CUDA source
@@ -19,7 +21,7 @@ JOBS ?= $(shell nproc)
 WERROR := $(if $(filter true 1,$(CI)),ON,OFF)
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVDEPOT_CUDA=$(CUDA) -DKVDEPOT_WERROR=$(WERROR)
 
-.PHONY: all deps configure build run test bench test-asan gpu format clean
+.PHONY: all deps configure build run demo test bench bench-loopback test-asan gpu format clean
 
 all: build
 
@@ -33,6 +35,10 @@ build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 run: build
+	@mkdir -p kvdepot-data
+	@exec $(BUILD_DIR)/bin/kvdepotd --config config/kvdepot.yaml
+
+demo: build
 	@bash scripts/demo.sh $(BUILD_DIR)
 
 test: build
@@ -40,6 +46,10 @@ test: build
 
 bench: build
 	@$(BUILD_DIR)/bin/kvdepot_bench --benchmark_counters_tabular=true
+	@$(BUILD_DIR)/bin/kvdepot_eviction_trace
+
+bench-loopback: build
+	@bash scripts/bench-loopback.sh $(BUILD_DIR)
 
 test-asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVDEPOT_CUDA=OFF \
@@ -54,4 +64,4 @@ format:
 	@git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
 
 clean:
-	@rm -rf $(BUILD_DIR) build-asan .gpu
+	@rm -rf $(BUILD_DIR) build-asan .gpu kvdepot-data

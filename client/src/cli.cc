@@ -1,5 +1,6 @@
 #include "kvdepot/client/cli.h"
 
+#include <cstdlib>
 #include <exception>
 #include <new>
 #include <ostream>
@@ -16,14 +17,17 @@ namespace {
 constexpr const char* kVersion = "0.1.0";
 
 void PrintUsage(std::ostream& out) {
-  out << "usage: kvdepot COMMAND [ARGS...]\n"
+  out << "usage: kvdepot [--addr HOST:PORT | --addr unix:PATH] COMMAND [ARGS...]\n"
          "\n"
          "commands:\n"
          "  codec     offline chunk tools: encode, decode, inspect, compare, synth\n"
+         "  ping, stats, ls, inspect, get, put, del, lookup, bench: talk to kvdepotd\n"
          "  version   print the version\n"
          "  help      this text\n"
          "\n";
   PrintCodecUsage(out);
+  out << "\n";
+  PrintRemoteUsage(out);
 }
 
 // Folds a message onto one line, so stderr always carries exactly one error line.
@@ -35,13 +39,31 @@ std::string OneLine(std::string message) {
 }
 
 int Run(int argc, const char* const* argv, Io io) {
-  if (argc < 2) {
+  int first = 1;
+  const char* env_addr = std::getenv("KVDEPOT_ADDR");
+  std::string addr = env_addr != nullptr && *env_addr != '\0' ? env_addr : "127.0.0.1:7600";
+  if (argc > 1 && std::string_view(argv[1]).rfind("--addr", 0) == 0) {
+    const std::string_view flag = argv[1];
+    if (flag.size() > 7 && flag[6] == '=') {
+      addr = std::string(flag.substr(7));
+      first = 2;
+    } else if (flag == "--addr" && argc > 2) {
+      addr = argv[2];
+      first = 3;
+    } else {
+      io.err << "kvdepot: error: usage: --addr needs HOST:PORT or unix:PATH\n";
+      return kExitUsage;
+    }
+  }
+  if (argc <= first) {
     PrintUsage(io.err);
     return kExitUsage;
   }
-  const std::string_view command = argv[1];
-  const std::span<const char* const> rest(argv + 2, static_cast<std::size_t>(argc - 2));
+  const std::string_view command = argv[first];
+  const std::span<const char* const> rest(argv + first + 1,
+                                          static_cast<std::size_t>(argc - first - 1));
   Status status;
+  bool handled = false;
   if (command == "help" || command == "--help" || command == "-h") {
     PrintUsage(io.out);
     return kExitOk;
@@ -51,7 +73,10 @@ int Run(int argc, const char* const* argv, Io io) {
   } else if (command == "codec") {
     status = RunCodecCommand(rest, io);
   } else {
-    status = UsageError("unknown command '" + std::string(command) + "' (try 'kvdepot help')");
+    status = RunRemoteCommand(addr, command, rest, io, &handled);
+    if (!handled) {
+      status = UsageError("unknown command '" + std::string(command) + "' (try 'kvdepot help')");
+    }
   }
   if (status.ok()) return kExitOk;
   io.err << "kvdepot: error: " << OneLine(status.message()) << "\n";

@@ -17,7 +17,10 @@ Result<Args> Args::Parse(std::span<const char* const> argv, const FlagSpec& spec
   bool flags_done = false;
   for (std::size_t i = 0; i < argv.size(); ++i) {
     const std::string_view arg = argv[i];
-    if (flags_done || arg.size() < 2 || arg.substr(0, 2) != "--") {
+    const bool short_flag = arg.size() >= 2 && arg[0] == '-' && arg[1] != '-' &&
+                            (spec.with_value.count(std::string(arg)) ||
+                             spec.switches.count(std::string(arg)));
+    if (flags_done || arg.size() < 2 || (arg.substr(0, 2) != "--" && !short_flag)) {
       args.positional_.emplace_back(arg);
       continue;
     }

@@ -163,6 +163,13 @@ Status Inspect(std::span<const char* const> argv, Io io) {
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"IN.kvd"}));
   const std::string& in = args.positional()[0];
   KVD_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadFile(in, kMaxInputBytes));
+  return InspectContainerBytes(in, bytes, args.Has("--json"), io);
+}
+
+}  // namespace
+
+Status InspectContainerBytes(const std::string& in, std::span<const std::byte> bytes, bool json_out,
+                             Io io) {
   auto parsed = ParseContainer(bytes, ParseOptions{/*verify_checksums=*/false});
   if (!parsed.ok()) return parsed.status().WithContext(in);
   const ContainerView& view = *parsed;
@@ -176,7 +183,7 @@ Status Inspect(std::span<const char* const> argv, Io io) {
     cachegen_sizes = *sizes;
   }
 
-  if (args.Has("--json")) {
+  if (json_out) {
     JsonWriter json(io.out);
     json.BeginObject();
     json.Key("file").String(in);
@@ -254,6 +261,8 @@ Status Inspect(std::span<const char* const> argv, Io io) {
   }
   return Status::Ok();
 }
+
+namespace {
 
 // ---- compare ---------------------------------------------------------------------------------
 

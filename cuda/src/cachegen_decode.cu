@@ -30,8 +30,8 @@ using cachegen::kStateLow;
 
 constexpr std::uint32_t kFullMask = 0xffffffffu;
 constexpr std::uint32_t kMaxWarpsPerBlock = 8;
-constexpr std::uint32_t kWarpsPerBlock = 4;     // groups per block (fewer when the lk has fewer)
-constexpr std::uint32_t kStageWords = 6144;     // 12 KiB per warp: typical groups are 7-10 KiB
+constexpr std::uint32_t kWarpsPerBlock = 8;     // groups per block (fewer when the lk has fewer)
+constexpr std::uint32_t kStageWords = 6080;     // ~12 KiB per warp: Llama groups are 7-10 KiB
 constexpr std::size_t kParamsFixedBytes = 8;
 
 // Device error codes (low 4 bits of the error key).
@@ -90,10 +90,93 @@ __device__ __forceinline__ std::uint32_t PackEntry(std::uint32_t sym, std::uint3
   return freq | (cum << 13) | (sym << 25);
 }
 
+// Where a group's words come from: its shared-memory stage (words [a, end) at stage[0..]) or
+// global memory.
+struct SharedWords {
+  const std::uint16_t* stage;
+  std::uint32_t a;
+  __device__ __forceinline__ std::uint32_t operator()(std::uint32_t i) const {
+    return stage[i - a];
+  }
+};
+struct GlobalWords {
+  const std::uint16_t* codes;
+  __device__ __forceinline__ std::uint32_t operator()(std::uint32_t i) const {
+    return __ldg(codes + i);
+  }
+};
+
+// Decodes group `group` of `lk` (its words [begin, end), begin < end) and stores its elements;
+// returns 0 or a DecodeError. Every lane reads a word each step (the renormalising ones use it),
+// at an index clamped into the group, so that the step has no divergent branch and no read
+// leaves the group; a stream that ends early shows as pos > end after the last step.
+template <DType Out, bool Paged, typename Words>
+__device__ __forceinline__ std::uint32_t DecodeGroup(const CacheGenDecodeParams& p,
+                                                     const CacheGenDecodeChunkDesc& d,
+                                                     const std::uint32_t* table, Words word,
+                                                     std::uint32_t lk, std::uint32_t group,
+                                                     std::uint32_t begin, std::uint32_t end) {
+  using Elem = typename Storage<Out>::type;
+  const std::uint32_t lane = threadIdx.x & 31u;
+  const std::uint32_t C = p.channels, T = p.tokens, cpl = p.channels_per_lane;
+  const std::uint32_t lanemask_lt = (1u << lane) - 1u;
+  const bool stateful = cachegen::LaneChannel(group, 0, lane, cpl) < C;
+  const std::uint32_t n_state = __popc(__ballot_sync(kFullMask, stateful));
+  if (end - begin < 2 * n_state) return kErrShort;
+  std::uint32_t x = kStateLow;
+  if (stateful) x = word(begin + 2 * lane) | (word(begin + 2 * lane + 1) << 16);
+  if (__any_sync(kFullMask, x < kStateLow)) return kErrState;
+  std::uint32_t pos = begin + 2 * n_state;
+  const std::uint32_t last = end - 1;
+
+  Elem* paged_base = nullptr;
+  if constexpr (Paged) {
+    paged_base = static_cast<Elem*>(((lk & 1u) ? p.v_cache : p.k_cache)[lk >> 1]);
+  }
+  for (std::uint32_t k = 0; k < cpl; ++k) {
+    const std::uint32_t c = cachegen::LaneChannel(group, k, lane, cpl);
+    const bool active = c < C;
+    if (__ballot_sync(kFullMask, active) == 0) break;  // channels grow with k: none left
+    const cachegen::ChannelScale sc =
+        active ? LoadScale(d, std::uint64_t{lk} * C + c) : cachegen::ChannelScale{0.0f, 1.0f};
+    // Tokens in runs of consecutive output rows: one run per page (paged) or all of them.
+    const std::uint32_t run_len = Paged ? p.page_size : T;
+    const std::uint64_t row_stride = Paged ? p.row_stride : C;
+    for (std::uint32_t t0 = 0, entry = 0; t0 < T; t0 += run_len, ++entry) {
+      Elem* out;
+      if constexpr (Paged) {
+        const std::int32_t page = __ldg(d.block_table + entry);
+        if (page < 0 || static_cast<std::uint32_t>(page) >= p.num_pages) return kErrPage;
+        out = paged_base + static_cast<std::uint64_t>(page) * p.page_stride + c;
+      } else {
+        out = static_cast<Elem*>(d.out) + (std::uint64_t{lk} * T) * C + c;
+      }
+      const std::uint32_t rows = min(run_len, T - t0);
+#pragma unroll 4
+      for (std::uint32_t r = 0; r < rows; ++r) {
+        const std::uint32_t slot = cachegen::RansSlot(x);
+        const std::uint32_t e = table[slot];
+        const std::uint32_t q = e >> 25;
+        const std::uint32_t advanced =
+            cachegen::RansDecodeAdvance(x, slot, e & 0x1fffu, (e >> 13) & 0xfffu);
+        const bool need = active && advanced < kStateLow;
+        const std::uint32_t ballot = __ballot_sync(kFullMask, need);
+        const std::uint32_t w = word(min(pos + __popc(ballot & lanemask_lt), last));
+        x = active ? (need ? (advanced << 16) | w : advanced) : x;
+        pos += __popc(ballot);
+        if (active) out[r * row_stride] = ToStorage<Out>(cachegen::Dequantize(q, sc));
+      }
+    }
+    if (pos > end) return kErrEarly;
+  }
+  if (pos != end) return kErrTrailing;
+  if (__any_sync(kFullMask, stateful && x != kStateLow)) return kErrFinal;
+  return 0;
+}
+
 template <DType Out, bool Paged>
 __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32)
     CacheGenDecodeKernel(const CacheGenDecodeParams p) {
-  using Elem = typename Storage<Out>::type;
   extern __shared__ uint4 smem[];
   std::uint32_t* table = reinterpret_cast<std::uint32_t*>(smem);  // [kProbScale]
   std::uint16_t* stage_all = reinterpret_cast<std::uint16_t*>(table + kProbScale);
@@ -171,107 +254,31 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32)
 
   // Stage [a, end) with a = begin rounded down to 8 words (16 bytes).
   const std::uint32_t a = begin & ~7u;
-  const bool staged = end - a <= p.stage_words;
-  std::uint16_t* stage = stage_all + std::size_t{warp} * p.stage_words;
-  if (staged) {
+  std::uint32_t code = 0;
+  if (end - a <= p.stage_words) {
+    std::uint16_t* stage = stage_all + std::size_t{warp} * p.stage_words;
     const std::uint32_t vecs = (end - a) >> 3;
     const uint4* src = reinterpret_cast<const uint4*>(d.codes + a);
     uint4* dst = reinterpret_cast<uint4*>(stage);
-    for (std::uint32_t i = lane; i < vecs; i += 32) dst[i] = __ldg(src + i);
+    constexpr std::uint32_t kInFlight = 8;  // independent 16-byte loads per lane
+    for (std::uint32_t i0 = lane; i0 < vecs; i0 += 32 * kInFlight) {
+      uint4 v[kInFlight];
+#pragma unroll
+      for (std::uint32_t u = 0; u < kInFlight; ++u) {
+        if (i0 + 32 * u < vecs) v[u] = __ldg(src + i0 + 32 * u);
+      }
+#pragma unroll
+      for (std::uint32_t u = 0; u < kInFlight; ++u) {
+        if (i0 + 32 * u < vecs) dst[i0 + 32 * u] = v[u];
+      }
+    }
     for (std::uint32_t w = a + (vecs << 3) + lane; w < end; w += 32) stage[w - a] = d.codes[w];
     __syncwarp();
+    code = DecodeGroup<Out, Paged>(p, d, table, SharedWords{stage, a}, lk, group, begin, end);
+  } else {
+    code = DecodeGroup<Out, Paged>(p, d, table, GlobalWords{d.codes}, lk, group, begin, end);
   }
-  const std::uint16_t* gcodes = d.codes;
-  auto word = [&](std::uint32_t i) -> std::uint32_t {
-    return staged ? stage[i - a] : __ldg(gcodes + i);
-  };
-
-  const std::uint32_t C = p.channels, T = p.tokens, cpl = p.channels_per_lane;
-  const std::uint32_t lanemask_lt = (1u << lane) - 1u;
-  const bool stateful = cachegen::LaneChannel(group, 0, lane, cpl) < C;
-  const std::uint32_t n_state = __popc(__ballot_sync(kFullMask, stateful));
-  std::uint32_t pos = begin;
-  if (end - pos < 2 * n_state) {
-    if (lane == 0) ReportError(p.error, chunk, g, kErrShort);
-    return;
-  }
-  std::uint32_t x = kStateLow;
-  if (stateful) x = word(pos + 2 * lane) | (word(pos + 2 * lane + 1) << 16);
-  pos += 2 * n_state;
-  if (__any_sync(kFullMask, x < kStateLow)) {
-    if (lane == 0) ReportError(p.error, chunk, g, kErrState);
-    return;
-  }
-
-  const std::uint32_t layer = lk >> 1;
-  Elem* paged_base = nullptr;
-  if constexpr (Paged) {
-    paged_base = static_cast<Elem*>(((lk & 1u) ? p.v_cache : p.k_cache)[layer]);
-  }
-  bool failed = false;
-  for (std::uint32_t k = 0; k < cpl && !failed; ++k) {
-    const std::uint32_t c = cachegen::LaneChannel(group, k, lane, cpl);
-    const bool active = c < C;
-    if (__ballot_sync(kFullMask, active) == 0) break;  // channels grow with k: none left
-    const cachegen::ChannelScale sc =
-        active ? LoadScale(d, std::uint64_t{lk} * C + c) : cachegen::ChannelScale{0.0f, 1.0f};
-    // Output cursor for token 0.
-    Elem* out = nullptr;
-    std::uint32_t page_row = 0, page_entry = 0;
-    if constexpr (Paged) {
-      const std::int32_t page = __ldg(d.block_table);
-      if (page < 0 || static_cast<std::uint32_t>(page) >= p.num_pages) {
-        if (lane == 0) ReportError(p.error, chunk, g, kErrPage);
-        return;
-      }
-      out = paged_base + static_cast<std::uint64_t>(page) * p.page_stride + c;
-    } else {
-      out = static_cast<Elem*>(d.out) + std::uint64_t{lk} * T * C + c;
-    }
-    for (std::uint32_t t = 0; t < T; ++t) {
-      std::uint32_t q = 0;
-      if (active) {
-        const std::uint32_t slot = cachegen::RansSlot(x);
-        const std::uint32_t e = table[slot];
-        q = e >> 25;
-        x = cachegen::RansDecodeAdvance(x, slot, e & 0x1fffu, (e >> 13) & 0xfffu);
-      }
-      const bool need = active && x < kStateLow;
-      const std::uint32_t ballot = __ballot_sync(kFullMask, need);
-      const std::uint32_t n = __popc(ballot);
-      if (n > end - pos) {
-        if (lane == 0) ReportError(p.error, chunk, g, kErrEarly);
-        failed = true;
-        break;
-      }
-      if (need) x = (x << 16) | word(pos + __popc(ballot & lanemask_lt));
-      pos += n;
-      if (active) *out = ToStorage<Out>(cachegen::Dequantize(q, sc));
-      if constexpr (Paged) {
-        if (++page_row == p.page_size && t + 1 < T) {
-          page_row = 0;
-          const std::int32_t page = __ldg(d.block_table + ++page_entry);
-          if (page < 0 || static_cast<std::uint32_t>(page) >= p.num_pages) {
-            if (lane == 0) ReportError(p.error, chunk, g, kErrPage);
-            return;
-          }
-          out = paged_base + static_cast<std::uint64_t>(page) * p.page_stride + c;
-        } else {
-          out += p.row_stride;
-        }
-      } else {
-        out += C;
-      }
-    }
-  }
-  if (failed) return;
-  if (pos != end) {
-    if (lane == 0) ReportError(p.error, chunk, g, kErrTrailing);
-    return;
-  }
-  if (__any_sync(kFullMask, stateful && x != kStateLow)) {
-    if (lane == 0) ReportError(p.error, chunk, g, kErrFinal);
-  }
+  if (code != 0 && lane == 0) ReportError(p.error, chunk, g, code);
 }
 
 // ---- Host-side parsing (mirrors the CPU decoder's ParseSections) ----
@@ -461,6 +468,10 @@ cudaError_t LaunchCacheGenDecode(const CacheGenDecodeParams& params, cudaStream_
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  // Prefer shared memory over L1: two 8-warp blocks (2 x 112 KiB) per SM.
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared);
   if (err != cudaSuccess) return err;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(params.num_chunks * params.layers * 2 * params.blocks_per_lk);

@@ -724,6 +724,10 @@ cudaError_t LaunchCacheGenEncode(const CacheGenEncodeParams& params, cudaStream_
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(hist_smem));
   if (err != cudaSuccess) return err;
+  err = cudaFuncSetAttribute(QuantizeHistogramKernel<In>,
+                             cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared);
+  if (err != cudaSuccess) return err;
   err = Launch(reinterpret_cast<const void*>(MinMaxScalesKernel<In>), tile_blocks, kTileThreads, 0,
                params, stream);
   if (err != cudaSuccess) return err;

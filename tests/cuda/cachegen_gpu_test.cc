@@ -318,7 +318,7 @@ TEST(CacheGenGpu, BatchesMatchTheCpu) {
   const KvShape shape{3, 64, 2, 64};
   std::vector<KvTensor> chunks;
   for (std::uint64_t s = 0; s < 5; ++s) chunks.push_back(Synth(shape, DType::kFloat32, 100 + s));
-  StoreFloat(chunks[2], 9, 2.0e5f);  // this chunk alone needs fp32 scales
+  StoreFloat(chunks[2], 9, -2.0e5f);  // this chunk alone needs fp32 scales (lo < -65504)
   const std::vector<std::vector<std::byte>> gpu = EncodeBatch(chunks, {});
   ASSERT_EQ(gpu.size(), chunks.size());
   std::vector<std::vector<std::byte>> cpu;

@@ -1,0 +1,408 @@
+// `kvdepot bench`: PUT / GET / LOOKUP load against kvdepotd and, with --redis, the same workload
+// against Redis in the same run, so the two are compared side by side.
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iomanip>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli_args.h"
+#include "cli_internal.h"
+#include "json_writer.h"
+#include "kvdepot/client/client.h"
+
+namespace kvdepot::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum class BenchOp { kPut, kGet, kLookup };
+
+struct BenchConfig {
+  BenchOp op = BenchOp::kGet;
+  std::uint32_t connections = 1;
+  std::uint64_t value_size = 1 << 20;
+  std::uint32_t keys = 64;
+  double duration_s = 5;
+  std::uint32_t pipeline = 1;
+  bool progress = true;
+};
+
+struct BenchResult {
+  std::string target;
+  std::uint64_t ops = 0;
+  double seconds = 0;
+  std::vector<std::uint64_t> latencies_ns;  // per request, sorted
+  std::string error;
+
+  double ops_per_s() const { return seconds > 0 ? ops / seconds : 0; }
+  std::uint64_t Percentile(double p) const {
+    if (latencies_ns.empty()) return 0;
+    const std::size_t i = std::min(latencies_ns.size() - 1,
+                                   static_cast<std::size_t>(p * latencies_ns.size()));
+    return latencies_ns[i];
+  }
+};
+
+// A backend driven by one benchmark thread: kvdepot or Redis, over one connection.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Sends `n` requests for keys[i] (PUT: value), then reads their n responses.
+  virtual Status Batch(BenchOp op, const std::vector<const std::string*>& keys,
+                       std::span<const std::byte> value) = 0;
+};
+
+class KvdepotBackend : public Backend {
+ public:
+  static Result<std::unique_ptr<Backend>> Connect(const std::string& addr) {
+    client::ClientOptions o;
+    o.address = addr;
+    KVD_ASSIGN_OR_RETURN(auto c, client::Connection::Connect(o));
+    auto b = std::make_unique<KvdepotBackend>();
+    b->conn_ = std::move(c);
+    return std::unique_ptr<Backend>(std::move(b));
+  }
+  Status Batch(BenchOp op, const std::vector<const std::string*>& keys,
+               std::span<const std::byte> value) override {
+    for (const std::string* key : keys) {
+      if (op == BenchOp::kPut) {
+        KVD_RETURN_IF_ERROR(conn_->SendPut(*key, value).status());
+      } else {
+        const std::string one[] = {*key};
+        body_ = protocol::EncodeKeyList(one);
+        KVD_RETURN_IF_ERROR(conn_->SendRequest(op == BenchOp::kGet ? protocol::Op::kGet
+                                                                   : protocol::Op::kLookup,
+                                               body_)
+                                .status());
+      }
+    }
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      KVD_ASSIGN_OR_RETURN(protocol::FrameHeader h, conn_->ReadResponse(response_));
+      if (h.status != 0) {
+        return Status(static_cast<StatusCode>(h.status), "kvdepot answered " +
+                                                             std::string(StatusCodeName(
+                                                                 static_cast<StatusCode>(h.status))));
+      }
+      if (op == BenchOp::kGet && response_.size() != protocol::kGetItemPrefixBytes + value.size()) {
+        return Corruption("kvdepot returned " + std::to_string(response_.size()) + " bytes");
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::unique_ptr<client::Connection> conn_;
+  std::vector<std::byte> body_, response_;
+};
+
+// Minimal RESP client: SET / GET / EXISTS.
+class RedisBackend : public Backend {
+ public:
+  static Result<std::unique_ptr<Backend>> Connect(const std::string& addr) {
+    const auto colon = addr.rfind(':');
+    if (colon == std::string::npos) return InvalidArgument("--redis expects HOST:PORT");
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (int rc = getaddrinfo(addr.substr(0, colon).c_str(), addr.substr(colon + 1).c_str(),
+                             &hints, &res);
+        rc != 0) {
+      return Unavailable("redis " + addr + ": " + gai_strerror(rc));
+    }
+    const int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int rc = fd < 0 ? -1 : ::connect(fd, res->ai_addr, res->ai_addrlen);
+    const int err = errno;
+    freeaddrinfo(res);
+    if (rc != 0) {
+      if (fd >= 0) ::close(fd);
+      return Status(StatusCode::kUnavailable, StatusFromErrno(err, "redis " + addr).message());
+    }
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    auto b = std::make_unique<RedisBackend>();
+    b->fd_ = fd;
+    return std::unique_ptr<Backend>(std::move(b));
+  }
+  ~RedisBackend() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status Batch(BenchOp op, const std::vector<const std::string*>& keys,
+               std::span<const std::byte> value) override {
+    for (const std::string* key : keys) {
+      std::string head;
+      if (op == BenchOp::kPut) {
+        head = "*3\r\n$3\r\nSET\r\n$" + std::to_string(key->size()) + "\r\n" + *key + "\r\n$" +
+               std::to_string(value.size()) + "\r\n";
+      } else {
+        const char* cmd = op == BenchOp::kGet ? "$3\r\nGET\r\n" : "$6\r\nEXISTS\r\n";
+        head = std::string("*2\r\n") + cmd + "$" + std::to_string(key->size()) + "\r\n" + *key +
+               "\r\n";
+      }
+      iovec iov[3] = {{head.data(), head.size()},
+                      {const_cast<std::byte*>(value.data()), value.size()},
+                      {const_cast<char*>("\r\n"), 2}};
+      KVD_RETURN_IF_ERROR(WriteV(op == BenchOp::kPut ? std::span(iov, 3) : std::span(iov, 1)));
+    }
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      KVD_ASSIGN_OR_RETURN(std::string line, ReadLine());
+      if (line.empty() || line[0] == '-') return Unavailable("redis error: " + line);
+      if (line[0] == '$') {
+        const long long n = std::stoll(line.substr(1));
+        if (n >= 0) {
+          KVD_RETURN_IF_ERROR(Skip(static_cast<std::size_t>(n) + 2));
+          if (static_cast<std::uint64_t>(n) != value.size()) return Corruption("redis value size");
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Status WriteV(std::span<iovec> iov) {
+    std::vector<iovec> v(iov.begin(), iov.end());
+    std::size_t first = 0;
+    while (first < v.size()) {
+      const ssize_t n = ::writev(fd_, v.data() + first, static_cast<int>(v.size() - first));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return StatusFromErrno(errno, "redis write");
+      }
+      std::size_t left = static_cast<std::size_t>(n);
+      while (first < v.size() && left >= v[first].iov_len) left -= v[first++].iov_len;
+      if (first < v.size()) {
+        v[first].iov_base = static_cast<char*>(v[first].iov_base) + left;
+        v[first].iov_len -= left;
+      }
+    }
+    return Status::Ok();
+  }
+  Status Fill() {
+    if (pos_ == len_) pos_ = len_ = 0;
+    if (len_ == buf_.size()) {
+      buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(pos_));
+      len_ -= pos_;
+      pos_ = 0;
+    }
+    const ssize_t n = ::read(fd_, buf_.data() + len_, buf_.size() - len_);
+    if (n <= 0) return Unavailable("redis connection closed");
+    len_ += static_cast<std::size_t>(n);
+    return Status::Ok();
+  }
+  Result<std::string> ReadLine() {
+    while (true) {
+      for (std::size_t i = pos_; i + 1 < len_; ++i) {
+        if (buf_[i] == '\r' && buf_[i + 1] == '\n') {
+          std::string line(buf_.data() + pos_, i - pos_);
+          pos_ = i + 2;
+          return line;
+        }
+      }
+      KVD_RETURN_IF_ERROR(Fill());
+    }
+  }
+  Status Skip(std::size_t n) {
+    while (n > 0) {
+      if (pos_ == len_) {
+        KVD_RETURN_IF_ERROR(Fill());
+        continue;
+      }
+      const std::size_t take = std::min(n, len_ - pos_);
+      pos_ += take;
+      n -= take;
+    }
+    return Status::Ok();
+  }
+  int fd_ = -1;
+  std::vector<char> buf_ = std::vector<char>(1 << 20);
+  std::size_t pos_ = 0, len_ = 0;
+};
+
+using Connector = Result<std::unique_ptr<Backend>> (*)(const std::string&);
+
+BenchResult RunOne(const std::string& target, const std::string& addr, Connector connect,
+                   const BenchConfig& cfg, Io io) {
+  BenchResult result;
+  result.target = target;
+  std::vector<std::string> keys;
+  for (std::uint32_t i = 0; i < cfg.keys; ++i) keys.push_back("bench/" + std::to_string(i));
+  std::vector<std::byte> value(cfg.value_size);
+  std::mt19937_64 fill(1);
+  for (auto& b : value) b = static_cast<std::byte>(fill());
+  {  // preload every key (GET and LOOKUP hit)
+    auto b = connect(addr);
+    if (!b.ok()) {
+      result.error = b.status().message();
+      return result;
+    }
+    for (const auto& k : keys) {
+      if (Status s = (*b)->Batch(BenchOp::kPut, {&k}, value); !s.ok()) {
+        result.error = "preload: " + s.message();
+        return result;
+      }
+    }
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> ops{0};
+  std::mutex mu;
+  std::string first_error;
+  std::vector<std::uint64_t> all_latencies;
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (std::uint32_t t = 0; t < cfg.connections; ++t) {
+    threads.emplace_back([&, t] {
+      auto backend = connect(addr);
+      std::vector<std::uint64_t> lat;
+      std::mt19937 rng(t + 1);
+      std::vector<const std::string*> batch(cfg.pipeline);
+      Status status = backend.status();
+      while (status.ok() && !stop.load(std::memory_order_relaxed)) {
+        for (auto& k : batch) k = &keys[rng() % keys.size()];
+        const auto t0 = Clock::now();
+        status = (*backend)->Batch(cfg.op, batch, value);
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0);
+        for (std::size_t i = 0; i < batch.size(); ++i) lat.push_back(static_cast<std::uint64_t>(ns.count()));
+        ops += batch.size();
+      }
+      std::lock_guard lock(mu);
+      if (!status.ok() && first_error.empty()) first_error = status.message();
+      all_latencies.insert(all_latencies.end(), lat.begin(), lat.end());
+    });
+  }
+  const bool tty = cfg.progress && ::isatty(STDERR_FILENO);
+  while (true) {
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    if (elapsed >= cfg.duration_s || !first_error.empty()) break;
+    if (tty) {
+      const int width = 30;
+      const int done = static_cast<int>(width * elapsed / cfg.duration_s);
+      std::fprintf(stderr, "\r%-8s [%s%s] %4.1f/%.1f s  %llu ops  %.2f GB/s ", target.c_str(),
+                   std::string(done, '=').c_str(), std::string(width - done, ' ').c_str(),
+                   elapsed, cfg.duration_s, static_cast<unsigned long long>(ops.load()),
+                   ops.load() * static_cast<double>(cfg.value_size) / elapsed / 1e9);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  stop = true;
+  for (auto& th : threads) th.join();
+  if (tty) std::fprintf(stderr, "\r%*s\r", 90, "");
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  result.ops = ops.load();
+  result.error = first_error;
+  std::sort(all_latencies.begin(), all_latencies.end());
+  result.latencies_ns = std::move(all_latencies);
+  (void)io;
+  return result;
+}
+
+}  // namespace
+
+Status RunBench(const std::string& addr, std::span<const char* const> argv, Io io) {
+  KVD_ASSIGN_OR_RETURN(
+      Args args, Args::Parse(argv, {{"--op", "--connections", "--value-size", "--keys",
+                                     "--duration", "--pipeline", "--redis"},
+                                    {"--json", "--no-progress", "--help"}}));
+  if (args.Has("--help")) {
+    io.out << "usage: kvdepot [--addr ADDR] bench [--op get|put|lookup] [--connections N]\n"
+              "       [--value-size SIZE] [--keys N] [--duration SECONDS] [--pipeline DEPTH]\n"
+              "       [--redis HOST:PORT] [--json] [--no-progress]\n"
+              "Preloads KEYS values, then runs the operation on random keys from N connections\n"
+              "for the duration; with --redis runs the same workload against Redis (SET, GET,\n"
+              "EXISTS) afterwards and prints both.\n";
+    return Status::Ok();
+  }
+  KVD_RETURN_IF_ERROR(args.ExpectPositional({}));
+  BenchConfig cfg;
+  const std::string op = args.Get("--op").value_or("get");
+  if (op == "get") cfg.op = BenchOp::kGet;
+  else if (op == "put") cfg.op = BenchOp::kPut;
+  else if (op == "lookup") cfg.op = BenchOp::kLookup;
+  else return UsageError("--op must be get, put or lookup");
+  KVD_ASSIGN_OR_RETURN(std::uint64_t conns, args.GetUint("--connections", 1, 1, 1024));
+  cfg.connections = static_cast<std::uint32_t>(conns);
+  if (const auto size = args.Get("--value-size")) {
+    std::uint64_t mul = 1;
+    std::string digits = *size;
+    for (const auto& [suffix, m] : {std::pair<const char*, std::uint64_t>{"MiB", 1 << 20},
+                                    {"KiB", 1 << 10}, {"M", 1 << 20}, {"K", 1 << 10}}) {
+      const std::string sfx = suffix;
+      if (digits.size() > sfx.size() && digits.compare(digits.size() - sfx.size(), sfx.size(), sfx) == 0) {
+        digits.resize(digits.size() - sfx.size());
+        mul = m;
+        break;
+      }
+    }
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(digits.c_str(), &end, 10);
+    if (digits.empty() || *end != '\0' || n * mul > (64ull << 20)) {
+      return UsageError("--value-size expects e.g. 4096, 64KiB or 8MiB (at most 64MiB)");
+    }
+    cfg.value_size = n * mul;
+  }
+  KVD_ASSIGN_OR_RETURN(std::uint64_t keys, args.GetUint("--keys", 64, 1, 1000000));
+  cfg.keys = static_cast<std::uint32_t>(keys);
+  KVD_ASSIGN_OR_RETURN(std::uint64_t duration, args.GetUint("--duration", 5, 1, 3600));
+  cfg.duration_s = static_cast<double>(duration);
+  KVD_ASSIGN_OR_RETURN(std::uint64_t depth, args.GetUint("--pipeline", 1, 1, 1024));
+  cfg.pipeline = static_cast<std::uint32_t>(depth);
+  cfg.progress = !args.Has("--no-progress");
+
+  std::vector<BenchResult> results;
+  results.push_back(RunOne("kvdepot", addr, &KvdepotBackend::Connect, cfg, io));
+  if (const auto redis = args.Get("--redis")) {
+    results.push_back(RunOne("redis", *redis, &RedisBackend::Connect, cfg, io));
+  }
+  if (args.Has("--json")) {
+    JsonWriter json(io.out);
+    json.BeginArray();
+    for (const auto& r : results) {
+      json.BeginObject();
+      json.Key("target").String(r.target).Key("op").String(op);
+      json.Key("connections").Uint(cfg.connections).Key("pipeline").Uint(cfg.pipeline);
+      json.Key("value_bytes").Uint(cfg.value_size).Key("ops").Uint(r.ops);
+      json.Key("seconds").Double(r.seconds).Key("ops_per_s").Double(r.ops_per_s());
+      json.Key("gb_per_s").Double(op == "lookup" ? 0 : r.ops_per_s() * cfg.value_size / 1e9);
+      json.Key("p50_us").Double(r.Percentile(0.5) / 1e3);
+      json.Key("p99_us").Double(r.Percentile(0.99) / 1e3);
+      json.Key("p999_us").Double(r.Percentile(0.999) / 1e3);
+      if (!r.error.empty()) json.Key("error").String(r.error);
+      json.EndObject();
+    }
+    json.EndArray();
+    io.out << "\n";
+  } else {
+    io.out << op << ", " << cfg.connections << " connection(s), pipeline " << cfg.pipeline
+           << ", values of " << cfg.value_size << " bytes, " << cfg.keys << " keys, "
+           << cfg.duration_s << " s\n";
+    io.out << std::left << std::setw(9) << "target" << std::right << std::setw(12) << "ops/s"
+           << std::setw(10) << "GB/s" << std::setw(11) << "p50 us" << std::setw(11) << "p99 us"
+           << std::setw(11) << "p999 us" << "\n";
+    for (const auto& r : results) {
+      io.out << std::left << std::setw(9) << r.target << std::right << std::fixed
+             << std::setprecision(0) << std::setw(12) << r.ops_per_s() << std::setprecision(3)
+             << std::setw(10) << (op == "lookup" ? 0.0 : r.ops_per_s() * cfg.value_size / 1e9)
+             << std::setprecision(1) << std::setw(11) << r.Percentile(0.5) / 1e3 << std::setw(11)
+             << r.Percentile(0.99) / 1e3 << std::setw(11) << r.Percentile(0.999) / 1e3 << "\n";
+      if (!r.error.empty()) io.out << "  " << r.target << " error: " << r.error << "\n";
+    }
+  }
+  for (const auto& r : results) {
+    if (!r.error.empty()) return Unavailable(r.target + ": " + r.error);
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvdepot::cli

@@ -17,6 +17,7 @@
 #include "kvdepot/compare.h"
 #include "kvdepot/container.h"
 #include "kvdepot/file_io.h"
+#include "kvdepot/hack.h"
 #include "kvdepot/npy.h"
 #include "kvdepot/synth.h"
 #include "kvdepot/tensor.h"
@@ -92,7 +93,9 @@ std::string FormatDouble(double v, int precision = 6) {
 
 Status Encode(std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(
-      Args args, Args::Parse(argv, {{"--codec", "--dtype", "--k-bins", "--v-bins"}, {"--quiet"}}));
+      Args args, Args::Parse(argv, {{"--codec", "--dtype", "--k-bins", "--v-bins", "--partition",
+                                     "--orientation", "--rounding", "--seed", "--sinks"},
+                                    {"--quiet"}}));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"IN.npy", "OUT.kvd"}));
   const std::string& in = args.positional()[0];
   const std::string& out = args.positional()[1];
@@ -102,6 +105,24 @@ Status Encode(std::span<const char* const> argv, Io io) {
   if (codec != CodecId::kCacheGen && (args.Has("--k-bins") || args.Has("--v-bins"))) {
     return UsageError("--k-bins and --v-bins apply to --codec cachegen only");
   }
+  for (const char* flag : {"--partition", "--orientation", "--rounding", "--seed", "--sinks"}) {
+    if (codec != CodecId::kHackInt2 && args.Has(flag)) {
+      return UsageError(std::string(flag) + " applies to --codec hack-int2 only");
+    }
+  }
+  KVD_ASSIGN_OR_RETURN(std::uint64_t partition,
+                       args.GetUint("--partition", options.hack.partition, 32, 128));
+  options.hack.partition = static_cast<std::uint32_t>(partition);
+  if (const auto name = args.Get("--orientation")) {
+    KVD_ASSIGN_OR_RETURN(options.hack.orientation, ParseHackOrientation(*name));
+  }
+  if (const auto name = args.Get("--rounding")) {
+    KVD_ASSIGN_OR_RETURN(options.hack.rounding, ParseHackRounding(*name));
+  }
+  KVD_ASSIGN_OR_RETURN(options.hack.seed, args.GetUint("--seed", 0, 0, UINT64_MAX));
+  KVD_ASSIGN_OR_RETURN(std::uint64_t sinks, args.GetUint("--sinks", 0, 0, kMaxTokens));
+  options.hack.sinks = static_cast<std::uint32_t>(sinks);
+  KVD_RETURN_IF_ERROR(ValidateHackOptions(options.hack));
   KVD_ASSIGN_OR_RETURN(bool bf16, InputIsBf16(args));
   KVD_ASSIGN_OR_RETURN(KvTensor tensor, LoadTensor(in, bf16));
   if (args.Has("--dtype") && !bf16) {
@@ -361,6 +382,10 @@ void PrintCodecUsage(std::ostream& out) {
          "  codec encode [--codec raw|cachegen|hack-int2] [--dtype fp16|bf16|fp32] IN.npy OUT.kvd\n"
          "               cachegen: [--k-bins SPEC] [--v-bins SPEC], SPEC = B or B1:N1,...,Bk\n"
          "               (default K 32:10,16 and V 32:2,16; 32 everywhere below 10 layers)\n"
+         "               hack-int2: [--partition 32|64|128] [--orientation channel|token]\n"
+         "               [--rounding nearest|stochastic] [--seed N] [--sinks N]\n"
+         "               (default 64, channel, nearest; --seed for stochastic rounding; --sinks N\n"
+         "               keeps the first N tokens unquantized, for a sequence's first chunk)\n"
          "  codec decode [--dtype fp16|bf16|fp32] IN.kvd OUT.npy\n"
          "  codec inspect [--json] IN.kvd\n"
          "  codec compare [--json] [--expect-bit-exact] [--max-rel-l2 X] A B   (.npy or .kvd)\n"

@@ -352,4 +352,37 @@ Result<protocol::ScanResult> Client::Scan(const protocol::ScanRequest& request) 
   return WithConnection([&](Connection& c) { return c.Scan(request); });
 }
 
+Result<PrefixLookup> Client::LookupPrefix(const Namespace& ns,
+                                          std::span<const std::uint32_t> tokens) {
+  PrefixLookup out;
+  KVD_ASSIGN_OR_RETURN(out.keys, ChunkKeysForTokens(ns, tokens, /*include_partial_last=*/false));
+  if (out.keys.empty()) return out;
+  std::vector<std::string> wire;
+  wire.reserve(out.keys.size());
+  for (const ChunkKey& k : out.keys) {
+    wire.emplace_back(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size());
+  }
+  for (std::size_t first = 0; first < wire.size(); first += options_.limits.max_batch) {
+    const std::size_t n = std::min<std::size_t>(options_.limits.max_batch, wire.size() - first);
+    KVD_ASSIGN_OR_RETURN(protocol::LookupResult r,
+                         Lookup(std::span<const std::string>(wire).subspan(first, n)));
+    if (out.prefix_length == first) out.prefix_length += r.prefix_length;
+    out.tiers.insert(out.tiers.end(), r.tiers.begin(), r.tiers.end());
+  }
+  return out;
+}
+
+std::future<Status> Client::PutAsync(std::string key, std::vector<std::byte> value) {
+  return std::async(std::launch::async, [this, key = std::move(key), value = std::move(value)] {
+    return Put(key, value);
+  });
+}
+
+std::future<Status> Client::GetAsync(std::vector<std::string> keys, GetCallback on_item) {
+  return std::async(std::launch::async,
+                    [this, keys = std::move(keys), on_item = std::move(on_item)] {
+                      return Get(keys, on_item);
+                    });
+}
+
 }  // namespace kvdepot::client

@@ -30,8 +30,11 @@ using cachegen::kStateLow;
 
 constexpr std::uint32_t kFullMask = 0xffffffffu;
 constexpr std::uint32_t kMaxWarpsPerBlock = 8;
-constexpr std::uint32_t kWarpsPerBlock = 8;     // groups per block (fewer when the lk has fewer)
-constexpr std::uint32_t kStageWords = 6080;     // ~12 KiB per warp: Llama groups are 7-10 KiB
+// Groups per block (fewer when the lk has fewer). With 16 KiB of slot table and per warp 11.5 KiB
+// of stage + 4 KiB of output table, two 6-warp blocks fit an SM's 227 KiB (fp16/bf16 output).
+constexpr std::uint32_t kWarpsPerBlock = 6;
+constexpr std::uint32_t kStageWords = 5888;     // 11.5 KiB per warp: Llama groups are 7-10 KiB
+constexpr std::uint32_t kLutMinTokens = 64;     // output tables pay off from this many tokens
 constexpr std::size_t kParamsFixedBytes = 8;
 
 // Device error codes (low 4 bits of the error key).
@@ -110,12 +113,14 @@ struct GlobalWords {
 // returns 0 or a DecodeError. Every lane reads a word each step (the renormalising ones use it),
 // at an index clamped into the group, so that the step has no divergent branch and no read
 // leaves the group; a stream that ends early shows as pos > end after the last step.
-template <DType Out, bool Paged, typename Words>
-__device__ __forceinline__ std::uint32_t DecodeGroup(const CacheGenDecodeParams& p,
-                                                     const CacheGenDecodeChunkDesc& d,
-                                                     const std::uint32_t* table, Words word,
-                                                     std::uint32_t lk, std::uint32_t group,
-                                                     std::uint32_t begin, std::uint32_t end) {
+// With kLut, each pass first writes the lane's output element for every symbol into `lut`
+// ([kMaxBins][32] of the output type, this warp's) and the steps look their element up there,
+// which takes the dequantize-and-round arithmetic off the per-step path.
+template <DType Out, bool Paged, bool kLut, typename Words>
+__device__ __forceinline__ std::uint32_t DecodeGroup(
+    const CacheGenDecodeParams& p, const CacheGenDecodeChunkDesc& d, const std::uint32_t* table,
+    Words word, typename Storage<Out>::type* lut, std::uint32_t bins, std::uint32_t lk,
+    std::uint32_t group, std::uint32_t begin, std::uint32_t end) {
   using Elem = typename Storage<Out>::type;
   const std::uint32_t lane = threadIdx.x & 31u;
   const std::uint32_t C = p.channels, T = p.tokens, cpl = p.channels_per_lane;
@@ -139,6 +144,13 @@ __device__ __forceinline__ std::uint32_t DecodeGroup(const CacheGenDecodeParams&
     if (__ballot_sync(kFullMask, active) == 0) break;  // channels grow with k: none left
     const cachegen::ChannelScale sc =
         active ? LoadScale(d, std::uint64_t{lk} * C + c) : cachegen::ChannelScale{0.0f, 1.0f};
+    if constexpr (kLut) {
+      __syncwarp();
+      for (std::uint32_t q = 0; q < bins; ++q) {
+        lut[q * 32 + lane] = ToStorage<Out>(cachegen::Dequantize(q, sc));
+      }
+      __syncwarp();
+    }
     // Tokens in runs of consecutive output rows: one run per page (paged) or all of them.
     const std::uint32_t run_len = Paged ? p.page_size : T;
     const std::uint64_t row_stride = Paged ? p.row_stride : C;
@@ -164,7 +176,11 @@ __device__ __forceinline__ std::uint32_t DecodeGroup(const CacheGenDecodeParams&
         const std::uint32_t w = word(min(pos + __popc(ballot & lanemask_lt), last));
         x = active ? (need ? (advanced << 16) | w : advanced) : x;
         pos += __popc(ballot);
-        if (active) out[r * row_stride] = ToStorage<Out>(cachegen::Dequantize(q, sc));
+        if constexpr (kLut) {
+          if (active) out[r * row_stride] = lut[q * 32 + lane];
+        } else {
+          if (active) out[r * row_stride] = ToStorage<Out>(cachegen::Dequantize(q, sc));
+        }
       }
     }
     if (pos > end) return kErrEarly;
@@ -177,6 +193,7 @@ __device__ __forceinline__ std::uint32_t DecodeGroup(const CacheGenDecodeParams&
 template <DType Out, bool Paged>
 __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32)
     CacheGenDecodeKernel(const CacheGenDecodeParams p) {
+  using Elem = typename Storage<Out>::type;
   extern __shared__ uint4 smem[];
   std::uint32_t* table = reinterpret_cast<std::uint32_t*>(smem);  // [kProbScale]
   std::uint16_t* stage_all = reinterpret_cast<std::uint16_t*>(table + kProbScale);
@@ -274,9 +291,19 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32)
     }
     for (std::uint32_t w = a + (vecs << 3) + lane; w < end; w += 32) stage[w - a] = d.codes[w];
     __syncwarp();
-    code = DecodeGroup<Out, Paged>(p, d, table, SharedWords{stage, a}, lk, group, begin, end);
+    if (p.lut_elem_bytes != 0) {
+      Elem* lut = reinterpret_cast<Elem*>(stage_all + std::size_t{p.warps_per_block} *
+                                                          p.stage_words) +
+                  std::size_t{warp} * cachegen::kMaxBins * 32;
+      code = DecodeGroup<Out, Paged, true>(p, d, table, SharedWords{stage, a}, lut, s_bins, lk,
+                                           group, begin, end);
+    } else {
+      code = DecodeGroup<Out, Paged, false>(p, d, table, SharedWords{stage, a}, nullptr, s_bins,
+                                            lk, group, begin, end);
+    }
   } else {
-    code = DecodeGroup<Out, Paged>(p, d, table, GlobalWords{d.codes}, lk, group, begin, end);
+    code = DecodeGroup<Out, Paged, false>(p, d, table, GlobalWords{d.codes}, nullptr, s_bins, lk,
+                                          group, begin, end);
   }
   if (code != 0 && lane == 0) ReportError(p.error, chunk, g, code);
 }
@@ -458,7 +485,9 @@ Result<CacheGenContainerInfo> ParseCacheGenContainer(std::span<const std::byte> 
 
 std::size_t CacheGenDecodeSharedBytes(const CacheGenDecodeParams& params) {
   return std::size_t{kProbScale} * 4 +
-         std::size_t{params.warps_per_block} * params.stage_words * 2;
+         std::size_t{params.warps_per_block} *
+             (std::size_t{params.stage_words} * 2 +
+              std::size_t{params.lut_elem_bytes} * cachegen::kMaxBins * 32);
 }
 
 template <DType Out, bool Paged>
@@ -639,6 +668,8 @@ Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
   params.blocks_per_lk =
       (params.groups_per_lk + params.warps_per_block - 1) / params.warps_per_block;
   params.stage_words = kStageWords;
+  params.lut_elem_bytes =
+      shape.tokens >= kLutMinTokens ? static_cast<std::uint32_t>(DTypeSize(target.dtype)) : 0u;
   const std::uint64_t blocks =
       std::uint64_t{params.num_chunks} * params.layers * 2 * params.blocks_per_lk;
   if (blocks > INT32_MAX) return InvalidArgument(what + ": batch too large for one launch");

@@ -112,9 +112,9 @@ __device__ void MinMaxScalesTile(const CacheGenEncodeParams& p, std::uint32_t ch
   float mn[V], mx[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) mn[v] = mx[v] = 0.0f;
-  std::uint64_t bad = ~std::uint64_t{0};
+  bool nonfinite = false;
+  const std::uint64_t base = (std::uint64_t{lk} * T) * C + c0;
   if (c0 < C && t0 < t1) {
-    const std::uint64_t base = (std::uint64_t{lk} * T) * C + c0;
     // The first token initialises (as the CPU's `t == 0 ||`), later ones replace only when
     // strictly smaller/larger: among equal values (+0/-0) the first occurrence wins.
     {
@@ -122,13 +122,11 @@ __device__ void MinMaxScalesTile(const CacheGenEncodeParams& p, std::uint32_t ch
       LoadVec<In, V>(in, base + std::uint64_t{t0} * C, f);
 #pragma unroll
       for (int v = 0; v < V; ++v) {
-        if (!cachegen::IsFiniteFloat(f[v]) && bad == ~std::uint64_t{0}) {
-          bad = base + std::uint64_t{t0} * C + v;
-        }
+        nonfinite |= !cachegen::IsFiniteFloat(f[v]);
         mn[v] = mx[v] = f[v];
       }
     }
-    constexpr int kUnroll = 4;
+    constexpr int kUnroll = 2;
     for (std::uint32_t t = t0 + 1; t < t1; t += kUnroll) {
       float f[kUnroll][V];
 #pragma unroll
@@ -141,10 +139,7 @@ __device__ void MinMaxScalesTile(const CacheGenEncodeParams& p, std::uint32_t ch
 #pragma unroll
           for (int v = 0; v < V; ++v) {
             const float x = f[u][v];
-            if (!cachegen::IsFiniteFloat(x)) {
-              const std::uint64_t i = base + std::uint64_t{t + u} * C + v;
-              bad = i < bad ? i : bad;
-            }
+            nonfinite |= !cachegen::IsFiniteFloat(x);
             if (x < mn[v]) mn[v] = x;
             if (x > mx[v]) mx[v] = x;
           }
@@ -152,7 +147,16 @@ __device__ void MinMaxScalesTile(const CacheGenEncodeParams& p, std::uint32_t ch
       }
     }
   }
-  if (bad != ~std::uint64_t{0}) {
+  if (nonfinite) {
+    // Rare: find this thread's first non-finite element (flat index order) for the error.
+    std::uint64_t bad = ~std::uint64_t{0};
+    for (std::uint32_t t = t0; t < t1 && bad == ~std::uint64_t{0}; ++t) {
+      float f[V];
+      LoadVec<In, V>(in, base + std::uint64_t{t} * C, f);
+      for (int v = V - 1; v >= 0; --v) {
+        if (!cachegen::IsFiniteFloat(f[v])) bad = base + std::uint64_t{t} * C + v;
+      }
+    }
     atomicMax(&p.status[chunk * kStatusWords + 1], ~static_cast<unsigned long long>(bad));
   }
 #pragma unroll
@@ -241,7 +245,7 @@ __device__ void QuantizeTile(const CacheGenEncodeParams& p, std::uint32_t chunk,
     std::uint8_t* sym = p.symbols + std::uint64_t{chunk} * lks * T * C + base;
     std::uint32_t t0, t1;
     RowRange(T, row, &t0, &t1);
-    constexpr int kUnroll = 4;
+    constexpr int kUnroll = 2;
     for (std::uint32_t t = t0; t < t1; t += kUnroll) {
       float f[kUnroll][V];
 #pragma unroll
@@ -347,50 +351,50 @@ __global__ void __launch_bounds__(kEncodeWarps * 32) EncodeKernel(const CacheGen
   const std::uint32_t groups = lks * p.groups_per_lk;
   const std::uint32_t g = lk * p.groups_per_lk + group;
   std::uint16_t* region = p.streams + (std::uint64_t{chunk} * groups + g) * p.stream_cap;
-  std::uint16_t* top = region + p.stream_cap - 1;  // emission e goes to top[-e]
+  const std::uint32_t top = p.stream_cap - 1;  // emission e goes to region[top - e]
   const std::uint32_t lanemask_gt = lane == 31 ? 0u : (~0u << (lane + 1));
   const std::uint8_t* sym_lk = p.symbols + (std::uint64_t{chunk} * lks + lk) * T * C;
   std::uint32_t x = kStateLow;
   std::uint32_t emitted = 0;
+  // One step: the lane's symbol entry e (freq | cum << 16; inactive lanes pass freq 1 and keep
+  // their state), the ballot of emitting lanes, their words at consecutive descending positions.
+  auto step = [&](bool active, std::uint32_t e) {
+    std::uint32_t y = x;
+    std::uint16_t w = 0;
+    const bool emit = cachegen::RansEncodeStep(&y, e & 0xffffu, e >> 16, &w) && active;
+    x = active ? y : x;
+    const std::uint32_t ballot = __ballot_sync(kFullMask, emit);
+    if (emit) region[top - (emitted + __popc(ballot & lanemask_gt))] = w;
+    emitted += __popc(ballot);
+  };
   for (std::uint32_t k = cpl; k-- > 0;) {
     const std::uint32_t c = cachegen::LaneChannel(group, k, lane, cpl);
     const bool active = c < C;
     if (__ballot_sync(kFullMask, active) == 0) continue;
-    const std::uint8_t* sym = sym_lk + c;
-    constexpr int kUnroll = 8;
-    for (std::uint32_t t_hi = T; t_hi > 0;) {
-      // Tokens t_hi - 1 down to t_hi - n, symbols loaded first (independent loads in flight).
-      const std::uint32_t n = t_hi < kUnroll ? t_hi : kUnroll;
+    // Symbols of tokens t_hi - 1 .. t_hi - kUnroll are loaded and looked up before their steps
+    // run, so that the loads and the reciprocal of each step's frequency overlap the state chain.
+    const std::uint8_t* sym = sym_lk + (active ? c : 0u);
+    constexpr std::uint32_t kUnroll = 8;
+    std::uint32_t t_hi = T;
+    for (; t_hi >= kUnroll; t_hi -= kUnroll) {
       std::uint32_t q[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        q[u] = (active && static_cast<std::uint32_t>(u) < n)
-                   ? sym[std::uint64_t{t_hi - 1 - u} * C]
-                   : 0u;
-      }
+      for (std::uint32_t u = 0; u < kUnroll; ++u) q[u] = sym[(t_hi - 1 - u) * C];
+      std::uint32_t e[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (static_cast<std::uint32_t>(u) >= n) break;
-        std::uint16_t w = 0;
-        bool emit = false;
-        if (active) {
-          const std::uint32_t e = s_table[q[u]];
-          emit = cachegen::RansEncodeStep(&x, e & 0xffffu, e >> 16, &w);
-        }
-        const std::uint32_t ballot = __ballot_sync(kFullMask, emit);
-        if (emit) top[-static_cast<std::int64_t>(emitted + __popc(ballot & lanemask_gt))] = w;
-        emitted += __popc(ballot);
-      }
-      t_hi -= n;
+      for (std::uint32_t u = 0; u < kUnroll; ++u) e[u] = active ? s_table[q[u]] : 1u;
+#pragma unroll
+      for (std::uint32_t u = 0; u < kUnroll; ++u) step(active, e[u]);
     }
+    for (; t_hi > 0; --t_hi) step(active, active ? s_table[sym[(t_hi - 1) * C]] : 1u);
   }
   // Final states of the stateful lanes (a prefix), pushed lanes descending, hi then lo.
   const bool stateful = cachegen::LaneChannel(group, 0, lane, cpl) < C;
   const std::uint32_t n_state = __popc(__ballot_sync(kFullMask, stateful));
   if (stateful) {
     const std::uint32_t e_hi = emitted + 2 * (n_state - 1 - lane);
-    top[-static_cast<std::int64_t>(e_hi)] = static_cast<std::uint16_t>(x >> 16);
-    top[-static_cast<std::int64_t>(e_hi + 1)] = static_cast<std::uint16_t>(x & 0xffffu);
+    region[top - e_hi] = static_cast<std::uint16_t>(x >> 16);
+    region[top - e_hi - 1] = static_cast<std::uint16_t>(x & 0xffffu);
   }
   emitted += 2 * n_state;
   if (lane == 0) p.lengths[std::uint64_t{chunk} * groups + g] = emitted;

@@ -162,6 +162,37 @@ TEST_F(ServerTest, MultiKeyOperations) {
   }
 }
 
+TEST_F(ServerTest, PrefixLookupAndAsyncCalls) {
+  StartServer();
+  client::Client cl(Unix());
+  Namespace ns;
+  ns.model = "test-model";
+  std::vector<std::uint32_t> tokens(256 * 3 + 10);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint32_t>(i);
+  auto before = cl.LookupPrefix(ns, tokens);
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  ASSERT_EQ(before->keys.size(), 3u) << "full chunks only";
+  EXPECT_EQ(before->prefix_length, 0u);
+  std::vector<std::future<Status>> puts;
+  for (int i = 0; i < 2; ++i) {
+    const ChunkKey& k = before->keys[static_cast<std::size_t>(i)];
+    puts.push_back(cl.PutAsync(std::string(reinterpret_cast<const char*>(k.bytes.data()), 48),
+                               Bytes(1000, static_cast<std::uint64_t>(i))));
+  }
+  for (auto& f : puts) EXPECT_TRUE(f.get().ok());
+  auto after = cl.LookupPrefix(ns, tokens);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->prefix_length, 2u);
+  std::vector<std::string> keys;
+  for (const ChunkKey& k : after->keys) {
+    keys.emplace_back(reinterpret_cast<const char*>(k.bytes.data()), 48);
+  }
+  int hits = 0;
+  auto got = cl.GetAsync(keys, [&](const client::GetItem& item) { hits += item.status.ok(); });
+  EXPECT_TRUE(got.get().ok());
+  EXPECT_EQ(hits, 2);
+}
+
 TEST_F(ServerTest, PipelinedRequestsAllComplete) {
   StartServer();
   auto c = Connect(Tcp());

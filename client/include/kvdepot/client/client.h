@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -21,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvdepot/chunk_key.h"
 #include "kvdepot/protocol.h"
 #include "kvdepot/status.h"
 
@@ -85,9 +87,25 @@ class Connection {
   std::uint64_t next_id_ = 1;
 };
 
+// LookupPrefix's answer: the chunk keys of a token sequence and how many leading ones are cached.
+struct PrefixLookup {
+  std::vector<ChunkKey> keys;
+  std::uint32_t prefix_length = 0;
+  std::vector<protocol::Tier> tiers;
+};
+
 class Client {
  public:
   explicit Client(ClientOptions options) : options_(std::move(options)) {}
+
+  // Chunk keys for `tokens` in namespace `ns` (full chunks only: a partial last chunk is not
+  // stored), then one LOOKUP round trip for all of them.
+  Result<PrefixLookup> LookupPrefix(const Namespace& ns, std::span<const std::uint32_t> tokens);
+
+  // Asynchronous forms: each runs on its own thread with a pooled connection; the future holds
+  // the result. The callback of GetAsync runs on that thread.
+  std::future<Status> PutAsync(std::string key, std::vector<std::byte> value);
+  std::future<Status> GetAsync(std::vector<std::string> keys, GetCallback on_item);
 
   Status Ping();
   Status Put(std::string_view key, std::span<const std::byte> value);

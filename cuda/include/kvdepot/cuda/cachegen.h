@@ -116,6 +116,7 @@ struct CacheGenDecodeParams {
   std::uint32_t warps_per_block; // groups decoded by one block (all of one (layer, K|V))
   std::uint32_t blocks_per_lk;   // ceil(groups_per_lk / warps_per_block)
   std::uint32_t stage_words;     // per-warp shared-memory staging of a group's words (multiple of 8)
+  std::uint32_t lut_elem_bytes;  // per-warp output table [64][32] of this element size (0: none)
 };
 
 // Enqueues the decode kernel on `stream` (grid: num_chunks * 2 * layers * blocks_per_lk blocks of

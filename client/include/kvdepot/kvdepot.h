@@ -1,0 +1,89 @@
+/* libkvdepot C API: a thin C interface to the kvdepot client library, for engines and bindings
+ * in other languages (Python ctypes/cffi, Rust, Go).
+ *
+ * Every function returns a kvdepot status code (0 = KVDEPOT_OK; the values are those of the
+ * protocol, docs/protocol.md). After a failure, kvdepot_last_error(client) describes it until the
+ * next call on that client. A kvdepot_client may be used from one thread at a time; open one per
+ * thread (each holds a small connection pool and reconnects after a broken connection).
+ * A failed GET never hands out partial bytes. */
+#ifndef KVDEPOT_KVDEPOT_H_
+#define KVDEPOT_KVDEPOT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+  KVDEPOT_OK = 0,
+  KVDEPOT_INVALID_ARGUMENT = 1,
+  KVDEPOT_NOT_FOUND = 2,
+  KVDEPOT_CORRUPTION = 3,
+  KVDEPOT_OUT_OF_RANGE = 4,
+  KVDEPOT_RESOURCE_EXHAUSTED = 5,
+  KVDEPOT_IO_ERROR = 6,
+  KVDEPOT_UNAVAILABLE = 7,
+  KVDEPOT_UNIMPLEMENTED = 8,
+  KVDEPOT_INTERNAL = 9
+};
+
+/* Tiers reported by kvdepot_lookup. */
+enum { KVDEPOT_TIER_NONE = 0, KVDEPOT_TIER_GPU = 1, KVDEPOT_TIER_HOST = 2, KVDEPOT_TIER_SSD = 3 };
+
+typedef struct kvdepot_client kvdepot_client;
+
+/* address: "HOST:PORT" or "unix:/path". timeout_ms: per send/receive (0: 30 s).
+ * On success *out is a client to release with kvdepot_close; a client is returned even when the
+ * daemon is unreachable (connections are made on demand), so configuration errors surface here
+ * and availability errors at the first call. */
+int kvdepot_open(const char* address, int timeout_ms, kvdepot_client** out);
+void kvdepot_close(kvdepot_client* client);
+/* The last failure's message ("" after a success). Owned by the client. */
+const char* kvdepot_last_error(const kvdepot_client* client);
+
+int kvdepot_ping(kvdepot_client* client);
+int kvdepot_put(kvdepot_client* client, const void* key, size_t key_len, const void* value,
+                size_t value_len);
+/* On success *value points to a kvdepot_free-able buffer of *value_len bytes.
+ * KVDEPOT_NOT_FOUND on a miss (*value = NULL). */
+int kvdepot_get(kvdepot_client* client, const void* key, size_t key_len, void** value,
+                size_t* value_len);
+void kvdepot_free(void* buffer);
+/* Keys in prefix order. *prefix_length: how many leading keys are cached; tiers (may be NULL):
+ * count entries, one KVDEPOT_TIER_* per key. One round trip. */
+int kvdepot_lookup(kvdepot_client* client, const void* const* keys, const size_t* key_lens,
+                   size_t count, size_t* prefix_length, uint8_t* tiers);
+/* KVDEPOT_NOT_FOUND when the key was absent. */
+int kvdepot_delete(kvdepot_client* client, const void* key, size_t key_len);
+
+/* A chunk-key namespace (docs/format.md section 2). dtype: 1 fp16, 2 bf16, 3 fp32; codec: 0 raw,
+ * 1 cachegen, 2 hack-int2; chunk_tokens 0 means 256. tenant may be NULL; salt may be NULL. */
+typedef struct kvdepot_namespace {
+  const char* model;
+  uint32_t tp_world_size;
+  uint32_t tp_rank;
+  uint8_t dtype;
+  uint8_t codec;
+  const char* tenant;
+  const void* salt;
+  size_t salt_len;
+  uint32_t chunk_tokens;
+} kvdepot_namespace;
+
+#define KVDEPOT_CHUNK_KEY_BYTES 48
+
+/* Writes the 48-byte keys of the chunks of `tokens` (the last partial chunk included when
+ * include_partial) into keys_out (capacity keys_capacity keys); *n_keys receives the count.
+ * KVDEPOT_OUT_OF_RANGE when keys_capacity is too small (*n_keys says how many are needed).
+ * Needs no client: pure computation. */
+int kvdepot_chunk_keys(const kvdepot_namespace* ns, const uint32_t* tokens, size_t n_tokens,
+                       int include_partial, uint8_t* keys_out, size_t keys_capacity,
+                       size_t* n_keys);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* KVDEPOT_KVDEPOT_H_ */

@@ -1,0 +1,166 @@
+// The C API (kvdepot/kvdepot.h) over the C++ client. No exception or C++ type crosses it.
+#include "kvdepot/kvdepot.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "kvdepot/chunk_key.h"
+#include "kvdepot/client/client.h"
+
+struct kvdepot_client {
+  explicit kvdepot_client(kvdepot::client::ClientOptions options) : client(std::move(options)) {}
+  kvdepot::client::Client client;
+  std::string last_error;
+};
+
+namespace {
+
+int Report(kvdepot_client* c, const kvdepot::Status& s) {
+  if (c != nullptr) c->last_error = s.ok() ? "" : s.message();
+  return static_cast<int>(s.code());
+}
+
+std::string_view AsKey(const void* key, std::size_t len) {
+  return {static_cast<const char*>(key), len};
+}
+
+template <typename Fn>
+int Guard(kvdepot_client* c, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return Report(c, kvdepot::ResourceExhausted("out of memory"));
+  } catch (...) {
+    return Report(c, kvdepot::Internal("unexpected exception"));
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+int kvdepot_open(const char* address, int timeout_ms, kvdepot_client** out) {
+  if (address == nullptr || out == nullptr) return KVDEPOT_INVALID_ARGUMENT;
+  *out = nullptr;
+  const std::string addr(address);
+  if (addr.rfind("unix:", 0) != 0 && addr.rfind(':') == std::string::npos) {
+    return KVDEPOT_INVALID_ARGUMENT;
+  }
+  kvdepot::client::ClientOptions options;
+  options.address = addr;
+  if (timeout_ms > 0) options.timeout = std::chrono::milliseconds(timeout_ms);
+  *out = new (std::nothrow) kvdepot_client(std::move(options));
+  return *out == nullptr ? KVDEPOT_RESOURCE_EXHAUSTED : KVDEPOT_OK;
+}
+
+void kvdepot_close(kvdepot_client* client) { delete client; }
+
+const char* kvdepot_last_error(const kvdepot_client* client) {
+  return client == nullptr ? "no client" : client->last_error.c_str();
+}
+
+int kvdepot_ping(kvdepot_client* c) {
+  if (c == nullptr) return KVDEPOT_INVALID_ARGUMENT;
+  return Guard(c, [&] { return Report(c, c->client.Ping()); });
+}
+
+int kvdepot_put(kvdepot_client* c, const void* key, size_t key_len, const void* value,
+                size_t value_len) {
+  if (c == nullptr || key == nullptr || (value == nullptr && value_len != 0)) {
+    return KVDEPOT_INVALID_ARGUMENT;
+  }
+  return Guard(c, [&] {
+    return Report(c, c->client.Put(AsKey(key, key_len),
+                                   {static_cast<const std::byte*>(value), value_len}));
+  });
+}
+
+int kvdepot_get(kvdepot_client* c, const void* key, size_t key_len, void** value,
+                size_t* value_len) {
+  if (c == nullptr || key == nullptr || value == nullptr || value_len == nullptr) {
+    return KVDEPOT_INVALID_ARGUMENT;
+  }
+  *value = nullptr;
+  *value_len = 0;
+  return Guard(c, [&] {
+    auto got = c->client.Get(AsKey(key, key_len));
+    if (!got.ok()) return Report(c, got.status());
+    if (!got->has_value()) return Report(c, kvdepot::NotFound("key not cached"));
+    const auto& bytes = **got;
+    void* buf = std::malloc(bytes.empty() ? 1 : bytes.size());
+    if (buf == nullptr) return Report(c, kvdepot::ResourceExhausted("out of memory"));
+    std::memcpy(buf, bytes.data(), bytes.size());
+    *value = buf;
+    *value_len = bytes.size();
+    return Report(c, kvdepot::Status::Ok());
+  });
+}
+
+void kvdepot_free(void* buffer) { std::free(buffer); }
+
+int kvdepot_lookup(kvdepot_client* c, const void* const* keys, const size_t* key_lens,
+                   size_t count, size_t* prefix_length, uint8_t* tiers) {
+  if (c == nullptr || keys == nullptr || key_lens == nullptr || prefix_length == nullptr ||
+      count == 0) {
+    return KVDEPOT_INVALID_ARGUMENT;
+  }
+  return Guard(c, [&] {
+    std::vector<std::string> list;
+    list.reserve(count);
+    for (size_t i = 0; i < count; ++i) list.emplace_back(AsKey(keys[i], key_lens[i]));
+    auto r = c->client.Lookup(list);
+    if (!r.ok()) return Report(c, r.status());
+    *prefix_length = r->prefix_length;
+    if (tiers != nullptr) {
+      for (size_t i = 0; i < count && i < r->tiers.size(); ++i) {
+        tiers[i] = static_cast<uint8_t>(r->tiers[i]);
+      }
+    }
+    return Report(c, kvdepot::Status::Ok());
+  });
+}
+
+int kvdepot_delete(kvdepot_client* c, const void* key, size_t key_len) {
+  if (c == nullptr || key == nullptr) return KVDEPOT_INVALID_ARGUMENT;
+  return Guard(c, [&] {
+    const std::string list[] = {std::string(AsKey(key, key_len))};
+    auto r = c->client.Delete(list);
+    if (!r.ok()) return Report(c, r.status());
+    return Report(c, (*r)[0] == kvdepot::StatusCode::kOk ? kvdepot::Status::Ok()
+                                                          : kvdepot::NotFound("key not cached"));
+  });
+}
+
+int kvdepot_chunk_keys(const kvdepot_namespace* ns, const uint32_t* tokens, size_t n_tokens,
+                       int include_partial, uint8_t* keys_out, size_t keys_capacity,
+                       size_t* n_keys) {
+  if (ns == nullptr || ns->model == nullptr || (tokens == nullptr && n_tokens != 0) ||
+      n_keys == nullptr) {
+    return KVDEPOT_INVALID_ARGUMENT;
+  }
+  return Guard(nullptr, [&] {
+    kvdepot::Namespace n;
+    n.model = ns->model;
+    n.tp_world_size = ns->tp_world_size;
+    n.tp_rank = ns->tp_rank;
+    n.dtype = static_cast<kvdepot::DType>(ns->dtype);
+    n.codec = static_cast<kvdepot::CodecId>(ns->codec);
+    if (ns->tenant != nullptr) n.tenant = ns->tenant;
+    if (ns->salt != nullptr) n.salt.assign(static_cast<const char*>(ns->salt), ns->salt_len);
+    if (ns->chunk_tokens != 0) n.chunk_tokens = ns->chunk_tokens;
+    auto keys = kvdepot::ChunkKeysForTokens(n, {tokens, n_tokens}, include_partial != 0);
+    if (!keys.ok()) return static_cast<int>(keys.status().code());
+    *n_keys = keys->size();
+    if (keys->size() > keys_capacity) return static_cast<int>(KVDEPOT_OUT_OF_RANGE);
+    for (size_t i = 0; i < keys->size(); ++i) {
+      std::memcpy(keys_out + i * KVDEPOT_CHUNK_KEY_BYTES, (*keys)[i].bytes.data(),
+                  KVDEPOT_CHUNK_KEY_BYTES);
+    }
+    return static_cast<int>(KVDEPOT_OK);
+  });
+}
+
+}  // extern "C"

@@ -69,7 +69,14 @@ class ConnectionBase {
 class Server::Impl {
  public:
   Impl(const ServerOptions& options, HostTier& tier)
-      : options_(options), tier_(tier), io_(static_cast<int>(options.io_threads)) {}
+      : options_(options), tier_(tier) {
+    // One io_context per I/O thread, each connection bound to one of them: a connection's
+    // handlers always run on the same thread (no cross-thread wake-ups, no strand needed).
+    for (std::uint32_t i = 0; i < std::max<std::uint32_t>(options.io_threads, 1); ++i) {
+      contexts_.push_back(std::make_unique<asio::io_context>(1));
+      guards_.emplace_back(asio::make_work_guard(*contexts_.back()));
+    }
+  }
 
   Status Start();
   void Stop();
@@ -104,7 +111,14 @@ class Server::Impl {
 
   ServerOptions options_;
   HostTier& tier_;
-  asio::io_context io_;
+  asio::io_context& io() { return *contexts_[0]; }  // acceptors and timers
+  asio::io_context::executor_type NextExecutor() {
+    return contexts_[next_context_++ % contexts_.size()]->get_executor();
+  }
+
+  std::vector<std::unique_ptr<asio::io_context>> contexts_;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
+  std::size_t next_context_ = 0;  // used by accept handlers, which all run on contexts_[0]
   std::unique_ptr<asio::ip::tcp::acceptor> tcp_;
   std::unique_ptr<asio::local::stream_protocol::acceptor> unix_;
   std::uint16_t tcp_port_ = 0;
@@ -496,9 +510,9 @@ class Connection : public ConnectionBase,
 template <typename Acceptor>
 void Server::Impl::Accept(Acceptor& acceptor) {
   using SocketType = typename Acceptor::protocol_type::socket::template rebind_executor<
-      asio::strand<asio::io_context::executor_type>>::other;
-  acceptor.async_accept(asio::make_strand(io_), [this, &acceptor](boost::system::error_code ec,
-                                                                  SocketType socket) {
+      asio::io_context::executor_type>::other;
+  acceptor.async_accept(NextExecutor(), [this, &acceptor](boost::system::error_code ec,
+                                                          SocketType socket) {
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
       Accept(acceptor);  // e.g. EMFILE: keep serving the connections we have
@@ -522,7 +536,7 @@ Status Server::Impl::Start() {
     const auto address = asio::ip::make_address(host_port.first, ec);
     if (ec) return InvalidArgument("listen address '" + options_.listen + "': " + ec.message());
     const asio::ip::tcp::endpoint endpoint(address, host_port.second);
-    tcp_ = std::make_unique<asio::ip::tcp::acceptor>(io_);
+    tcp_ = std::make_unique<asio::ip::tcp::acceptor>(io());
     if (tcp_->open(endpoint.protocol(), ec); !ec) {
       tcp_->set_option(asio::socket_base::reuse_address(true), ec);
       tcp_->bind(endpoint, ec);
@@ -537,7 +551,7 @@ Status Server::Impl::Start() {
     if (::lstat(options_.unix_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
       ::unlink(options_.unix_path.c_str());  // a stale socket from a previous run
     }
-    unix_ = std::make_unique<asio::local::stream_protocol::acceptor>(io_);
+    unix_ = std::make_unique<asio::local::stream_protocol::acceptor>(io());
     const asio::local::stream_protocol::endpoint endpoint(options_.unix_path);
     if (unix_->open(endpoint.protocol(), ec); !ec) unix_->bind(endpoint, ec);
     if (!ec) unix_->listen(asio::socket_base::max_listen_connections, ec);
@@ -545,8 +559,8 @@ Status Server::Impl::Start() {
     Accept(*unix_);
   }
   if (!tcp_ && !unix_) return InvalidArgument("no listener configured (listen and unix are empty)");
-  for (std::uint32_t i = 0; i < std::max<std::uint32_t>(options_.io_threads, 1); ++i) {
-    threads_.emplace_back([this] { io_.run(); });
+  for (auto& ctx : contexts_) {
+    threads_.emplace_back([c = ctx.get()] { c->run(); });
   }
   return Status::Ok();
 }
@@ -554,7 +568,7 @@ Status Server::Impl::Start() {
 void Server::Impl::Stop() {
   if (stopped_) return;
   stopped_ = true;
-  asio::post(io_, [this] {
+  asio::post(io(), [this] {
     boost::system::error_code ec;
     if (tcp_) tcp_->close(ec);
     if (unix_) unix_->close(ec);
@@ -570,7 +584,7 @@ void Server::Impl::Stop() {
   for (auto& c : live) c->BeginShutdown();
   live.clear();
   // Give connections kDrainTimeout to finish, then close whatever is left.
-  auto timer = std::make_shared<asio::steady_timer>(io_, kDrainTimeout);
+  auto timer = std::make_shared<asio::steady_timer>(io(), kDrainTimeout);
   timer->async_wait([this, timer](auto ec) {
     if (ec) return;
     std::lock_guard lock(mu_);
@@ -578,10 +592,12 @@ void Server::Impl::Stop() {
       if (auto c = weak.lock()) c->ForceClose();
     }
   });
-  // The timer keeps io_ busy; cancel it as soon as every connection is gone.
+  // Without work guards each context returns once its connections are gone; the timer keeps
+  // contexts_[0] busy until every connection is gone, then it is cancelled.
+  for (auto& g : guards_) g.reset();
   std::thread watcher([this, timer] {
     while (open_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    asio::post(io_, [timer] { timer->cancel(); });
+    asio::post(io(), [timer] { timer->cancel(); });
   });
   for (auto& t : threads_) t.join();
   watcher.join();

@@ -65,7 +65,7 @@ double HitRatio(const std::vector<std::string>& trace, EvictionPolicy policy,
                 std::uint64_t capacity_chunks) {
   constexpr std::size_t kValue = 1024;
   const std::uint64_t per_chunk = kValue + 16 + HostTier::kEntryOverhead;
-  HostTier tier({capacity_chunks * per_chunk, policy, 1});
+  HostTier tier(HostTierOptions::With(capacity_chunks * per_chunk, policy, 1));
   std::uint64_t hits = 0;
   for (const std::string& key : trace) {
     if (tier.Get(key)) {

@@ -101,10 +101,9 @@ Data Prepare(std::string name, KvTensor full) {
   for (std::uint32_t l = 0; l < full.shape.layers; ++l) {
     AttentionResult all;
     for (int q = 0; q < kQueriesPerLayer; ++q) {
-      auto r = DecodeAttention(full.view(), l,
-                               std::span<const float>(d.queries[l]).subspan(q * per_query,
-                                                                            per_query),
-                               o);
+      auto r = DecodeAttention(
+          full.view(), l, std::span<const float>(d.queries[l]).subspan(q * per_query, per_query),
+          o);
       all.out.insert(all.out.end(), r->out.begin(), r->out.end());
       all.top1.insert(all.top1.end(), r->top1.begin(), r->top1.end());
     }
@@ -223,14 +222,13 @@ int main(int argc, char** argv) {
   const KvTensor llama = *SynthesizeKv(SynthOptions{{32, 256, 8, 128}, 1, DType::kFloat16});
   auto c = EncodeHack(llama.view());
   auto sizes = HackSectionSizes(*ParseContainer(*c));
-  std::printf("Llama-3.1-8B-shaped chunk %s fp16, defaults: %zu bytes = %.4f of fp16 "
-              "(codes %llu, scales %llu, sums %llu, tail %llu, params %llu)\n",
-              llama.shape.ToString().c_str(), c->size(),
-              static_cast<double>(c->size()) / (llama.shape.elements() * 2.0),
-              static_cast<unsigned long long>(sizes->codes),
-              static_cast<unsigned long long>(sizes->scales),
-              static_cast<unsigned long long>(sizes->sums),
-              static_cast<unsigned long long>(sizes->tail),
-              static_cast<unsigned long long>(sizes->params));
+  std::printf(
+      "Llama-3.1-8B-shaped chunk %s fp16, defaults: %zu bytes = %.4f of fp16 "
+      "(codes %llu, scales %llu, sums %llu, tail %llu, params %llu)\n",
+      llama.shape.ToString().c_str(), c->size(),
+      static_cast<double>(c->size()) / (llama.shape.elements() * 2.0),
+      static_cast<unsigned long long>(sizes->codes), static_cast<unsigned long long>(sizes->scales),
+      static_cast<unsigned long long>(sizes->sums), static_cast<unsigned long long>(sizes->tail),
+      static_cast<unsigned long long>(sizes->params));
   return 0;
 }

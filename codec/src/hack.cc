@@ -29,10 +29,12 @@ constexpr SectionKind kSectionOrder[] = {SectionKind::kParams, SectionKind::kSca
                                          SectionKind::kSums, SectionKind::kCodes,
                                          SectionKind::kTail};
 
-bool IsFinite(float x) { return cachegen::IsFiniteFloat(x); }
+bool IsFinite(float x) {
+  return cachegen::IsFiniteFloat(x);
+}
 
-std::string Position(std::uint32_t layer, std::uint32_t kv, std::uint32_t token,
-                     std::uint32_t head, std::uint32_t d) {
+std::string Position(std::uint32_t layer, std::uint32_t kv, std::uint32_t token, std::uint32_t head,
+                     std::uint32_t d) {
   return "[" + std::to_string(layer) + ", " + std::to_string(kv) + ", " + std::to_string(token) +
          ", " + std::to_string(head) + ", " + std::to_string(d) + "]";
 }
@@ -227,8 +229,8 @@ Result<HackChunk> QuantizeHack(const KvTensorView& tensor, const HackOptions& op
             stochastic ? hack::QuantizeStochastic(x[e], q, hack::StochasticUniform(seed, e))
                        : hack::QuantizeNearest(x[e], q);
         codes[lay.code_offset(kv, t, d)] = static_cast<std::uint8_t>(code);
-        sums[lay.sum_offset(kv, t, d)] = static_cast<std::uint16_t>(sums[lay.sum_offset(kv, t, d)] +
-                                                                    code);
+        sums[lay.sum_offset(kv, t, d)] =
+            static_cast<std::uint16_t>(sums[lay.sum_offset(kv, t, d)] + code);
       }
     }
   });
@@ -294,7 +296,9 @@ Result<std::vector<std::byte>> EncodeHack(const KvTensorView& tensor, const Hack
 
 namespace {
 
-Status Bad(const std::string& what) { return Corruption("hack-int2 decode: " + what); }
+Status Bad(const std::string& what) {
+  return Corruption("hack-int2 decode: " + what);
+}
 
 // The one section of `kind`; other known kinds not flagged optional are corruption.
 Result<const SectionView*> Need(const ContainerView& view, SectionKind kind) {
@@ -314,8 +318,7 @@ Result<const SectionView*> Need(const ContainerView& view, SectionKind kind) {
     }
   }
   if (found == nullptr) {
-    return Bad("no " + std::string(SectionKindName(static_cast<std::uint32_t>(kind))) +
-               " section");
+    return Bad("no " + std::string(SectionKindName(static_cast<std::uint32_t>(kind))) + " section");
   }
   return found;
 }
@@ -375,8 +378,8 @@ Result<Sections> CheckStructure(const ContainerView& view, HackChunk& c) {
   const auto sinks = LoadLE<std::uint32_t>(p + kOffSinks);
   const KvShape& shape = view.header.shape;
   if (sinks > shape.tokens) {
-    return Bad("params field 'sinks' = " + std::to_string(sinks) + " exceeds tokens = " +
-               std::to_string(shape.tokens));
+    return Bad("params field 'sinks' = " + std::to_string(sinks) +
+               " exceeds tokens = " + std::to_string(shape.tokens));
   }
   const auto seed = LoadLE<std::uint64_t>(p + kOffSeed);
   if (rounding == hack::kRoundNearest && seed != 0) {
@@ -434,8 +437,8 @@ Result<HackChunk> UnpackHack(const ContainerView& view) {
   }
   c.codes.resize(lay.codes());
   for (std::size_t i = 0; i < c.codes.size(); ++i) {
-    c.codes[i] = static_cast<std::uint8_t>((std::to_integer<std::uint32_t>(codes[i / 4]) >>
-                                            (2 * (i % 4))) & 3u);
+    c.codes[i] = static_cast<std::uint8_t>(
+        (std::to_integer<std::uint32_t>(codes[i / 4]) >> (2 * (i % 4))) & 3u);
   }
   const std::uint32_t sum_bytes = hack::SumBytes(lay.partition);
   c.sums.resize(lay.sums());
@@ -468,8 +471,8 @@ Result<HackChunk> UnpackHack(const ContainerView& view) {
       if (recomputed[i] != gs[i]) {
         status = Bad("sum " + std::to_string(i) + " of layer " + std::to_string(l) +
                      (kv == 0 ? " K" : " V") + " head " + std::to_string(h) + " block " +
-                     std::to_string(b) + " is " + std::to_string(gs[i]) +
-                     ", its codes sum to " + std::to_string(recomputed[i]));
+                     std::to_string(b) + " is " + std::to_string(gs[i]) + ", its codes sum to " +
+                     std::to_string(recomputed[i]));
         return;
       }
     }
@@ -507,8 +510,8 @@ KvTensor DequantizeHack(const HackChunk& c, DType dtype) {
     const Quant* gq = &c.quants[lay.partition_base(l, kv, h, b)];
     for (std::uint32_t t = 0; t < lay.partition; ++t) {
       for (std::uint32_t d = 0; d < lay.dim; ++d) {
-        const float v = hack::Dequantize(gc[lay.code_offset(kv, t, d)],
-                                         gq[lay.partition_offset(kv, t, d)]);
+        const float v =
+            hack::Dequantize(gc[lay.code_offset(kv, t, d)], gq[lay.partition_offset(kv, t, d)]);
         StoreElement(dtype, base, lay.element_index(l, kv, token0 + t, h, d), v);
       }
     }

@@ -16,7 +16,9 @@ using hack::Int8Quant;
 using hack::Layout;
 using hack::Quant;
 
-bool IsFinite(float x) { return cachegen::IsFiniteFloat(x); }
+bool IsFinite(float x) {
+  return cachegen::IsFiniteFloat(x);
+}
 
 // Query heads, KV heads, head_dim and the softmax scale of one call.
 struct Geometry {
@@ -31,8 +33,7 @@ Result<Geometry> MakeGeometry(const char* fn, std::uint32_t kv_heads, std::uint3
                               std::uint64_t tokens, const AttentionOptions& o) {
   if (o.q_heads == 0 || o.q_heads % kv_heads != 0) {
     return InvalidArgument(std::string(fn) + ": q_heads = " + std::to_string(o.q_heads) +
-                           " is not a positive multiple of kv_heads = " +
-                           std::to_string(kv_heads));
+                           " is not a positive multiple of kv_heads = " + std::to_string(kv_heads));
   }
   if (!std::isfinite(o.softmax_scale) || o.softmax_scale < 0) {
     return InvalidArgument(std::string(fn) + ": softmax_scale must be finite and >= 0");
@@ -55,8 +56,8 @@ Status CheckQueries(const char* fn, std::span<const float> q, std::uint64_t coun
   if (q.size() != want) {
     return InvalidArgument(std::string(fn) + ": queries hold " + std::to_string(q.size()) +
                            " values, expected " + std::to_string(want) + " (" +
-                           std::to_string(count) + " x " + std::to_string(g.q_heads) +
-                           " heads x " + std::to_string(g.dim) + ")");
+                           std::to_string(count) + " x " + std::to_string(g.q_heads) + " heads x " +
+                           std::to_string(g.dim) + ")");
   }
   for (std::size_t i = 0; i < q.size(); ++i) {
     if (!IsFinite(q[i])) {
@@ -90,8 +91,8 @@ class HackSource {
       for (std::uint32_t b = 0; b < lay.blocks(); ++b) {
         const std::uint64_t at = pos + lay.sinks + std::uint64_t{b} * lay.partition;
         if (at > last) break;
-        const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(lay.partition,
-                                                                          last - at + 1));
+        const auto n =
+            static_cast<std::uint32_t>(std::min<std::uint64_t>(lay.partition, last - at + 1));
         ScoreBlock(c, h, b, q, n, s + at);
       }
       pos += lay.tokens;
@@ -216,8 +217,8 @@ class HackSource {
         } else {
           double dot = 0, qs = 0;
           for (std::uint32_t d = d0; d < d0 + len; ++d) {
-            const double qd = token ? static_cast<double>(q[d])
-                                    : static_cast<double>(q[d]) * quants[d].scale;
+            const double qd =
+                token ? static_cast<double>(q[d]) : static_cast<double>(q[d]) * quants[d].scale;
             dot += qd * row[d];
             qs += q[d];
           }
@@ -337,12 +338,12 @@ Result<Geometry> CheckSequence(const char* fn, HackSequence seq, std::uint32_t l
       return InvalidArgument(where + ": layer " + std::to_string(layer) + " is out of range [0, " +
                              std::to_string(c.shape.layers) + ")");
     }
-    const bool consistent =
-        lay.layers == c.shape.layers && lay.tokens == c.shape.tokens &&
-        lay.heads == c.shape.kv_heads && lay.dim == c.shape.head_dim &&
-        hack::IsValidPartition(lay.partition) && lay.sinks <= lay.tokens &&
-        c.codes.size() == lay.codes() && c.quants.size() == lay.partitions() &&
-        c.sums.size() == lay.sums() && c.unquantized.size() == lay.unquantized_elements();
+    const bool consistent = lay.layers == c.shape.layers && lay.tokens == c.shape.tokens &&
+                            lay.heads == c.shape.kv_heads && lay.dim == c.shape.head_dim &&
+                            hack::IsValidPartition(lay.partition) && lay.sinks <= lay.tokens &&
+                            c.codes.size() == lay.codes() && c.quants.size() == lay.partitions() &&
+                            c.sums.size() == lay.sums() &&
+                            c.unquantized.size() == lay.unquantized_elements();
     if (!consistent) {
       return InvalidArgument(where + " is not a chunk made by QuantizeHack or UnpackHack");
     }
@@ -398,9 +399,8 @@ Result<AttentionResult> HackDecodeAttentionBatch(std::span<const HackSequence> b
     if (!g.ok()) return g.status().WithContext("sequence " + std::to_string(b));
     const std::size_t n = std::size_t{g->q_heads} * g->dim;
     if (queries.size() < offset + n) {
-      return InvalidArgument(std::string(kFn) + ": queries hold " +
-                             std::to_string(queries.size()) + " values, too few for sequence " +
-                             std::to_string(b));
+      return InvalidArgument(std::string(kFn) + ": queries hold " + std::to_string(queries.size()) +
+                             " values, too few for sequence " + std::to_string(b));
     }
     KVD_ASSIGN_OR_RETURN(AttentionResult one,
                          HackDecodeAttention(batch[b], layer, queries.subspan(offset, n), options));
@@ -446,9 +446,8 @@ Result<AttentionResult> DecodeAttentionBatch(std::span<const KvTensorView> batch
     if (!g.ok()) return g.status().WithContext("sequence " + std::to_string(b));
     const std::size_t n = std::size_t{g->q_heads} * g->dim;
     if (queries.size() < offset + n) {
-      return InvalidArgument(std::string(kFn) + ": queries hold " +
-                             std::to_string(queries.size()) + " values, too few for sequence " +
-                             std::to_string(b));
+      return InvalidArgument(std::string(kFn) + ": queries hold " + std::to_string(queries.size()) +
+                             " values, too few for sequence " + std::to_string(b));
     }
     KVD_ASSIGN_OR_RETURN(AttentionResult one,
                          DecodeAttention(batch[b], layer, queries.subspan(offset, n), options));

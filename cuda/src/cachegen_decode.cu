@@ -10,6 +10,7 @@
 #include "kvdepot/cuda/cachegen.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -36,6 +37,7 @@ constexpr std::uint32_t kWarpsPerBlock = 6;
 constexpr std::uint32_t kStageWords = 5888;     // 11.5 KiB per warp: Llama groups are 7-10 KiB
 constexpr std::uint32_t kLutMinTokens = 64;     // output tables pay off from this many tokens
 constexpr std::size_t kParamsFixedBytes = 8;
+constexpr std::size_t kDescOffset = 64;  // workspace: error word / flag, then descriptors
 
 // Device error codes (low 4 bits of the error key).
 enum DecodeError : std::uint32_t {
@@ -69,11 +71,12 @@ __device__ __forceinline__ typename Storage<D>::type ToStorage(float v) {
   }
 }
 
-__device__ __forceinline__ void ReportError(unsigned long long* error, std::uint32_t chunk,
+__device__ __forceinline__ void ReportError(const CacheGenDecodeParams& p, std::uint32_t chunk,
                                             std::uint32_t group, std::uint32_t code) {
   const unsigned long long key = (static_cast<unsigned long long>(chunk) << 34) |
                                  (static_cast<unsigned long long>(group) << 4) | code;
-  atomicMax(error, ~key);  // the smallest key (first chunk, first group) wins
+  atomicMax(p.error, ~key);  // the smallest key (first chunk, first group) wins
+  *reinterpret_cast<volatile unsigned int*>(p.error_flag) = 1u;  // host-mapped: no copy back
 }
 
 __device__ __forceinline__ cachegen::ChannelScale LoadScale(const CacheGenDecodeChunkDesc& d,
@@ -113,10 +116,11 @@ struct GlobalWords {
 // returns 0 or a DecodeError. Every lane reads a word each step (the renormalising ones use it),
 // at an index clamped into the group, so that the step has no divergent branch and no read
 // leaves the group; a stream that ends early shows as pos > end after the last step.
-// With kLut, each pass first writes the lane's output element for every symbol into `lut`
-// ([kMaxBins][32] of the output type, this warp's) and the steps look their element up there,
-// which takes the dequantize-and-round arithmetic off the per-step path.
-template <DType Out, bool Paged, bool kLut, typename Words>
+// kFast (every lane of the group active in every pass, output table): each pass first writes the
+// lane's output element for every symbol into `lut` ([kMaxBins][32] of the output type, this
+// warp's) and the steps look their element up there, which takes the dequantize-and-round
+// arithmetic and the per-lane activity selects off the per-step path.
+template <DType Out, bool Paged, bool kFast, typename Words>
 __device__ __forceinline__ std::uint32_t DecodeGroup(
     const CacheGenDecodeParams& p, const CacheGenDecodeChunkDesc& d, const std::uint32_t* table,
     Words word, typename Storage<Out>::type* lut, std::uint32_t bins, std::uint32_t lk,
@@ -136,15 +140,18 @@ __device__ __forceinline__ std::uint32_t DecodeGroup(
 
   Elem* paged_base = nullptr;
   if constexpr (Paged) {
-    paged_base = static_cast<Elem*>(((lk & 1u) ? p.v_cache : p.k_cache)[lk >> 1]);
+    const std::uint32_t layer = lk >> 1;
+    void* base = p.k_cache == nullptr ? p.inline_cache[(lk & 1u) * p.layers + layer]
+                                      : ((lk & 1u) ? p.v_cache : p.k_cache)[layer];
+    paged_base = static_cast<Elem*>(base);
   }
   for (std::uint32_t k = 0; k < cpl; ++k) {
     const std::uint32_t c = cachegen::LaneChannel(group, k, lane, cpl);
-    const bool active = c < C;
-    if (__ballot_sync(kFullMask, active) == 0) break;  // channels grow with k: none left
+    const bool active = kFast || c < C;
+    if (!kFast && __ballot_sync(kFullMask, active) == 0) break;  // channels grow with k
     const cachegen::ChannelScale sc =
         active ? LoadScale(d, std::uint64_t{lk} * C + c) : cachegen::ChannelScale{0.0f, 1.0f};
-    if constexpr (kLut) {
+    if constexpr (kFast) {
       __syncwarp();
       for (std::uint32_t q = 0; q < bins; ++q) {
         lut[q * 32 + lane] = ToStorage<Out>(cachegen::Dequantize(q, sc));
@@ -174,10 +181,14 @@ __device__ __forceinline__ std::uint32_t DecodeGroup(
         const bool need = active && advanced < kStateLow;
         const std::uint32_t ballot = __ballot_sync(kFullMask, need);
         const std::uint32_t w = word(min(pos + __popc(ballot & lanemask_lt), last));
-        x = active ? (need ? (advanced << 16) | w : advanced) : x;
+        if constexpr (kFast) {
+          x = need ? (advanced << 16) | w : advanced;
+        } else {
+          x = active ? (need ? (advanced << 16) | w : advanced) : x;
+        }
         pos += __popc(ballot);
-        if constexpr (kLut) {
-          if (active) out[r * row_stride] = lut[q * 32 + lane];
+        if constexpr (kFast) {
+          out[r * row_stride] = lut[q * 32 + lane];
         } else {
           if (active) out[r * row_stride] = ToStorage<Out>(cachegen::Dequantize(q, sc));
         }
@@ -192,7 +203,7 @@ __device__ __forceinline__ std::uint32_t DecodeGroup(
 
 template <DType Out, bool Paged>
 __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32)
-    CacheGenDecodeKernel(const CacheGenDecodeParams p) {
+    CacheGenDecodeKernel(const __grid_constant__ CacheGenDecodeParams p) {
   using Elem = typename Storage<Out>::type;
   extern __shared__ uint4 smem[];
   std::uint32_t* table = reinterpret_cast<std::uint32_t*>(smem);  // [kProbScale]
@@ -210,7 +221,8 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32)
   b /= p.blocks_per_lk;
   const std::uint32_t lk = b % lks;
   const std::uint32_t chunk = b / lks;
-  const CacheGenDecodeChunkDesc d = p.chunks[chunk];
+  const CacheGenDecodeChunkDesc d =
+      p.chunks == nullptr ? p.inline_chunks[chunk] : p.chunks[chunk];
   const std::uint32_t first_group = lk * p.groups_per_lk + blk * p.warps_per_block;
 
   // Warp 0: this lk's table (validated again: a bad table must not write out of bounds).
@@ -247,7 +259,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32)
     if (lane == 0) {
       s_bins = ok ? bins : 0u;
       s_ok = ok ? 1u : 0u;
-      if (!ok) ReportError(p.error, chunk, first_group, kErrTable);
+      if (!ok) ReportError(p, chunk, first_group, kErrTable);
     }
   }
   __syncthreads();
@@ -265,7 +277,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32)
   const std::uint32_t begin = g == 0 ? 0u : __ldg(d.index + g - 1);
   const std::uint32_t end = __ldg(d.index + g);
   if (begin > end || end > d.codes_words) {
-    if (lane == 0) ReportError(p.error, chunk, g, kErrIndex);
+    if (lane == 0) ReportError(p, chunk, g, kErrIndex);
     return;
   }
 
@@ -291,7 +303,8 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32)
     }
     for (std::uint32_t w = a + (vecs << 3) + lane; w < end; w += 32) stage[w - a] = d.codes[w];
     __syncwarp();
-    if (p.lut_elem_bytes != 0) {
+    const bool full = (group + 1) * p.channels_per_lane * 32 <= p.channels;
+    if (p.lut_elem_bytes != 0 && full) {
       Elem* lut = reinterpret_cast<Elem*>(stage_all + std::size_t{p.warps_per_block} *
                                                           p.stage_words) +
                   std::size_t{warp} * cachegen::kMaxBins * 32;
@@ -305,10 +318,32 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32)
     code = DecodeGroup<Out, Paged, false>(p, d, table, GlobalWords{d.codes}, nullptr, s_bins, lk,
                                           group, begin, end);
   }
-  if (code != 0 && lane == 0) ReportError(p.error, chunk, g, code);
+  if (code != 0 && lane == 0) ReportError(p, chunk, g, code);
 }
 
 // ---- Host-side parsing (mirrors the CPU decoder's ParseSections) ----
+
+constexpr int kMaxDevices = 64;
+
+// Raises `kernel`'s dynamic shared memory limit to `smem` bytes and prefers shared memory over L1
+// on the current device, once per device (cudaFuncSetAttribute costs microseconds per launch).
+template <typename Kernel>
+cudaError_t ConfigureSharedMemory(Kernel kernel, std::size_t smem,
+                                  std::atomic<std::size_t> (&configured)[kMaxDevices]) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached && configured[device].load(std::memory_order_relaxed) >= smem) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared);
+  if (err != cudaSuccess) return err;
+  if (cached) configured[device].store(smem, std::memory_order_relaxed);
+  return cudaSuccess;
+}
 
 Status Bad(const std::string& what) { return Corruption("cachegen decode: " + what); }
 
@@ -494,13 +529,8 @@ template <DType Out, bool Paged>
 cudaError_t LaunchCacheGenDecode(const CacheGenDecodeParams& params, cudaStream_t stream) {
   const std::size_t smem = CacheGenDecodeSharedBytes(params);
   const auto kernel = CacheGenDecodeKernel<Out, Paged>;
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem));
-  if (err != cudaSuccess) return err;
-  // Prefer shared memory over L1: two 8-warp blocks (2 x 112 KiB) per SM.
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                             cudaSharedmemCarveoutMaxShared);
+  static std::atomic<std::size_t> configured[kMaxDevices] = {};
+  const cudaError_t err = ConfigureSharedMemory(kernel, smem, configured);
   if (err != cudaSuccess) return err;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(params.num_chunks * params.layers * 2 * params.blocks_per_lk);
@@ -531,13 +561,24 @@ Result<CacheGenDecodeWorkspace> CacheGenDecodeWorkspace::Create(std::uint32_t ma
                            " / max_layers " + std::to_string(max_layers) +
                            " out of range [1, 2^20] / [1, 1024]");
   }
-  const std::size_t bytes = std::size_t{max_chunks} * sizeof(CacheGenDecodeChunkDesc) +
-                            std::size_t{max_layers} * 2 * sizeof(void*) + 8;
+  // Device: error word | descriptors [max_chunks] | K pointers, V pointers [max_layers each].
+  // Pinned host: error flag | staging of the descriptors and pointers at the same offsets.
+  const std::size_t bytes = kDescOffset + std::size_t{max_chunks} * sizeof(CacheGenDecodeChunkDesc) +
+                            std::size_t{max_layers} * 2 * sizeof(void*);
   CacheGenDecodeWorkspace ws;
   ws.max_chunks_ = max_chunks;
   ws.max_layers_ = max_layers;
   KVD_ASSIGN_OR_RETURN(ws.device_, DeviceBuffer::Allocate(bytes));
   KVD_ASSIGN_OR_RETURN(ws.host_, PinnedHostBuffer::Allocate(bytes));
+  // Synchronous copy from (zeroed) pinned memory: complete before any stream uses the word.
+  std::memset(ws.host_.data(), 0, kDescOffset);
+  KVD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(ws.device_.data(), ws.host_.data(), kDescOffset, cudaMemcpyHostToDevice),
+      "CacheGenDecodeWorkspace: clear error word");
+  void* flag = nullptr;
+  KVD_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&flag, ws.host_.data(), 0),
+                           "CacheGenDecodeWorkspace: map error flag");
+  ws.error_flag_device_ = static_cast<unsigned int*>(flag);
   return Result<CacheGenDecodeWorkspace>(std::move(ws));
 }
 
@@ -590,10 +631,17 @@ Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
                            " contiguous outputs for " + std::to_string(chunks.size()) + " chunks");
   }
 
-  // Staging: descriptors | k pointers | v pointers | error word (zeroed).
-  auto* base = static_cast<std::byte*>(ws.host_.data());
-  auto* descs = reinterpret_cast<CacheGenDecodeChunkDesc*>(base);
-  const std::size_t desc_bytes = chunks.size() * sizeof(CacheGenDecodeChunkDesc);
+  // Descriptors go inline in the kernel parameters for small batches, else through the
+  // workspace's device array (one upload); the same for paged layer pointers.
+  CacheGenDecodeParams params{};
+  const bool inline_chunks = chunks.size() <= kCacheGenInlineChunks;
+  const bool inline_ptrs = !paged || shape.layers <= kCacheGenInlineLayers;
+  auto* host = static_cast<std::byte*>(ws.host_.data());
+  auto* dev = static_cast<std::byte*>(ws.device_.data());
+  const std::size_t ptr_offset =
+      kDescOffset + std::size_t{ws.max_chunks_} * sizeof(CacheGenDecodeChunkDesc);
+  auto* descs = inline_chunks ? params.inline_chunks
+                              : reinterpret_cast<CacheGenDecodeChunkDesc*>(host + kDescOffset);
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     const CacheGenDecodeChunk& ch = chunks[i];
     const CacheGenContainerInfo& in = ch.info;
@@ -637,23 +685,31 @@ Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
       d.out = target.contiguous[i];
     }
   }
-  const std::size_t ptr_offset = desc_bytes;
-  auto* ptrs = reinterpret_cast<void**>(base + ptr_offset);
-  const std::size_t ptr_count = paged ? std::size_t{shape.layers} * 2 : 0;
+  void** ptrs = inline_ptrs ? params.inline_cache : reinterpret_cast<void**>(host + ptr_offset);
   for (std::uint32_t l = 0; paged && l < shape.layers; ++l) {
     ptrs[l] = target.k_cache[l];
     ptrs[shape.layers + l] = target.v_cache[l];
   }
-  const std::size_t error_offset = (ptr_offset + ptr_count * sizeof(void*) + 7) & ~std::size_t{7};
-  std::memset(base + error_offset, 0, 8);
-  auto* dbase = static_cast<std::byte*>(ws.device_.data());
-
-  CacheGenDecodeParams params{};
-  params.chunks = reinterpret_cast<const CacheGenDecodeChunkDesc*>(dbase);
-  params.k_cache = paged ? reinterpret_cast<void* const*>(dbase + ptr_offset) : nullptr;
-  params.v_cache =
-      paged ? reinterpret_cast<void* const*>(dbase + ptr_offset) + shape.layers : nullptr;
-  params.error = reinterpret_cast<unsigned long long*>(dbase + error_offset);
+  if (!inline_chunks) {
+    params.chunks = reinterpret_cast<const CacheGenDecodeChunkDesc*>(dev + kDescOffset);
+    KVD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dev + kDescOffset, host + kDescOffset,
+                        chunks.size() * sizeof(CacheGenDecodeChunkDesc), cudaMemcpyHostToDevice,
+                        stream),
+        what + ": upload descriptors");
+  }
+  if (!inline_ptrs) {
+    params.k_cache = reinterpret_cast<void* const*>(dev + ptr_offset);
+    params.v_cache = params.k_cache + shape.layers;
+    KVD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dev + ptr_offset, host + ptr_offset,
+                        std::size_t{shape.layers} * 2 * sizeof(void*), cudaMemcpyHostToDevice,
+                        stream),
+        what + ": upload cache pointers");
+  }
+  *reinterpret_cast<volatile unsigned int*>(host) = 0u;  // the kernel sets it on error
+  params.error = reinterpret_cast<unsigned long long*>(dev);
+  params.error_flag = ws.error_flag_device_;
   params.page_stride = target.page_stride;
   params.row_stride = target.row_stride;
   params.num_pages = target.num_pages;
@@ -674,9 +730,6 @@ Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
       std::uint64_t{params.num_chunks} * params.layers * 2 * params.blocks_per_lk;
   if (blocks > INT32_MAX) return InvalidArgument(what + ": batch too large for one launch");
 
-  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dbase, base, error_offset + 8,
-                                           cudaMemcpyHostToDevice, stream),
-                           what + ": upload descriptors");
   cudaError_t err = cudaErrorInvalidValue;
   switch (target.dtype) {
     case DType::kFloat16:
@@ -695,11 +748,7 @@ Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
       return InvalidArgument(what + ": unsupported output dtype");
   }
   KVD_CUDA_RETURN_IF_ERROR(err, what + ": launch");
-  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + error_offset, dbase + error_offset, 8,
-                                           cudaMemcpyDeviceToHost, stream),
-                           what + ": download error word");
   ws.pending_chunks_ = params.num_chunks;
-  ws.error_offset_ = error_offset;
   return Status::Ok();
 }
 
@@ -709,9 +758,15 @@ Status FinishDecodeCacheGen(CacheGenDecodeWorkspace& ws, cudaStream_t stream) {
   }
   ws.pending_chunks_ = 0;
   KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "FinishDecodeCacheGen");
+  if (*static_cast<volatile const unsigned int*>(ws.host_.data()) == 0) return Status::Ok();
+  // Error path: fetch the first error's key, then clear the word for the next batch.
   unsigned long long v = 0;
-  std::memcpy(&v, static_cast<const std::byte*>(ws.host_.data()) + ws.error_offset_, 8);
-  if (v == 0) return Status::Ok();
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(&v, ws.device_.data(), 8, cudaMemcpyDeviceToHost),
+                           "FinishDecodeCacheGen: read error");
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(ws.device_.data(),
+                                      static_cast<const std::byte*>(ws.host_.data()) + 8, 8,
+                                      cudaMemcpyHostToDevice),
+                           "FinishDecodeCacheGen: clear error word");  // bytes 8..63 stay 0
   const unsigned long long key = ~v;
   if ((key & 15u) == kErrPage) {
     return InvalidArgument("cachegen decode: " + DecodeErrorMessage(key));

@@ -44,9 +44,15 @@ constexpr std::uint32_t kFinalizeThreads = 1024;
 constexpr std::uint32_t kCompactThreads = 128;
 constexpr std::uint32_t kSectionCount = 5;
 constexpr std::uint64_t kParamsFixedBytes = 8;
-constexpr std::uint32_t kStatusWords = 4;  // per chunk: fp16 failed, ~nonfinite, ~overflow, bytes
+constexpr std::uint32_t kStatusWords = 8;      // device status words per chunk (see the params)
+constexpr std::uint32_t kHostStatusWords = 4;  // host-mapped: fp16 failed, ~nonfinite, ~overflow, bytes
 
 __host__ __device__ constexpr std::uint64_t AlignUp64(std::uint64_t v) { return (v + 63) & ~std::uint64_t{63}; }
+
+__device__ __forceinline__ const CacheGenEncodeChunkDesc& Desc(const CacheGenEncodeParams& p,
+                                                               std::uint32_t chunk) {
+  return p.chunks == nullptr ? p.inline_chunks[chunk] : p.chunks[chunk];
+}
 
 // ---- element loads ----
 
@@ -106,7 +112,7 @@ __device__ void MinMaxScalesTile(const CacheGenEncodeParams& p, std::uint32_t ch
   const std::uint32_t lane = threadIdx.x & 31u, row = threadIdx.x >> 5;
   const std::uint32_t C = p.channels, T = p.tokens;
   const std::uint32_t c0 = tile * 32 * V + lane * V;
-  const void* in = p.chunks[chunk].input;
+  const void* in = Desc(p, chunk).input;
   std::uint32_t t0, t1;
   RowRange(T, row, &t0, &t1);
   float mn[V], mx[V];
@@ -166,7 +172,7 @@ __device__ void MinMaxScalesTile(const CacheGenEncodeParams& p, std::uint32_t ch
   }
   __syncthreads();
   const std::uint32_t bins = p.bins[lk];
-  std::byte* out = p.chunks[chunk].output;
+  std::byte* out = Desc(p, chunk).output;
   for (std::uint32_t i = threadIdx.x; i < 32 * V; i += blockDim.x) {
     const std::uint32_t c = tile * 32 * V + i;
     if (c >= C) break;
@@ -195,7 +201,7 @@ __device__ void MinMaxScalesTile(const CacheGenEncodeParams& p, std::uint32_t ch
 }
 
 template <DType In>
-__global__ void __launch_bounds__(kTileThreads) MinMaxScalesKernel(const CacheGenEncodeParams p) {
+__global__ void __launch_bounds__(kTileThreads) MinMaxScalesKernel(const __grid_constant__ CacheGenEncodeParams p) {
   __shared__ float s_min[kRows * 32 * 8];
   __shared__ float s_max[kRows * 32 * 8];
   const std::uint32_t lks = p.layers * 2;
@@ -235,12 +241,12 @@ __device__ void QuantizeTile(const CacheGenEncodeParams& p, std::uint32_t chunk,
         sc[v] = {s32p[0], s32p[1]};
       } else {
         const std::uint32_t pair = reinterpret_cast<const std::uint32_t*>(
-            p.chunks[chunk].output + p.scales_offset)[sc_index + v];
+            Desc(p, chunk).output + p.scales_offset)[sc_index + v];
         sc[v] = {HalfBitsToFloat(static_cast<std::uint16_t>(pair & 0xffffu)),
                  HalfBitsToFloat(static_cast<std::uint16_t>(pair >> 16))};
       }
     }
-    const void* in = p.chunks[chunk].input;
+    const void* in = Desc(p, chunk).input;
     const std::uint64_t base = (std::uint64_t{lk} * T) * C + c0;
     std::uint8_t* sym = p.symbols + std::uint64_t{chunk} * lks * T * C + base;
     std::uint32_t t0, t1;
@@ -292,7 +298,7 @@ __device__ void QuantizeTile(const CacheGenEncodeParams& p, std::uint32_t chunk,
 }
 
 template <DType In>
-__global__ void __launch_bounds__(kTileThreads) QuantizeHistogramKernel(const CacheGenEncodeParams p) {
+__global__ void __launch_bounds__(kTileThreads) QuantizeHistogramKernel(const __grid_constant__ CacheGenEncodeParams p) {
   extern __shared__ std::uint32_t s_count[];  // [kRows][kMaxBins][32]
   const std::uint32_t lks = p.layers * 2;
   const std::uint32_t tiles = (p.channels + 32 * p.vec - 1) / (32 * p.vec);
@@ -309,17 +315,20 @@ __global__ void __launch_bounds__(kTileThreads) QuantizeHistogramKernel(const Ca
 
 // ---- 3. frequency tables ----
 
-__global__ void NormalizeKernel(const CacheGenEncodeParams p) {
+__global__ void NormalizeKernel(const __grid_constant__ CacheGenEncodeParams p) {
   const std::uint32_t lks = p.layers * 2;
   const std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;  // chunk * lks + lk
   if (i >= p.num_chunks * lks) return;
   const std::uint32_t chunk = i / lks, lk = i % lks;
   const std::uint32_t bins = p.bins[lk];
   std::uint32_t counts[kMaxBins];
-  for (std::uint32_t s = 0; s < bins; ++s) counts[s] = p.hist[std::uint64_t{i} * kMaxBins + s];
+  for (std::uint32_t s = 0; s < bins; ++s) {
+    counts[s] = p.hist[std::uint64_t{i} * kMaxBins + s];
+    p.hist[std::uint64_t{i} * kMaxBins + s] = 0;  // ready for the next batch
+  }
   std::uint16_t freq[kMaxBins];
   cachegen::NormalizeFrequencies(counts, bins, freq);
-  auto* table = reinterpret_cast<std::uint16_t*>(p.chunks[chunk].output + p.tables_offset) +
+  auto* table = reinterpret_cast<std::uint16_t*>(Desc(p, chunk).output + p.tables_offset) +
                 p.table_start[lk];
   std::uint32_t* packed = p.packed + std::uint64_t{i} * kMaxBins;
   std::uint32_t cum = 0;
@@ -332,7 +341,7 @@ __global__ void NormalizeKernel(const CacheGenEncodeParams p) {
 
 // ---- 4. rANS encode ----
 
-__global__ void __launch_bounds__(kEncodeWarps * 32) EncodeKernel(const CacheGenEncodeParams p) {
+__global__ void __launch_bounds__(kEncodeWarps * 32) EncodeKernel(const __grid_constant__ CacheGenEncodeParams p) {
   __shared__ std::uint32_t s_table[kMaxBins];
   const std::uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const std::uint32_t lks = p.layers * 2;
@@ -364,27 +373,38 @@ __global__ void __launch_bounds__(kEncodeWarps * 32) EncodeKernel(const CacheGen
     const bool emit = cachegen::RansEncodeStep(&y, e & 0xffffu, e >> 16, &w) && active;
     x = active ? y : x;
     const std::uint32_t ballot = __ballot_sync(kFullMask, emit);
-    if (emit) region[top - (emitted + __popc(ballot & lanemask_gt))] = w;
+    const std::uint32_t at = top - (emitted + __popc(ballot & lanemask_gt));
+    if (emit) region[at] = w;
     emitted += __popc(ballot);
   };
   for (std::uint32_t k = cpl; k-- > 0;) {
     const std::uint32_t c = cachegen::LaneChannel(group, k, lane, cpl);
     const bool active = c < C;
     if (__ballot_sync(kFullMask, active) == 0) continue;
-    // Symbols of tokens t_hi - 1 .. t_hi - kUnroll are loaded and looked up before their steps
-    // run, so that the loads and the reciprocal of each step's frequency overlap the state chain.
+    // Blocks of kUnroll steps (tokens t_hi - 1 down to t_hi - kUnroll). The next block's symbols
+    // are loaded and looked up while this block's steps run (register double buffering), so the
+    // global loads and table lookups stay off the state chain.
     const std::uint8_t* sym = sym_lk + (active ? c : 0u);
     constexpr std::uint32_t kUnroll = 8;
+    const std::uint32_t full_blocks = T / kUnroll;
     std::uint32_t t_hi = T;
-    for (; t_hi >= kUnroll; t_hi -= kUnroll) {
+    std::uint32_t e_next[kUnroll];
+    auto load_block = [&](std::uint32_t hi, std::uint32_t (&e)[kUnroll]) {
       std::uint32_t q[kUnroll];
 #pragma unroll
-      for (std::uint32_t u = 0; u < kUnroll; ++u) q[u] = sym[(t_hi - 1 - u) * C];
-      std::uint32_t e[kUnroll];
+      for (std::uint32_t u = 0; u < kUnroll; ++u) q[u] = __ldg(sym + (hi - 1 - u) * C);
 #pragma unroll
       for (std::uint32_t u = 0; u < kUnroll; ++u) e[u] = active ? s_table[q[u]] : 1u;
+    };
+    if (full_blocks > 0) load_block(t_hi, e_next);
+    for (std::uint32_t b = 0; b < full_blocks; ++b) {
+      std::uint32_t e[kUnroll];
+#pragma unroll
+      for (std::uint32_t u = 0; u < kUnroll; ++u) e[u] = e_next[u];
+      if (b + 1 < full_blocks) load_block(t_hi - kUnroll, e_next);
 #pragma unroll
       for (std::uint32_t u = 0; u < kUnroll; ++u) step(active, e[u]);
+      t_hi -= kUnroll;
     }
     for (; t_hi > 0; --t_hi) step(active, active ? s_table[sym[(t_hi - 1) * C]] : 1u);
   }
@@ -426,7 +446,7 @@ __device__ void ZeroBytes(std::byte* out, std::uint64_t begin, std::uint64_t end
   for (std::uint64_t i = begin + threadIdx.x; i < end; i += blockDim.x) out[i] = std::byte{0};
 }
 
-__global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(const CacheGenEncodeParams p) {
+__global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(const __grid_constant__ CacheGenEncodeParams p) {
   __shared__ std::uint32_t s_warp[32];
   __shared__ std::uint32_t s_carry;
   const std::uint32_t chunk = blockIdx.x;
@@ -435,7 +455,7 @@ __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(const CacheGe
   const std::uint32_t groups = lks * p.groups_per_lk;
   const bool fp32 = p.status[chunk * kStatusWords + 0] != 0;
   const ChunkLayout lay = LayoutOf(p, fp32, groups);
-  std::byte* out = p.chunks[chunk].output;
+  std::byte* out = Desc(p, chunk).output;
   const std::uint32_t* lengths = p.lengths + std::uint64_t{chunk} * groups;
   std::uint32_t* offsets = p.offsets + std::uint64_t{chunk} * groups;
   auto* index = reinterpret_cast<std::uint32_t*>(out + lay.index_offset);
@@ -479,7 +499,14 @@ __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(const CacheGe
   const std::uint64_t tables_bytes = std::uint64_t{p.table_entries} * 2;
   const std::uint64_t index_bytes = std::uint64_t{groups} * 4;
   if (threadIdx.x == 0) {
-    p.status[chunk * kStatusWords + 3] = total;
+    unsigned long long* st = p.status + chunk * kStatusWords;
+    unsigned long long* host = p.host_status + chunk * kHostStatusWords;
+    host[0] = st[0];
+    host[1] = st[1];
+    host[2] = st[2];
+    host[3] = total;
+    st[4] = fp32 ? 1ull : 0ull;  // for Compact
+    st[0] = st[1] = st[2] = 0;   // ready for the next batch
     // Fixed header (docs/format.md §1.1); the checksum is filled in by the host.
     const std::uint8_t magic[8] = {0x89, 'K', 'V', 'D', 0x0D, 0x0A, 0x1A, 0x0A};
     for (int i = 0; i < 8; ++i) out[i] = static_cast<std::byte>(magic[i]);
@@ -536,13 +563,13 @@ __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(const CacheGe
 
 // ---- 6. compaction ----
 
-__global__ void __launch_bounds__(kCompactThreads) CompactKernel(const CacheGenEncodeParams p) {
+__global__ void __launch_bounds__(kCompactThreads) CompactKernel(const __grid_constant__ CacheGenEncodeParams p) {
   const std::uint32_t lks = p.layers * 2;
   const std::uint32_t groups = lks * p.groups_per_lk;
   const std::uint32_t chunk = blockIdx.x / groups, g = blockIdx.x % groups;
-  const bool fp32 = p.status[chunk * kStatusWords + 0] != 0;
+  const bool fp32 = p.status[chunk * kStatusWords + 4] != 0;
   const ChunkLayout lay = LayoutOf(p, fp32, groups);
-  std::byte* out = p.chunks[chunk].output;
+  std::byte* out = Desc(p, chunk).output;
   const std::uint64_t cg = std::uint64_t{chunk} * groups + g;
   const std::uint32_t len = p.lengths[cg];
   const std::uint16_t* src = p.streams + cg * p.stream_cap + (p.stream_cap - len);
@@ -648,6 +675,9 @@ ScratchLayout MakeScratchLayout(const KvShape& shape, std::uint32_t chunks) {
   s.total = at;
   return s;
 }
+
+// Pinned host buffer: upload staging [0, upload_end), then the device-written status.
+std::size_t HostStatusOffset(const ScratchLayout& s) { return Align256(s.upload_end); }
 
 std::string Position(const KvShape& s, std::uint64_t i) {
   const std::uint64_t d = i % s.head_dim;
@@ -781,7 +811,14 @@ Result<CacheGenEncodeWorkspace> CacheGenEncodeWorkspace::Create(const KvShape& s
   ws.max_chunks_ = max_chunks;
   KVD_ASSIGN_OR_RETURN(ws.device_, DeviceBuffer::Allocate(s.total));
   KVD_ASSIGN_OR_RETURN(ws.host_, PinnedHostBuffer::Allocate(
-                                     s.upload_end + std::size_t{max_chunks} * kStatusWords * 8));
+                                     HostStatusOffset(s) +
+                                     std::size_t{max_chunks} * kHostStatusWords * 8));
+  void* status = nullptr;
+  KVD_CUDA_RETURN_IF_ERROR(
+      cudaHostGetDevicePointer(&status, static_cast<std::byte*>(ws.host_.data()) +
+                                            HostStatusOffset(s), 0),
+      "CacheGenEncodeWorkspace: map status");
+  ws.host_status_device_ = static_cast<unsigned long long*>(status);
   return Result<CacheGenEncodeWorkspace>(std::move(ws));
 }
 
@@ -822,7 +859,10 @@ Status EnqueueEncodeCacheGen(DType dtype, const KvShape& shape,
   auto* dev = static_cast<std::byte*>(ws.device_.data());
   const std::uint64_t esize = DTypeSize(dtype);
   bool vec = h.channels % 8 == 0;
-  auto* descs = reinterpret_cast<CacheGenEncodeChunkDesc*>(host + s.descs);
+  CacheGenEncodeParams p{};
+  const bool inline_chunks = chunks <= kCacheGenInlineChunks;
+  auto* descs = inline_chunks ? p.inline_chunks
+                              : reinterpret_cast<CacheGenEncodeChunkDesc*>(host + s.descs);
   for (std::uint32_t i = 0; i < chunks; ++i) {
     if (inputs[i] == nullptr || !Aligned(inputs[i], esize)) {
       return InvalidArgument(what + ": input " + std::to_string(i) + " is null or misaligned");
@@ -834,20 +874,42 @@ Status EnqueueEncodeCacheGen(DType dtype, const KvShape& shape,
     vec = vec && Aligned(inputs[i], 16);
     descs[i] = CacheGenEncodeChunkDesc{inputs[i], outputs[i]};
   }
-  auto* table_start = reinterpret_cast<std::uint32_t*>(host + s.table_start);
-  auto* bins = reinterpret_cast<std::uint8_t*>(host + s.bins);
+  std::vector<std::uint8_t> bins(h.lks);
   std::uint32_t entries = 0;
   for (std::uint32_t l = 0; l < shape.layers; ++l) {
     bins[2 * l] = opts.k_bins[l];
     bins[2 * l + 1] = opts.v_bins[l];
-    table_start[2 * l] = entries;
-    entries += opts.k_bins[l];
-    table_start[2 * l + 1] = entries;
-    entries += opts.v_bins[l];
+    entries += opts.k_bins[l] + opts.v_bins[l];
+  }
+  // The bins profile (and its table offsets) is uploaded only when it changes.
+  if (bins != ws.device_bins_) {
+    auto* table_start = reinterpret_cast<std::uint32_t*>(host + s.table_start);
+    std::uint32_t at = 0;
+    for (std::uint32_t lk = 0; lk < h.lks; ++lk) {
+      table_start[lk] = at;
+      at += bins[lk];
+    }
+    std::memcpy(host + s.bins, bins.data(), bins.size());
+    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev + s.table_start, host + s.table_start,
+                                             s.upload_end - s.table_start,
+                                             cudaMemcpyHostToDevice, stream),
+                             what + ": upload bins");
+    ws.device_bins_ = bins;
+  }
+  if (!inline_chunks) {
+    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev + s.descs, host + s.descs,
+                                             chunks * sizeof(CacheGenEncodeChunkDesc),
+                                             cudaMemcpyHostToDevice, stream),
+                             what + ": upload descriptors");
+  }
+  if (ws.dirty_) {  // first batch, or after a failure: counters and flags start at 0
+    KVD_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dev + s.hist, 0, s.zero_end - s.hist, stream),
+                             what + ": clear counters");
+    ws.dirty_ = false;
   }
 
-  CacheGenEncodeParams p{};
-  p.chunks = reinterpret_cast<const CacheGenEncodeChunkDesc*>(dev + s.descs);
+  p.chunks =
+      inline_chunks ? nullptr : reinterpret_cast<const CacheGenEncodeChunkDesc*>(dev + s.descs);
   p.bins = reinterpret_cast<const std::uint8_t*>(dev + s.bins);
   p.table_start = reinterpret_cast<const std::uint32_t*>(dev + s.table_start);
   p.symbols = reinterpret_cast<std::uint8_t*>(dev + s.symbols);
@@ -858,6 +920,7 @@ Status EnqueueEncodeCacheGen(DType dtype, const KvShape& shape,
   p.lengths = reinterpret_cast<std::uint32_t*>(dev + s.lengths);
   p.offsets = reinterpret_cast<std::uint32_t*>(dev + s.offsets);
   p.status = reinterpret_cast<unsigned long long*>(dev + s.status);
+  p.host_status = ws.host_status_device_;
   p.params_offset = AlignUp64(kContainerHeaderBytes + kSectionCount * kSectionEntryBytes);
   p.tables_offset = AlignUp64(p.params_offset + kParamsFixedBytes + h.lks);
   p.scales_offset = AlignUp64(p.tables_offset + std::uint64_t{entries} * 2);
@@ -875,11 +938,6 @@ Status EnqueueEncodeCacheGen(DType dtype, const KvShape& shape,
   p.vec = vec ? 8u : 1u;
   p.input_dtype = static_cast<std::uint32_t>(dtype);
 
-  KVD_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(dev, host, s.upload_end, cudaMemcpyHostToDevice, stream),
-      what + ": upload descriptors");
-  KVD_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dev + s.hist, 0, s.zero_end - s.hist, stream),
-                           what + ": clear counters");
   cudaError_t err = cudaErrorInvalidValue;
   switch (dtype) {
     case DType::kFloat16: err = LaunchCacheGenEncode<DType::kFloat16>(p, stream); break;
@@ -887,13 +945,11 @@ Status EnqueueEncodeCacheGen(DType dtype, const KvShape& shape,
     case DType::kFloat32: err = LaunchCacheGenEncode<DType::kFloat32>(p, stream); break;
     default: return InvalidArgument(what + ": unsupported dtype");
   }
-  KVD_CUDA_RETURN_IF_ERROR(err, what + ": launch");
-  KVD_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(host + s.upload_end, dev + s.status, std::size_t{chunks} * kStatusWords * 8,
-                      cudaMemcpyDeviceToHost, stream),
-      what + ": download status");
+  if (err != cudaSuccess) {
+    ws.dirty_ = true;  // some kernels may have run
+    return StatusFromCuda(err, what + ": launch");
+  }
   ws.pending_chunks_ = chunks;
-  ws.pending_dtype_ = dtype;
   return Status::Ok();
 }
 
@@ -902,16 +958,18 @@ Result<std::vector<std::uint64_t>> FinishEncodeCacheGen(CacheGenEncodeWorkspace&
   if (ws.pending_chunks_ == 0) return InvalidArgument("FinishEncodeCacheGen: no batch in flight");
   const std::uint32_t chunks = ws.pending_chunks_;
   ws.pending_chunks_ = 0;
-  KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "FinishEncodeCacheGen");
+  if (const cudaError_t err = cudaStreamSynchronize(stream); err != cudaSuccess) {
+    ws.dirty_ = true;
+    return StatusFromCuda(err, "FinishEncodeCacheGen");
+  }
   const ScratchLayout s = MakeScratchLayout(ws.shape_, ws.max_chunks_);
-  const auto* status =
-      reinterpret_cast<const unsigned long long*>(static_cast<const std::byte*>(ws.host_.data()) +
-                                                  s.upload_end);
+  const auto* status = reinterpret_cast<const volatile unsigned long long*>(
+      static_cast<const std::byte*>(ws.host_.data()) + HostStatusOffset(s));
   const std::uint32_t channels = ws.shape_.kv_heads * ws.shape_.head_dim;
   const std::string prefix = chunks > 1 ? "cachegen: chunk " : "cachegen: ";
   std::vector<std::uint64_t> sizes(chunks);
   for (std::uint32_t i = 0; i < chunks; ++i) {
-    const unsigned long long* st = status + std::size_t{i} * kStatusWords;
+    const volatile unsigned long long* st = status + std::size_t{i} * kHostStatusWords;
     const std::string where = chunks > 1 ? prefix + std::to_string(i) + ": " : prefix;
     if (st[1] != 0) {
       return InvalidArgument(where + "non-finite value at " + Position(ws.shape_, ~st[1]) +

@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <functional>
 #include <string>
@@ -134,6 +136,23 @@ const KeySpec* FindKey(std::string_view key) {
   return nullptr;
 }
 
+// host.quotas.<NSID>: SIZE — a namespace id is 32 hex digits (the first 16 bytes of its keys).
+Status SetQuota(std::string_view nsid, std::string_view size, Config& c) {
+  if (nsid.size() != 32 ||
+      !std::all_of(nsid.begin(), nsid.end(), [](char ch) { return std::isxdigit(static_cast<unsigned char>(ch)) != 0; })) {
+    return InvalidArgument("namespace id '" + std::string(nsid) + "' is not 32 hex digits");
+  }
+  KVD_ASSIGN_OR_RETURN(std::uint64_t bytes, ParseSizeIn(size, 1 << 20, 1ull << 50));
+  std::string id(16, '\0');
+  for (std::size_t i = 0; i < 16; ++i) {
+    id[i] = static_cast<char>(std::stoi(std::string(nsid.substr(2 * i, 2)), nullptr, 16));
+  }
+  c.host.namespace_quotas[id] = bytes;
+  return Status::Ok();
+}
+
+constexpr std::string_view kQuotaPrefix = "host.quotas.";
+
 Status ApplyNode(const std::string& path, const std::string& prefix, const YAML::Node& node,
                  Config& config) {
   for (const auto& kv : node) {
@@ -145,15 +164,19 @@ Status ApplyNode(const std::string& path, const std::string& prefix, const YAML:
       KVD_RETURN_IF_ERROR(ApplyNode(path, key, kv.second, config));
       continue;
     }
-    const KeySpec* spec = FindKey(key);
-    if (spec == nullptr) return InvalidArgument(where + ": unknown key");
     if (!kv.second.IsScalar() && !kv.second.IsNull()) {
       return InvalidArgument(where + ": expected a single value");
     }
     const std::string value = kv.second.IsNull() ? "" : kv.second.as<std::string>();
-    if (Status s = spec->set(value, config); !s.ok()) {
-      return Status(s.code(), where + ": " + s.message());
+    Status s;
+    if (key.rfind(kQuotaPrefix, 0) == 0) {
+      s = SetQuota(std::string_view(key).substr(kQuotaPrefix.size()), value, config);
+    } else if (const KeySpec* spec = FindKey(key); spec != nullptr) {
+      s = spec->set(value, config);
+    } else {
+      return InvalidArgument(where + ": unknown key");
     }
+    if (!s.ok()) return Status(s.code(), where + ": " + s.message());
   }
   return Status::Ok();
 }
@@ -206,6 +229,14 @@ Status ApplyConfigFile(const std::string& path, Config& config) {
 }
 
 Status ApplyConfigFlag(std::string_view name, std::string_view value, Config& config) {
+  if (name == "host-quota") {  // --host-quota NSID=SIZE, repeatable
+    const auto eq = value.find('=');
+    Status s = eq == std::string_view::npos
+                   ? InvalidArgument("expected NSID=SIZE, got '" + std::string(value) + "'")
+                   : SetQuota(value.substr(0, eq), value.substr(eq + 1), config);
+    if (!s.ok()) return Status(s.code(), "flag --host-quota: " + s.message());
+    return Status::Ok();
+  }
   for (const KeySpec& s : Specs()) {
     if (FlagName(s.key) == name) {
       if (Status st = s.set(value, config); !st.ok()) {
@@ -235,6 +266,8 @@ Status ValidateConfig(const Config& config) {
 std::vector<ConfigKeyHelp> ConfigKeys() {
   std::vector<ConfigKeyHelp> out;
   for (const KeySpec& s : Specs()) out.push_back({s.key, "--" + FlagName(s.key), s.help});
+  out.push_back({"host.quotas.NSID", "--host-quota NSID=SIZE",
+                 "byte quota of a namespace (NSID: 32 hex digits); repeatable"});
   return out;
 }
 

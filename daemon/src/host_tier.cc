@@ -19,14 +19,23 @@ std::uint64_t NowMs() {
 
 }  // namespace
 
-Value::Value(std::shared_ptr<std::atomic<std::uint64_t>> used, std::uint64_t charge,
+Value::Value(std::shared_ptr<std::atomic<std::uint64_t>> used,
+             std::shared_ptr<std::atomic<std::uint64_t>> namespace_used, std::uint64_t charge,
              std::size_t size)
     : used_(std::move(used)),
+      namespace_used_(std::move(namespace_used)),
       charge_(charge),
       size_(size),
       data_(new std::byte[size == 0 ? 1 : size]) {}
 
-Value::~Value() { used_->fetch_sub(charge_, std::memory_order_acq_rel); }
+Value::~Value() {
+  used_->fetch_sub(charge_, std::memory_order_acq_rel);
+  if (namespace_used_) namespace_used_->fetch_sub(charge_, std::memory_order_acq_rel);
+}
+
+std::string_view KeyNamespace(std::string_view key) {
+  return key.size() == 48 ? key.substr(0, 16) : std::string_view();
+}
 
 Result<EvictionPolicy> ParseEvictionPolicy(std::string_view name) {
   if (name == "lru") return EvictionPolicy::kLru;
@@ -69,6 +78,9 @@ HostTier::HostTier(const HostTierOptions& options)
   std::uint32_t n = 1;
   while (n < std::max<std::uint32_t>(options.shards, 1)) n <<= 1;
   for (std::uint32_t i = 0; i < n; ++i) shards_.push_back(std::make_unique<Shard>());
+  for (const auto& [ns, limit] : options.namespace_quotas) {
+    quotas_.emplace(ns, Quota{limit, std::make_shared<std::atomic<std::uint64_t>>(0)});
+  }
 }
 
 HostTier::~HostTier() = default;
@@ -78,7 +90,7 @@ HostTier::Shard& HostTier::ShardFor(std::string_view key) const {
   return *shards_[h & (shards_.size() - 1)];
 }
 
-bool HostTier::EvictOne() {
+bool HostTier::EvictOne(std::string_view ns, bool namespace_only) {
   const std::uint32_t n = static_cast<std::uint32_t>(shards_.size());
   for (std::uint32_t tries = 0; tries < n; ++tries) {
     Shard& s = *shards_[evict_cursor_.fetch_add(1, std::memory_order_relaxed) & (n - 1)];
@@ -86,8 +98,18 @@ bool HostTier::EvictOne() {
     {
       std::lock_guard lock(s.mu);
       if (s.index.empty()) continue;
-      std::list<std::string>::iterator pos;
-      if (policy_ == EvictionPolicy::kLru) {
+      std::list<std::string>::iterator pos = s.order.end();
+      if (namespace_only) {
+        // The namespace's oldest entry in this shard's order (LRU end first).
+        for (auto it = s.order.end(); it != s.order.begin();) {
+          --it;
+          if (KeyNamespace(*it) == ns) {
+            pos = it;
+            break;
+          }
+        }
+        if (pos == s.order.end()) continue;
+      } else if (policy_ == EvictionPolicy::kLru) {
         pos = std::prev(s.order.end());
       } else {
         auto h = s.hand == s.order.end() ? std::prev(s.order.end()) : s.hand;
@@ -110,29 +132,48 @@ bool HostTier::EvictOne() {
   return false;
 }
 
-Result<std::shared_ptr<Value>> HostTier::Allocate(std::string_view key, std::size_t size) {
-  const std::uint64_t charge = size + key.size() + kEntryOverhead;
-  if (charge > capacity_) {
-    rejected_.fetch_add(1, std::memory_order_relaxed);
-    return OutOfRange("host tier: a value of " + std::to_string(size) +
-                      " bytes can never fit the capacity of " + std::to_string(capacity_));
-  }
+bool HostTier::Reserve(std::atomic<std::uint64_t>& counter, std::uint64_t limit,
+                       std::uint64_t charge, std::string_view ns, bool namespace_only) {
   while (true) {
-    std::uint64_t cur = used_->load(std::memory_order_acquire);
-    if (cur + charge <= capacity_) {
-      if (used_->compare_exchange_weak(cur, cur + charge, std::memory_order_acq_rel)) break;
+    std::uint64_t cur = counter.load(std::memory_order_acquire);
+    if (cur + charge <= limit) {
+      if (counter.compare_exchange_weak(cur, cur + charge, std::memory_order_acq_rel)) return true;
       continue;
     }
-    if (!EvictOne()) {
+    if (!EvictOne(ns, namespace_only)) return false;
+  }
+}
+
+Result<std::shared_ptr<Value>> HostTier::Allocate(std::string_view key, std::size_t size) {
+  const std::uint64_t charge = size + key.size() + kEntryOverhead;
+  const std::string_view ns = KeyNamespace(key);
+  const auto quota = ns.empty() ? quotas_.end() : quotas_.find(ns);
+  const std::uint64_t limit = quota == quotas_.end() ? capacity_ : std::min(capacity_, quota->second.limit);
+  if (charge > limit) {
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    return OutOfRange("host tier: a value of " + std::to_string(size) + " bytes can never fit " +
+                      (limit == capacity_ ? "the capacity" : "its namespace's quota") + " of " +
+                      std::to_string(limit));
+  }
+  std::shared_ptr<std::atomic<std::uint64_t>> ns_used;
+  if (quota != quotas_.end()) {
+    ns_used = quota->second.used;
+    if (!Reserve(*ns_used, quota->second.limit, charge, ns, /*namespace_only=*/true)) {
       rejected_.fetch_add(1, std::memory_order_relaxed);
-      return ResourceExhausted("host tier: no room for " + std::to_string(size) +
-                               " bytes: the remaining capacity is held by values in use");
+      return ResourceExhausted("host tier: the namespace's quota is held by values in use");
     }
   }
+  if (!Reserve(*used_, capacity_, charge, {}, /*namespace_only=*/false)) {
+    if (ns_used) ns_used->fetch_sub(charge, std::memory_order_acq_rel);
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    return ResourceExhausted("host tier: no room for " + std::to_string(size) +
+                             " bytes: the remaining capacity is held by values in use");
+  }
   try {
-    return std::shared_ptr<Value>(new Value(used_, charge, size));
+    return std::shared_ptr<Value>(new Value(used_, ns_used, charge, size));
   } catch (const std::bad_alloc&) {
     used_->fetch_sub(charge, std::memory_order_acq_rel);
+    if (ns_used) ns_used->fetch_sub(charge, std::memory_order_acq_rel);
     rejected_.fetch_add(1, std::memory_order_relaxed);
     return ResourceExhausted("host tier: out of memory allocating " + std::to_string(size) +
                              " bytes");
@@ -229,6 +270,7 @@ HostTierStats HostTier::stats() const {
   st.evictions = evictions_.load();
   st.inserts = inserts_.load();
   st.rejected = rejected_.load();
+  for (const auto& [ns, q] : quotas_) st.namespaces.push_back({ns, q.used->load(), q.limit});
   return st;
 }
 

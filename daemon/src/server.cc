@@ -611,25 +611,41 @@ std::string Server::Impl::StatsJson() const {
   const auto uptime = std::chrono::duration_cast<std::chrono::seconds>(
                           std::chrono::steady_clock::now() - started_)
                           .count();
-  char buf[1024];
-  std::snprintf(
-      buf, sizeof(buf),
-      "{\"uptime_s\":%lld,\"connections_open\":%llu,\"connections_total\":%llu,"
-      "\"requests\":%llu,\"protocol_errors\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,"
-      "\"tiers\":{\"host\":{\"bytes\":%llu,\"capacity\":%llu,\"chunks\":%llu,\"hits\":%llu,"
-      "\"misses\":%llu,\"evictions\":%llu,\"inserts\":%llu,\"rejected\":%llu,"
-      "\"policy\":\"%s\"}}}",
-      static_cast<long long>(uptime), static_cast<unsigned long long>(s.connections_open),
-      static_cast<unsigned long long>(s.connections_total),
-      static_cast<unsigned long long>(s.requests),
-      static_cast<unsigned long long>(s.protocol_errors),
-      static_cast<unsigned long long>(s.bytes_in), static_cast<unsigned long long>(s.bytes_out),
-      static_cast<unsigned long long>(h.bytes), static_cast<unsigned long long>(h.capacity),
-      static_cast<unsigned long long>(h.chunks), static_cast<unsigned long long>(h.hits),
-      static_cast<unsigned long long>(h.misses), static_cast<unsigned long long>(h.evictions),
-      static_cast<unsigned long long>(h.inserts), static_cast<unsigned long long>(h.rejected),
-      std::string(EvictionPolicyName(tier_.policy())).c_str());
-  return buf;
+  std::string out = "{";
+  auto field = [&out](const char* name, std::uint64_t v) {
+    out += "\"" + std::string(name) + "\":" + std::to_string(v) + ",";
+  };
+  field("uptime_s", static_cast<std::uint64_t>(uptime));
+  field("connections_open", s.connections_open);
+  field("connections_total", s.connections_total);
+  field("requests", s.requests);
+  field("protocol_errors", s.protocol_errors);
+  field("bytes_in", s.bytes_in);
+  field("bytes_out", s.bytes_out);
+  out += "\"tiers\":{\"host\":{";
+  field("bytes", h.bytes);
+  field("capacity", h.capacity);
+  field("chunks", h.chunks);
+  field("hits", h.hits);
+  field("misses", h.misses);
+  field("evictions", h.evictions);
+  field("inserts", h.inserts);
+  field("rejected", h.rejected);
+  out += "\"policy\":\"" + std::string(EvictionPolicyName(tier_.policy())) + "\"}},";
+  out += "\"namespaces\":[";
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (std::size_t i = 0; i < h.namespaces.size(); ++i) {
+    std::string id;
+    for (unsigned char c : h.namespaces[i].id) {
+      id += kHex[c >> 4];
+      id += kHex[c & 15];
+    }
+    out += std::string(i ? "," : "") + "{\"id\":\"" + id + "\",";
+    field("bytes", h.namespaces[i].bytes);
+    out += "\"quota\":" + std::to_string(h.namespaces[i].quota) + "}";
+  }
+  out += "]}";
+  return out;
 }
 
 Server::Server(const ServerOptions& options, HostTier& host_tier)

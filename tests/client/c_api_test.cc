@@ -11,7 +11,7 @@ namespace kvdepot {
 namespace {
 
 TEST(CApiTest, EveryCallWorksFromC) {
-  daemon::HostTier tier({64ull << 20, daemon::EvictionPolicy::kLru, 4});
+  daemon::HostTier tier(daemon::HostTierOptions::With(64ull << 20, daemon::EvictionPolicy::kLru));
   daemon::ServerOptions o;
   o.listen = "127.0.0.1:0";
   daemon::Server server(o, tier);

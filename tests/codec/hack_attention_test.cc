@@ -95,9 +95,8 @@ std::vector<float> KeyLikeQueries(const KvTensor& t, std::uint32_t layer, std::s
   const KvShape& s = t.shape;
   const std::uint32_t group = q_heads / s.kv_heads;
   auto k_at = [&](std::uint32_t tok, std::uint32_t h, std::uint32_t d) {
-    return ElementAsFloat(t.view(),
-                          ((std::uint64_t{layer} * 2 * s.tokens + tok) * s.kv_heads + h) *
-                                  s.head_dim + d);
+    return ElementAsFloat(
+        t.view(), ((std::uint64_t{layer} * 2 * s.tokens + tok) * s.kv_heads + h) * s.head_dim + d);
   };
   std::vector<double> kstd(s.kv_heads, 0);
   for (std::uint32_t h = 0; h < s.kv_heads; ++h) {
@@ -213,8 +212,8 @@ TEST(HackAttentionTest, MatchesDequantizedAttentionOnAwkwardShapes) {
           o.orientation = orient;
           o.sinks = case_index % 4 == 0 ? 3 : 0;
           SCOPED_TRACE(::testing::Message() << "tokens " << tokens << " dim " << dim << " group "
-                                            << group << " " << HackOrientationName(orient)
-                                            << " P " << o.partition << " sinks " << o.sinks);
+                                            << group << " " << HackOrientationName(orient) << " P "
+                                            << o.partition << " sinks " << o.sinks);
           const KvTensor t = Synth({2, tokens, kv_heads, dim}, case_index);
           const std::vector<HackChunk> seq = Encode(t, o);
           const KvTensor deq = DequantizedFp32(seq);
@@ -258,9 +257,9 @@ TEST(HackAttentionTest, RaggedBatchEqualsPerSequence) {
     auto one_plain = DecodeAttention(views[i], 0, std::span(q).subspan(i * 1024, 1024), Opts(8));
     EXPECT_EQ(std::vector<double>(all->out.begin() + i * 1024, all->out.begin() + (i + 1) * 1024),
               one->out);
-    EXPECT_EQ(std::vector<double>(plain->out.begin() + i * 1024,
-                                  plain->out.begin() + (i + 1) * 1024),
-              one_plain->out);
+    EXPECT_EQ(
+        std::vector<double>(plain->out.begin() + i * 1024, plain->out.begin() + (i + 1) * 1024),
+        one_plain->out);
     EXPECT_EQ(std::vector<std::uint32_t>(all->top1.begin() + i * 8, all->top1.begin() + i * 8 + 8),
               one->top1);
   }

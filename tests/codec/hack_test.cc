@@ -139,13 +139,17 @@ INSTANTIATE_TEST_SUITE_P(
         ShapeCase{{1, 1000, 2, 64}, DType::kFloat32, Options(128, HackOrientation::kChannel)},
         ShapeCase{{2, 1000, 1, 64}, DType::kFloat16, Options(32, HackOrientation::kToken)},
         ShapeCase{{3, 256, 2, 80}, DType::kFloat16, Options(64, HackOrientation::kToken)},
-        ShapeCase{{2, 200, 2, 16}, DType::kFloat16,
+        ShapeCase{{2, 200, 2, 16},
+                  DType::kFloat16,
                   Options(64, HackOrientation::kChannel, HackRounding::kNearest, 0, 4)},
-        ShapeCase{{2, 130, 1, 7}, DType::kFloat32,
+        ShapeCase{{2, 130, 1, 7},
+                  DType::kFloat32,
                   Options(128, HackOrientation::kToken, HackRounding::kStochastic, 7, 2)},
-        ShapeCase{{1, 300, 2, 1}, DType::kBFloat16,
+        ShapeCase{{1, 300, 2, 1},
+                  DType::kBFloat16,
                   Options(32, HackOrientation::kChannel, HackRounding::kStochastic, 3, 1000)},
-        ShapeCase{{2, 256, 4, 128}, DType::kFloat16,
+        ShapeCase{{2, 256, 4, 128},
+                  DType::kFloat16,
                   Options(64, HackOrientation::kChannel, HackRounding::kStochastic, 99)},
         ShapeCase{{1, 97, 2, 200}, DType::kFloat16, Options(128, HackOrientation::kToken)}));
 
@@ -414,8 +418,8 @@ TEST(HackTest, DispatchThroughEncodeChunk) {
 
 std::vector<std::byte> SmallContainer() {
   const KvTensor t = Synth({2, 70, 2, 16}, DType::kFloat16);
-  return *EncodeHack(t.view(), Options(32, HackOrientation::kChannel, HackRounding::kStochastic,
-                                       77, 2));
+  return *EncodeHack(t.view(),
+                     Options(32, HackOrientation::kChannel, HackRounding::kStochastic, 77, 2));
 }
 
 TEST(HackTest, EveryTruncationFails) {

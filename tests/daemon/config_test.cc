@@ -69,3 +69,25 @@ TEST(ConfigTest, EveryKeyHasAFlag) {
 
 }  // namespace
 }  // namespace kvdepot::daemon
+
+namespace kvdepot::daemon {
+namespace {
+
+TEST(ConfigTest, NamespaceQuotas) {
+  Config c;
+  const std::string nsid = "00112233445566778899aabbccddeeff";
+  ASSERT_TRUE(ApplyConfigFile(WriteTemp("host:\n  quotas:\n    " + nsid + ": 64MiB\n"), c).ok());
+  ASSERT_EQ(c.host.namespace_quotas.size(), 1u);
+  EXPECT_EQ(c.host.namespace_quotas.begin()->second, 64ull << 20);
+  EXPECT_EQ(c.host.namespace_quotas.begin()->first[15], '\xff');
+  ASSERT_TRUE(ApplyConfigFlag("host-quota", "ffeeddccbbaa99887766554433221100=2GiB", c).ok());
+  EXPECT_EQ(c.host.namespace_quotas.size(), 2u);
+  const Status bad = ApplyConfigFile(WriteTemp("host:\n  quotas:\n    xyz: 1GiB\n"), c);
+  EXPECT_NE(bad.message().find(":3: key 'host.quotas.xyz': namespace id 'xyz'"),
+            std::string::npos)
+      << bad.message();
+  EXPECT_FALSE(ApplyConfigFlag("host-quota", "nonsense", c).ok());
+}
+
+}  // namespace
+}  // namespace kvdepot::daemon

@@ -19,7 +19,7 @@ void Put(HostTier& tier, const std::string& key, std::size_t size, std::uint8_t 
 }
 
 TEST(HostTierTest, PutGetEraseAndStats) {
-  HostTier tier({1 << 20, EvictionPolicy::kSieve, 4});
+  HostTier tier(HostTierOptions::With(1 << 20, EvictionPolicy::kSieve, 4));
   Put(tier, "a", 100, 1);
   ValueRef a = tier.Get("a");
   ASSERT_NE(a, nullptr);
@@ -42,7 +42,7 @@ TEST(HostTierTest, PutGetEraseAndStats) {
 TEST(HostTierTest, CapacityHoldsWhileThreeTimesCapacityIsWritten) {
   for (EvictionPolicy policy : {EvictionPolicy::kLru, EvictionPolicy::kSieve}) {
     const std::uint64_t cap = 64 * 1024;
-    HostTier tier({cap, policy, 8});
+    HostTier tier(HostTierOptions::With(cap, policy, 8));
     for (int i = 0; i < 3 * 64; ++i) {
       Put(tier, "k" + std::to_string(i), 1000);
       ASSERT_LE(tier.stats().bytes, cap);
@@ -54,7 +54,7 @@ TEST(HostTierTest, CapacityHoldsWhileThreeTimesCapacityIsWritten) {
 
 TEST(HostTierTest, LruEvictsLeastRecentlyUsed) {
   const std::uint64_t entry = 1000 + 2 + kOverhead;
-  HostTier tier({3 * entry, EvictionPolicy::kLru, 1});
+  HostTier tier(HostTierOptions::With(3 * entry, EvictionPolicy::kLru, 1));
   Put(tier, "k1", 1000);
   Put(tier, "k2", 1000);
   Put(tier, "k3", 1000);
@@ -68,7 +68,7 @@ TEST(HostTierTest, LruEvictsLeastRecentlyUsed) {
 
 TEST(HostTierTest, SieveKeepsVisitedEntries) {
   const std::uint64_t entry = 1000 + 2 + kOverhead;
-  HostTier tier({3 * entry, EvictionPolicy::kSieve, 1});
+  HostTier tier(HostTierOptions::With(3 * entry, EvictionPolicy::kSieve, 1));
   Put(tier, "k1", 1000);
   Put(tier, "k2", 1000);
   Put(tier, "k3", 1000);
@@ -85,7 +85,7 @@ TEST(HostTierTest, SieveKeepsVisitedEntries) {
 
 TEST(HostTierTest, ValuesInUseAreNeverFreedAndStillCount) {
   const std::uint64_t entry = 1000 + 2 + kOverhead;
-  HostTier tier({2 * entry, EvictionPolicy::kLru, 2});
+  HostTier tier(HostTierOptions::With(2 * entry, EvictionPolicy::kLru, 2));
   Put(tier, "k1", 1000, 0x11);
   Put(tier, "k2", 1000, 0x22);
   ValueRef r1 = tier.Get("k1");
@@ -103,7 +103,7 @@ TEST(HostTierTest, ValuesInUseAreNeverFreedAndStillCount) {
 }
 
 TEST(HostTierTest, ScanPagesInKeyOrder) {
-  HostTier tier({1 << 20, EvictionPolicy::kSieve, 4});
+  HostTier tier(HostTierOptions::With(1 << 20, EvictionPolicy::kSieve, 4));
   for (int i = 0; i < 25; ++i) Put(tier, "ns1/" + std::to_string(100 + i), 10);
   Put(tier, "ns2/x", 10);
   std::string cursor;
@@ -125,7 +125,7 @@ TEST(HostTierTest, ScanPagesInKeyOrder) {
 
 TEST(HostTierTest, ConcurrentWritersNeverExceedCapacity) {
   const std::uint64_t cap = 256 * 1024;
-  HostTier tier({cap, EvictionPolicy::kSieve, 16});
+  HostTier tier(HostTierOptions::With(cap, EvictionPolicy::kSieve, 16));
   std::atomic<bool> over{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -142,6 +142,40 @@ TEST(HostTierTest, ConcurrentWritersNeverExceedCapacity) {
   for (auto& th : threads) th.join();
   EXPECT_FALSE(over.load());
   EXPECT_LE(tier.stats().bytes, cap);
+}
+
+}  // namespace
+}  // namespace kvdepot::daemon
+
+namespace kvdepot::daemon {
+namespace {
+
+std::string ChunkKeyIn(char ns, int i) {
+  std::string key(48, '\0');
+  key.replace(0, 16, std::string(16, ns));
+  const std::string tag = "c" + std::to_string(1000000 + i);  // 8 bytes: the key stays 48
+  key.replace(16, tag.size(), tag);
+  return key;
+}
+
+TEST(HostTierTest, NamespaceQuotaEvictsOnlyItsOwnEntries) {
+  const std::uint64_t entry = 1000 + 48 + HostTier::kEntryOverhead;
+  HostTierOptions o{100 * entry, EvictionPolicy::kLru, 4, {}};
+  o.namespace_quotas[std::string(16, 'A')] = 5 * entry;
+  HostTier tier(o);
+  for (int i = 0; i < 20; ++i) Put(tier, ChunkKeyIn('B', i), 1000);  // no quota
+  for (int i = 0; i < 12; ++i) {
+    Put(tier, ChunkKeyIn('A', i), 1000);
+    ASSERT_LE(tier.stats().namespaces.at(0).bytes, 5 * entry);
+  }
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(tier.Contains(ChunkKeyIn('B', i))) << i;
+  int a_present = 0;
+  for (int i = 0; i < 12; ++i) a_present += tier.Contains(ChunkKeyIn('A', i));
+  EXPECT_EQ(a_present, 5);
+  EXPECT_TRUE(tier.Contains(ChunkKeyIn('A', 11))) << "the newest stay";
+  EXPECT_EQ(tier.Allocate(ChunkKeyIn('A', 99), 6 * entry).status().code(),
+            StatusCode::kOutOfRange);
+  EXPECT_EQ(KeyNamespace("k1"), "");
 }
 
 }  // namespace

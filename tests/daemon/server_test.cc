@@ -39,7 +39,7 @@ class ServerTest : public ::testing::Test {
     socket_path_ = (std::filesystem::temp_directory_path() /
                     ("kvdepot-test-" + std::to_string(::getpid()) + ".sock"))
                        .string();
-    tier_ = std::make_unique<HostTier>(HostTierOptions{capacity, policy, 8});
+    tier_ = std::make_unique<HostTier>(HostTierOptions::With(capacity, policy, 8));
     ServerOptions o;
     o.listen = "127.0.0.1:0";
     o.unix_path = socket_path_;

@@ -38,7 +38,7 @@ std::string_view HackRoundingName(HackRounding rounding);
 Result<HackRounding> ParseHackRounding(std::string_view name);
 
 struct HackOptions {
-  std::uint32_t partition = hack::kDefaultPartition;  // P: 32, 64 or 128
+  std::uint32_t partition = hack::kDefaultPartition;        // P: 32, 64 or 128
   HackOrientation orientation = HackOrientation::kChannel;  // measured better: docs/hack.md
   HackRounding rounding = HackRounding::kNearest;           // measured better: docs/hack.md
   // Stochastic rounding's seed (stored in params; identical seed, identical codes on CPU and GPU).
@@ -60,10 +60,10 @@ struct HackChunk {
   KvShape shape;
   HackOptions options;  // as stored: sinks <= tokens, seed 0 unless stochastic
   hack::Layout layout;
-  std::vector<std::uint8_t> codes;   // [layout.codes()], each 0..3
-  std::vector<hack::Quant> quants;   // [layout.partitions()]
-  std::vector<std::uint16_t> sums;   // [layout.sums()]
-  std::vector<float> unquantized;    // [layout.unquantized_elements()], values of `dtype`
+  std::vector<std::uint8_t> codes;  // [layout.codes()], each 0..3
+  std::vector<hack::Quant> quants;  // [layout.partitions()]
+  std::vector<std::uint16_t> sums;  // [layout.sums()]
+  std::vector<float> unquantized;   // [layout.unquantized_elements()], values of `dtype`
 };
 
 // Quantizes a chunk: what EncodeHack stores. Errors: kInvalidArgument for invalid options, an

@@ -39,11 +39,11 @@ namespace kvdepot::hack {
 
 inline constexpr std::uint8_t kParamsVersion = 1;
 inline constexpr std::uint32_t kParamsBytes = 24;
-inline constexpr std::uint32_t kMaxCode = 3;             // 2-bit codes 0..3
-inline constexpr std::uint32_t kCodesPerByte = 4;        // code i at bits 2 (i mod 4) of byte i / 4
+inline constexpr std::uint32_t kMaxCode = 3;       // 2-bit codes 0..3
+inline constexpr std::uint32_t kCodesPerByte = 4;  // code i at bits 2 (i mod 4) of byte i / 4
 inline constexpr std::uint32_t kPartitionEntryBytes = 4;  // fp16 scale, fp16 min
 inline constexpr std::uint32_t kDefaultPartition = 64;
-inline constexpr std::uint32_t kMaxInt8Code = 255;       // Q and P codes (unsigned, asymmetric)
+inline constexpr std::uint32_t kMaxInt8Code = 255;  // Q and P codes (unsigned, asymmetric)
 // The largest magnitude the codec accepts (fp16's largest finite value): scales and mins are fp16.
 inline constexpr float kMaxAbsValue = 65504.0f;
 // Floats at or above this round to +infinity in fp16.
@@ -56,7 +56,9 @@ inline constexpr std::uint8_t kOrientToken = 1;    // K per token along head_dim
 inline constexpr std::uint8_t kRoundNearest = 0;
 inline constexpr std::uint8_t kRoundStochastic = 1;
 
-KVD_HOST_DEVICE bool IsValidPartition(std::uint32_t p) { return p == 32 || p == 64 || p == 128; }
+KVD_HOST_DEVICE bool IsValidPartition(std::uint32_t p) {
+  return p == 32 || p == 64 || p == 128;
+}
 
 // Bytes of one stored code sum: a sum covers at most P codes of value <= 3, so u8 holds it for
 // P <= 85 (P = 32, 64) and u16 beyond (P = 128).
@@ -64,7 +66,9 @@ KVD_HOST_DEVICE std::uint32_t SumBytes(std::uint32_t partition) {
   return partition * kMaxCode <= 255u ? 1u : 2u;
 }
 
-KVD_HOST_DEVICE std::uint32_t MinU32(std::uint32_t a, std::uint32_t b) { return a < b ? a : b; }
+KVD_HOST_DEVICE std::uint32_t MinU32(std::uint32_t a, std::uint32_t b) {
+  return a < b ? a : b;
+}
 
 // The chunk layout: every count and index that follows from the shape and the params. Plain data;
 // indices are 64-bit so that no shape within tensor.h's limits overflows them.
@@ -111,9 +115,7 @@ struct Layout {
 
   // ---- codes: P * dim per group ----
   KVD_HOST_DEVICE std::uint32_t codes_per_group() const { return partition * dim; }
-  KVD_HOST_DEVICE std::uint64_t codes() const {
-    return 2u * groups_per_kv() * codes_per_group();
-  }
+  KVD_HOST_DEVICE std::uint64_t codes() const { return 2u * groups_per_kv() * codes_per_group(); }
   KVD_HOST_DEVICE std::uint64_t code_base(std::uint64_t group_index) const {
     return group_index * codes_per_group();
   }
@@ -187,8 +189,7 @@ struct Layout {
   KVD_HOST_DEVICE std::uint64_t unquantized_offset(std::uint32_t layer, std::uint32_t kv,
                                                    std::uint32_t u, std::uint32_t head,
                                                    std::uint32_t d) const {
-    return (((std::uint64_t{layer} * 2u + kv) * unquantized_tokens() + u) * heads + head) * dim +
-           d;
+    return (((std::uint64_t{layer} * 2u + kv) * unquantized_tokens() + u) * heads + head) * dim + d;
   }
 
   // Flat index of (layer, kv, token, head, d) in the chunk tensor (C order): the stochastic

@@ -97,12 +97,19 @@ struct CacheGenDecodeChunkDesc {
   std::uint32_t reserved;          // 0
 };
 
-// Kernel parameters, passed by value. All chunks of a launch share one shape.
+// Batches of up to this many chunks (and paged targets of up to this many layers) pass their
+// descriptors inside the kernel parameters; larger ones through device memory.
+inline constexpr std::uint32_t kCacheGenInlineChunks = 16;
+inline constexpr std::uint32_t kCacheGenInlineLayers = 32;
+
+// Kernel parameters, passed by value (__grid_constant__). All chunks of a launch share one shape.
 struct CacheGenDecodeParams {
-  const CacheGenDecodeChunkDesc* chunks;  // [num_chunks], device memory
-  void* const* k_cache;          // paged: [layers] device pointers to layer l's K cache; else null
-  void* const* v_cache;          // paged: [layers] device pointers to layer l's V cache; else null
+  const CacheGenDecodeChunkDesc* chunks;  // [num_chunks] device memory; null: inline_chunks
+  void* const* k_cache;          // paged: [layers] device array of layer l's K cache; null when
+                                 // inline_cache holds the pointers, or for contiguous output
+  void* const* v_cache;          // paged: [layers] device array of layer l's V cache (or null)
   unsigned long long* error;     // device u64, 0 before the launch; holds ~(first error key) after
+  unsigned int* error_flag;      // host-mapped pinned u32, set to 1 by any error
   std::uint64_t page_stride;     // paged: elements between consecutive pages
   std::uint64_t row_stride;      // paged: elements between consecutive rows (tokens) of a page
   std::uint32_t num_pages;       // paged: pages per layer cache (block table entries must be less)
@@ -117,6 +124,9 @@ struct CacheGenDecodeParams {
   std::uint32_t blocks_per_lk;   // ceil(groups_per_lk / warps_per_block)
   std::uint32_t stage_words;     // per-warp shared-memory staging of a group's words (multiple of 8)
   std::uint32_t lut_elem_bytes;  // per-warp output table [64][32] of this element size (0: none)
+  CacheGenDecodeChunkDesc inline_chunks[kCacheGenInlineChunks];  // when chunks is null
+  void* inline_cache[2 * kCacheGenInlineLayers];  // paged, k_cache null: K of layer l at [l],
+                                                  // V at [layers + l]
 };
 
 // Enqueues the decode kernel on `stream` (grid: num_chunks * 2 * layers * blocks_per_lk blocks of
@@ -172,9 +182,9 @@ class CacheGenDecodeWorkspace {
   std::uint32_t max_chunks_ = 0;
   std::uint32_t max_layers_ = 0;
   std::uint32_t pending_chunks_ = 0;  // chunks of the batch in flight (0: none)
-  std::size_t error_offset_ = 0;      // of the error word in both buffers
+  unsigned int* error_flag_device_ = nullptr;  // device view of the pinned error flag
   DeviceBuffer device_;               // descriptors | k pointers | v pointers | error word
-  PinnedHostBuffer host_;             // staging of the same layout
+  PinnedHostBuffer host_;             // staging of the same layout | error flag (device-written)
 };
 
 // Validates the batch (same shape for every chunk, containers aligned, target complete and sized:
@@ -217,7 +227,7 @@ struct CacheGenEncodeChunkDesc {
 // Kernel parameters of the encode pipeline, passed by value; per-chunk scratch arrays are
 // chunk-major (chunk i's part starts at i * its per-chunk size).
 struct CacheGenEncodeParams {
-  const CacheGenEncodeChunkDesc* chunks;  // [num_chunks], device memory
+  const CacheGenEncodeChunkDesc* chunks;  // [num_chunks] device memory; null: inline_chunks
   const std::uint8_t* bins;               // [2 * layers] bins per (layer, K|V), device memory
   const std::uint32_t* table_start;       // [2 * layers] first table entry of each (layer, K|V)
   std::uint8_t* symbols;                  // [chunks][2 * layers][tokens][channels] u8
@@ -227,9 +237,12 @@ struct CacheGenEncodeParams {
   std::uint16_t* streams;                 // [chunks][groups][stream_cap] scratch rANS words
   std::uint32_t* lengths;                 // [chunks][groups] words of each group's stream
   std::uint32_t* offsets;                 // [chunks][groups] first codes word of each group
-  unsigned long long* status;             // [chunks][4]: fp16-failed flag, ~first non-finite
-                                          // element, ~first fp32-overflow channel, container bytes
-                                          // (the first three zeroed before the launch)
+  unsigned long long* status;             // [chunks][8] device: fp16-failed flag, ~first
+                                          // non-finite element, ~first fp32-overflow channel (these
+                                          // three 0 at launch; Finalize re-zeroes them), -, the
+                                          // chunk's final fp32-scales flag (for Compact), -, -, -
+  unsigned long long* host_status;        // [chunks][4] host-mapped pinned: fp16-failed,
+                                          // ~non-finite, ~overflow, container bytes (Finalize)
   std::uint64_t params_offset;            // container layout (section offsets, bytes), the same
   std::uint64_t tables_offset;            // for every chunk up to the scale dtype
   std::uint64_t scales_offset;
@@ -247,6 +260,7 @@ struct CacheGenEncodeParams {
   std::uint32_t vec;                      // elements per vector load: 8 (channels % 8 == 0 and
                                           // every input 16-byte aligned) or 1
   std::uint32_t input_dtype;              // DType of the input (as its stored value)
+  CacheGenEncodeChunkDesc inline_chunks[kCacheGenInlineChunks];  // when chunks is null
 };
 
 // Enqueues the encode pipeline (min/max + scales, quantize + histogram, frequency tables, rANS,
@@ -274,9 +288,11 @@ class CacheGenEncodeWorkspace {
   KvShape shape_;
   std::uint32_t max_chunks_ = 0;
   std::uint32_t pending_chunks_ = 0;
-  DType pending_dtype_ = DType::kFloat16;
+  bool dirty_ = true;                      // counters/flags need clearing before the next batch
+  std::vector<std::uint8_t> device_bins_;  // the bins profile currently in device memory
+  unsigned long long* host_status_device_ = nullptr;  // device view of the pinned status
   DeviceBuffer device_;     // descriptors | bins | scratch arrays
-  PinnedHostBuffer host_;   // staging: descriptors | bins | status readback
+  PinnedHostBuffer host_;   // staging: descriptors | bins | status (written by the device)
 };
 
 // Validates (dtype, shape == workspace shape, 1 <= inputs.size() == outputs.size() <= max_chunks,

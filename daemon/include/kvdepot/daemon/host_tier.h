@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -36,13 +37,17 @@ class Value {
   Value& operator=(const Value&) = delete;
 
   std::span<const std::byte> bytes() const { return {data_.get(), size_}; }
+  std::uint64_t charge() const { return charge_; }
   // Writable only between Allocate() and Insert(): the owner fills the value, then publishes it.
   std::span<std::byte> mutable_bytes() { return {data_.get(), size_}; }
 
  private:
   friend class HostTier;
-  Value(std::shared_ptr<std::atomic<std::uint64_t>> used, std::uint64_t charge, std::size_t size);
+  Value(std::shared_ptr<std::atomic<std::uint64_t>> used,
+        std::shared_ptr<std::atomic<std::uint64_t>> namespace_used, std::uint64_t charge,
+        std::size_t size);
   std::shared_ptr<std::atomic<std::uint64_t>> used_;  // the tier's counter (outlives the tier)
+  std::shared_ptr<std::atomic<std::uint64_t>> namespace_used_;  // null without a quota
   std::uint64_t charge_;
   std::size_t size_;
   std::unique_ptr<std::byte[]> data_;
@@ -53,10 +58,33 @@ enum class EvictionPolicy { kLru, kSieve };
 Result<EvictionPolicy> ParseEvictionPolicy(std::string_view name);  // "lru", "sieve"
 std::string_view EvictionPolicyName(EvictionPolicy policy);
 
+// The namespace of a key: the first 16 bytes of a 48-byte chunk key (docs/format.md §2), or ""
+// for any other key (the default namespace, which has no quota).
+std::string_view KeyNamespace(std::string_view key);
+
 struct HostTierOptions {
   std::uint64_t capacity_bytes = 1ull << 30;
-  EvictionPolicy policy = EvictionPolicy::kLru;  // measured best on the serving trace (docs/eviction.md)
+  // LRU measured best on the replayed serving trace (docs/eviction.md).
+  EvictionPolicy policy = EvictionPolicy::kLru;
   std::uint32_t shards = 16;  // rounded up to a power of two
+  // Per-namespace byte quotas (key: the 16-byte namespace id). A namespace over its quota evicts
+  // its own entries first; it never evicts another namespace's to grow past its quota.
+  std::map<std::string, std::uint64_t> namespace_quotas;
+
+  static HostTierOptions With(std::uint64_t capacity, EvictionPolicy policy = EvictionPolicy::kLru,
+                              std::uint32_t shards = 16) {
+    HostTierOptions o;
+    o.capacity_bytes = capacity;
+    o.policy = policy;
+    o.shards = shards;
+    return o;
+  }
+};
+
+struct NamespaceUsage {
+  std::string id;  // 16 bytes
+  std::uint64_t bytes = 0;
+  std::uint64_t quota = 0;
 };
 
 struct HostTierStats {
@@ -68,6 +96,7 @@ struct HostTierStats {
   std::uint64_t evictions = 0;
   std::uint64_t inserts = 0;
   std::uint64_t rejected = 0;    // Allocate() failures
+  std::vector<NamespaceUsage> namespaces;  // those with a quota
 };
 
 class HostTier {
@@ -107,14 +136,24 @@ class HostTier {
  private:
   struct Shard;
   Shard& ShardFor(std::string_view key) const;
-  // Evicts one entry (round-robin over shards); false when every shard is empty.
-  bool EvictOne();
+  // Evicts one entry (round-robin over shards); with a namespace, the least recently inserted or
+  // used entry of that namespace. False when there is nothing to evict.
+  bool EvictOne(std::string_view ns = {}, bool namespace_only = false);
+  // Adds `charge` to `counter` if it stays within `limit`, evicting (within `ns` when
+  // namespace_only) as needed. False when nothing more can be evicted.
+  bool Reserve(std::atomic<std::uint64_t>& counter, std::uint64_t limit, std::uint64_t charge,
+               std::string_view ns, bool namespace_only);
 
   const std::uint64_t capacity_;
   const EvictionPolicy policy_;
   std::shared_ptr<std::atomic<std::uint64_t>> used_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::atomic<std::uint32_t> evict_cursor_{0};
+  struct Quota {
+    std::uint64_t limit;
+    std::shared_ptr<std::atomic<std::uint64_t>> used;
+  };
+  std::map<std::string, Quota, std::less<>> quotas_;
   std::atomic<std::uint64_t> hits_{0}, misses_{0}, evictions_{0}, inserts_{0}, rejected_{0};
 };
 

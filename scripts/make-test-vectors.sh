@@ -42,7 +42,16 @@ a[0, 0, 3, 1, 5] = 1.0e6
 np.save("cg-in-fp32.npy", a)
 PY
 "$kvdepot" codec encode --quiet --codec cachegen cg-in-fp32.npy cachegen-fp32-scales.kvd
-for v in cachegen-fp16-small cachegen-bf16-bins cachegen-fp32-scales; do
+# HACK INT2: one block of 64 tokens plus a 1-token tail (channel orientation, nearest), and
+# token orientation with stochastic rounding, 32-token partitions and 2 sink tokens in bf16.
+"$kvdepot" codec synth hk-in-a.npy --layers 2 --tokens 65 --heads 2 --dim 64 --seed 7 --quiet
+"$kvdepot" codec encode --quiet --codec hack-int2 hk-in-a.npy hack-fp16-tail.kvd
+"$kvdepot" codec synth hk-in-b.npy --layers 1 --tokens 70 --heads 1 --dim 40 --seed 8 \
+  --dtype bf16 --quiet
+"$kvdepot" codec encode --quiet --codec hack-int2 --dtype bf16 --partition 32 \
+  --orientation token --rounding stochastic --seed 99 --sinks 2 hk-in-b.npy hack-bf16-token.kvd
+rm -f hk-in-*.npy
+for v in cachegen-fp16-small cachegen-bf16-bins cachegen-fp32-scales hack-fp16-tail hack-bf16-token; do
   "$kvdepot" codec decode --quiet "$v.kvd" "$v.npy"
 done
 rm -f cg-in-*.npy
@@ -85,6 +94,8 @@ raw-fp16-optional-section.kvd     ok       raw-fp16-optional-section.npy
 cachegen-fp16-small.kvd           ok       cachegen-fp16-small.npy
 cachegen-bf16-bins.kvd            ok       cachegen-bf16-bins.npy
 cachegen-fp32-scales.kvd          ok       cachegen-fp32-scales.npy
+hack-fp16-tail.kvd                ok       hack-fp16-tail.npy
+hack-bf16-token.kvd               ok       hack-bf16-token.npy
 bad-magic.kvd                     error    corruption
 bad-section-checksum.kvd          error    corruption
 truncated.kvd                     error    corruption

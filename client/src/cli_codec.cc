@@ -18,6 +18,7 @@
 #include "kvdepot/container.h"
 #include "kvdepot/file_io.h"
 #include "kvdepot/hack.h"
+#include "kvdepot/hack.h"
 #include "kvdepot/npy.h"
 #include "kvdepot/synth.h"
 #include "kvdepot/tensor.h"
@@ -198,10 +199,16 @@ Status InspectContainerBytes(const std::string& in, std::span<const std::byte> b
   const ChecksumReport sums = VerifyChecksums(view, bytes);
   const double ratio = static_cast<double>(h.total_bytes) / static_cast<double>(Fp16Bytes(h.shape));
   std::optional<CacheGenSizes> cachegen_sizes;
+  std::optional<HackSizes> hack_sizes;
   if (h.codec == CodecId::kCacheGen && sums.all_ok()) {
     auto sizes = CacheGenSectionSizes(view);
     if (!sizes.ok()) return sizes.status().WithContext(in);
     cachegen_sizes = *sizes;
+  }
+  if (h.codec == CodecId::kHackInt2 && sums.all_ok()) {
+    auto sizes = HackSectionSizes(view);
+    if (!sizes.ok()) return sizes.status().WithContext(in);
+    hack_sizes = *sizes;
   }
 
   if (json_out) {
@@ -226,6 +233,14 @@ Status InspectContainerBytes(const std::string& in, std::span<const std::byte> b
       json.Key("scale_bytes").Uint(cachegen_sizes->scales);
       json.Key("index_bytes").Uint(cachegen_sizes->index);
       json.Key("overhead_fraction").Double(Overhead(*cachegen_sizes));
+      json.EndObject();
+    }
+    if (hack_sizes) {
+      json.Key("hack").BeginObject();
+      json.Key("code_bytes").Uint(hack_sizes->codes);
+      json.Key("scale_bytes").Uint(hack_sizes->scales);
+      json.Key("sum_bytes").Uint(hack_sizes->sums);
+      json.Key("tail_bytes").Uint(hack_sizes->tail);
       json.EndObject();
     }
     json.Key("sections").BeginArray();
@@ -262,6 +277,11 @@ Status InspectContainerBytes(const std::string& in, std::span<const std::byte> b
              << cachegen_sizes->tables << " B, scales " << cachegen_sizes->scales << " B, index "
              << cachegen_sizes->index << " B (tables+scales+index "
              << FormatDouble(100.0 * Overhead(*cachegen_sizes), 3) << "% of the container)\n";
+    }
+    if (hack_sizes) {
+      io.out << "hack-int2        codes " << hack_sizes->codes << " B, scales+mins "
+             << hack_sizes->scales << " B, sums " << hack_sizes->sums << " B, fp16 tail "
+             << hack_sizes->tail << " B\n";
     }
     io.out << "sections\n";
     io.out << "  #  kind       offset        length  checksum          status\n";

@@ -179,3 +179,53 @@ def decode_cachegen(data: bytes) -> np.ndarray:
             if pos != end or any(v != 1 << 16 for v in state.values()):
                 raise FormatError("group end")
     return out.reshape(L, 2, T, H, D)
+
+
+def decode_hack(data: bytes) -> np.ndarray:
+    """Decodes a hack-int2 container to float32 values of its decoded tensor (before the final
+    rounding to the container dtype), following docs/format.md §1.5."""
+    header, sections = parse(data)
+    assert header["codec"] == "hack-int2"
+    by_kind = {s["kind"]: s["bytes"] for s in sections}
+    L, _, T, H, D = header["shape"]
+    (version, P, orientation, rounding, sb, _r8, S, _r32,
+     seed) = struct.unpack("<BBBBB3sIIQ", by_kind["params"])
+    if version != 1 or P not in (32, 64, 128) or sb != (1 if P <= 64 else 2):
+        raise FormatError("params")
+    B = (T - S) // P
+    G = -(-D // P)
+    scales = np.frombuffer(by_kind["scales"], "<u2").reshape(-1, 2)
+    codes_bytes = np.frombuffer(by_kind["codes"], np.uint8)
+    codes = np.stack([(codes_bytes >> (2 * k)) & 3 for k in range(4)], axis=1).reshape(-1)
+    dt = {"fp16": "<f2", "bf16": "<u2", "fp32": "<f4"}[header["dtype"]]
+    U = T - B * P
+    tail = np.frombuffer(by_kind["tail"], dt).reshape(L, 2, U, H, D)
+    if header["dtype"] == "bf16":
+        tail = (tail.astype(np.uint32) << 16).view(np.float32)
+    out = np.zeros((L, 2, T, H, D), np.float32)
+    unquantized = list(range(S)) + list(range(S + B * P, T))
+    for u, t in enumerate(unquantized):
+        out[:, :, t] = tail[:, :, u]
+    f16 = lambda bits: np.float32(np.array([bits], np.uint16).view(np.float16)[0])
+    part_at = 0
+    for layer in range(L):
+        for kv in range(2):
+            for head in range(H):
+                for block in range(B):
+                    g = ((layer * 2 + kv) * H + head) * B + block
+                    base = g * P * D
+                    for t in range(P):
+                        for d in range(D):
+                            if kv == 0:
+                                code = codes[base + t * D + d]
+                                p = t * G + d // P if orientation == 1 else d
+                            else:
+                                code = codes[base + d * P + t]
+                                p = d
+                            scale, mn = scales[part_at + p]
+                            value = f16(mn) + np.float32(np.float32(code) * f16(scale))
+                            out[layer, kv, S + block * P + t, head, d] = value
+                    part_at += (P * G) if (kv == 0 and orientation == 1) else D
+    if part_at != len(scales):
+        raise FormatError("partition count")
+    return out

@@ -23,6 +23,7 @@
 #include "cli_internal.h"
 #include "json_writer.h"
 #include "kvdepot/client/client.h"
+#include "socket_io.h"
 
 namespace kvdepot::cli {
 namespace {
@@ -174,21 +175,7 @@ class RedisBackend : public Backend {
  private:
   Status WriteV(std::span<iovec> iov) {
     std::vector<iovec> v(iov.begin(), iov.end());
-    std::size_t first = 0;
-    while (first < v.size()) {
-      const ssize_t n = ::writev(fd_, v.data() + first, static_cast<int>(v.size() - first));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return StatusFromErrno(errno, "redis write");
-      }
-      std::size_t left = static_cast<std::size_t>(n);
-      while (first < v.size() && left >= v[first].iov_len) left -= v[first++].iov_len;
-      if (first < v.size()) {
-        v[first].iov_base = static_cast<char*>(v[first].iov_base) + left;
-        v[first].iov_len -= left;
-      }
-    }
-    return Status::Ok();
+    return client::SendAllIov(fd_, v, "redis write");
   }
   Status Fill() {
     if (pos_ == len_) pos_ = len_ = 0;

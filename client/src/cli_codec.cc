@@ -280,7 +280,7 @@ Status InspectContainerBytes(const std::string& in, std::span<const std::byte> b
     }
     if (hack_sizes) {
       io.out << "hack-int2        codes " << hack_sizes->codes << " B, scales+mins "
-             << hack_sizes->scales << " B, sums " << hack_sizes->sums << " B, fp16 tail "
+             << hack_sizes->scales << " B, sums " << hack_sizes->sums << " B, tail "
              << hack_sizes->tail << " B\n";
     }
     io.out << "sections\n";

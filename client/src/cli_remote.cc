@@ -14,14 +14,13 @@
 #include "cli_args.h"
 #include "cli_internal.h"
 #include "json_writer.h"
+#include "kvdepot/chunk_key.h"
 #include "kvdepot/client/client.h"
 #include "kvdepot/container.h"
 #include "kvdepot/file_io.h"
 
 namespace kvdepot::cli {
 namespace {
-
-constexpr std::size_t kChunkKeyBytes = 48;
 
 bool IsHex(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });

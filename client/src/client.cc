@@ -14,6 +14,7 @@
 #include <string>
 
 #include "kvdepot/byte_order.h"
+#include "socket_io.h"
 
 namespace kvdepot::client {
 namespace {
@@ -112,22 +113,8 @@ Status Connection::SendAll(std::span<const std::span<const std::byte>> parts) {
   for (auto p : parts) {
     if (!p.empty()) iov.push_back({const_cast<std::byte*>(p.data()), p.size()});
   }
-  std::size_t first = 0;
-  while (first < iov.size()) {
-    msghdr msg{};
-    msg.msg_iov = iov.data() + first;
-    msg.msg_iovlen = std::min<std::size_t>(iov.size() - first, IOV_MAX);
-    const ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Broken(Status(StatusCode::kUnavailable, StatusFromErrno(errno, "send").message()));
-    }
-    std::size_t left = static_cast<std::size_t>(n);
-    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
-    if (first < iov.size()) {
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
-      iov[first].iov_len -= left;
-    }
+  if (Status s = SendAllIov(fd_, iov, "send"); !s.ok()) {
+    return Broken(Status(StatusCode::kUnavailable, s.message()));
   }
   return Status::Ok();
 }

@@ -90,19 +90,30 @@ __device__ __forceinline__ cachegen::ChannelScale LoadScale(const CacheGenDecode
           HalfBitsToFloat(static_cast<std::uint16_t>(s >> 16))};
 }
 
-// Packed slot-table entry: freq (13 bits) | cum << 13 (12 bits) | symbol << 25 (6 bits).
-__device__ __forceinline__ std::uint32_t PackEntry(std::uint32_t sym, std::uint32_t freq,
-                                                   std::uint32_t cum) {
-  return freq | (cum << 13) | (sym << 25);
+// Packed slot-table entry of slot s in symbol q's range [cum, cum + freq):
+// (s - cum) (12 bits) | q << 12 (6 bits) | freq << 19 (13 bits). RansDecodeAdvance is called with
+// (s - cum, freq, 0), which is the same value as with (s, freq, cum), one subtraction shorter.
+__device__ __forceinline__ std::uint32_t PackEntry(std::uint32_t rank, std::uint32_t sym,
+                                                   std::uint32_t freq) {
+  return rank | (sym << 12) | (freq << 19);
+}
+__device__ __forceinline__ std::uint32_t EntryRank(std::uint32_t e) { return e & 0xfffu; }
+__device__ __forceinline__ std::uint32_t EntrySymbol(std::uint32_t e) { return (e >> 12) & 0x3fu; }
+__device__ __forceinline__ std::uint32_t EntryFreq(std::uint32_t e) { return e >> 19; }
+
+__device__ __forceinline__ std::uint32_t SharedAddress(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Where a group's words come from: its shared-memory stage (words [a, end) at stage[0..]) or
+// Where a group's words come from: its shared-memory stage (word i at byte address
+// base + 2 * i, i.e. base = stage address - 2 * a for words [a, end) staged from stage[0]) or
 // global memory.
 struct SharedWords {
-  const std::uint16_t* stage;
-  std::uint32_t a;
+  std::uint32_t base;
   __device__ __forceinline__ std::uint32_t operator()(std::uint32_t i) const {
-    return stage[i - a];
+    unsigned short v;
+    asm("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(base + 2u * i));
+    return v;
   }
 };
 struct GlobalWords {
@@ -153,6 +164,7 @@ __device__ __forceinline__ std::uint32_t DecodeGroup(
         active ? LoadScale(d, std::uint64_t{lk} * C + c) : cachegen::ChannelScale{0.0f, 1.0f};
     if constexpr (kFast) {
       __syncwarp();
+#pragma unroll 4
       for (std::uint32_t q = 0; q < bins; ++q) {
         lut[q * 32 + lane] = ToStorage<Out>(cachegen::Dequantize(q, sc));
       }
@@ -173,11 +185,10 @@ __device__ __forceinline__ std::uint32_t DecodeGroup(
       const std::uint32_t rows = min(run_len, T - t0);
 #pragma unroll 4
       for (std::uint32_t r = 0; r < rows; ++r) {
-        const std::uint32_t slot = cachegen::RansSlot(x);
-        const std::uint32_t e = table[slot];
-        const std::uint32_t q = e >> 25;
+        const std::uint32_t e = table[cachegen::RansSlot(x)];
+        const std::uint32_t q = EntrySymbol(e);
         const std::uint32_t advanced =
-            cachegen::RansDecodeAdvance(x, slot, e & 0x1fffu, (e >> 13) & 0xfffu);
+            cachegen::RansDecodeAdvance(x, EntryRank(e), EntryFreq(e), 0u);
         const bool need = active && advanced < kStateLow;
         const std::uint32_t ballot = __ballot_sync(kFullMask, need);
         const std::uint32_t w = word(min(pos + __popc(ballot & lanemask_lt), last));
@@ -205,9 +216,9 @@ template <DType Out, bool Paged>
 __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32)
     CacheGenDecodeKernel(const __grid_constant__ CacheGenDecodeParams p) {
   using Elem = typename Storage<Out>::type;
-  extern __shared__ uint4 smem[];
-  std::uint32_t* table = reinterpret_cast<std::uint32_t*>(smem);  // [kProbScale]
-  std::uint16_t* stage_all = reinterpret_cast<std::uint16_t*>(table + kProbScale);
+  extern __shared__ uint4 smem[];  // per warp: stage [stage_words] u16, then output tables
+  std::uint16_t* stage_all = reinterpret_cast<std::uint16_t*>(smem);
+  __shared__ std::uint32_t s_table[kProbScale];  // slot -> PackEntry
   __shared__ std::uint32_t s_freq[cachegen::kMaxBins];
   __shared__ std::uint32_t s_cum[cachegen::kMaxBins];
   __shared__ std::uint32_t s_bins;
@@ -224,6 +235,33 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32)
   const CacheGenDecodeChunkDesc d =
       p.chunks == nullptr ? p.inline_chunks[chunk] : p.chunks[chunk];
   const std::uint32_t first_group = lk * p.groups_per_lk + blk * p.warps_per_block;
+
+  // This warp's group and its words [begin, end); staging [a, end), a = begin rounded down to
+  // 8 words (16 bytes), starts with asynchronous copies that overlap the table construction.
+  const std::uint32_t group = blk * p.warps_per_block + warp;  // within the lk
+  const bool has_group = group < p.groups_per_lk;
+  const std::uint32_t g = lk * p.groups_per_lk + group;  // within the chunk
+  std::uint32_t begin = 0, end = 0;
+  if (has_group) {
+    begin = g == 0 ? 0u : __ldg(d.index + g - 1);
+    end = __ldg(d.index + g);
+  }
+  const bool index_ok = begin <= end && end <= d.codes_words;
+  const std::uint32_t a = begin & ~7u;
+  const bool staged = has_group && index_ok && end - a <= p.stage_words;
+  std::uint16_t* stage = stage_all + std::size_t{warp} * p.stage_words;
+  if (staged) {
+    const std::uint32_t vecs = (end - a) >> 3;
+    const uint4* src = reinterpret_cast<const uint4*>(d.codes + a);
+    const std::uint32_t dst = SharedAddress(stage);
+    for (std::uint32_t i = lane; i < vecs; i += 32) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + 16u * i),
+                   "l"(src + i)
+                   : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    for (std::uint32_t w = a + (vecs << 3) + lane; w < end; w += 32) stage[w - a] = d.codes[w];
+  }
 
   // Warp 0: this lk's table (validated again: a bad table must not write out of bounds).
   if (warp == 0) {
@@ -263,60 +301,42 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32)
     }
   }
   __syncthreads();
-  if (s_ok == 0) return;
+  if (s_ok == 0) {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    return;
+  }
   for (std::uint32_t s = 0; s < s_bins; ++s) {
     const std::uint32_t f = s_freq[s], c0 = s_cum[s];
-    const std::uint32_t e = PackEntry(s, f, c0);
-    for (std::uint32_t i = threadIdx.x; i < f; i += blockDim.x) table[c0 + i] = e;
+    for (std::uint32_t i = threadIdx.x; i < f; i += blockDim.x) {
+      s_table[c0 + i] = PackEntry(i, s, f);
+    }
   }
   __syncthreads();
 
-  const std::uint32_t group = blk * p.warps_per_block + warp;  // within the lk
-  if (group >= p.groups_per_lk) return;
-  const std::uint32_t g = lk * p.groups_per_lk + group;  // within the chunk
-  const std::uint32_t begin = g == 0 ? 0u : __ldg(d.index + g - 1);
-  const std::uint32_t end = __ldg(d.index + g);
-  if (begin > end || end > d.codes_words) {
+  if (!has_group) return;
+  if (!index_ok) {
     if (lane == 0) ReportError(p, chunk, g, kErrIndex);
     return;
   }
-
-  // Stage [a, end) with a = begin rounded down to 8 words (16 bytes).
-  const std::uint32_t a = begin & ~7u;
   std::uint32_t code = 0;
-  if (end - a <= p.stage_words) {
-    std::uint16_t* stage = stage_all + std::size_t{warp} * p.stage_words;
-    const std::uint32_t vecs = (end - a) >> 3;
-    const uint4* src = reinterpret_cast<const uint4*>(d.codes + a);
-    uint4* dst = reinterpret_cast<uint4*>(stage);
-    constexpr std::uint32_t kInFlight = 8;  // independent 16-byte loads per lane
-    for (std::uint32_t i0 = lane; i0 < vecs; i0 += 32 * kInFlight) {
-      uint4 v[kInFlight];
-#pragma unroll
-      for (std::uint32_t u = 0; u < kInFlight; ++u) {
-        if (i0 + 32 * u < vecs) v[u] = __ldg(src + i0 + 32 * u);
-      }
-#pragma unroll
-      for (std::uint32_t u = 0; u < kInFlight; ++u) {
-        if (i0 + 32 * u < vecs) dst[i0 + 32 * u] = v[u];
-      }
-    }
-    for (std::uint32_t w = a + (vecs << 3) + lane; w < end; w += 32) stage[w - a] = d.codes[w];
+  if (staged) {
+    asm volatile("cp.async.wait_all;" ::: "memory");
     __syncwarp();
+    const SharedWords words{SharedAddress(stage) - 2u * a};
     const bool full = (group + 1) * p.channels_per_lane * 32 <= p.channels;
     if (p.lut_elem_bytes != 0 && full) {
       Elem* lut = reinterpret_cast<Elem*>(stage_all + std::size_t{p.warps_per_block} *
                                                           p.stage_words) +
                   std::size_t{warp} * cachegen::kMaxBins * 32;
-      code = DecodeGroup<Out, Paged, true>(p, d, table, SharedWords{stage, a}, lut, s_bins, lk,
-                                           group, begin, end);
+      code = DecodeGroup<Out, Paged, true>(p, d, s_table, words, lut, s_bins, lk, group, begin,
+                                           end);
     } else {
-      code = DecodeGroup<Out, Paged, false>(p, d, table, SharedWords{stage, a}, nullptr, s_bins,
-                                            lk, group, begin, end);
+      code = DecodeGroup<Out, Paged, false>(p, d, s_table, words, nullptr, s_bins, lk, group,
+                                            begin, end);
     }
   } else {
-    code = DecodeGroup<Out, Paged, false>(p, d, table, GlobalWords{d.codes}, nullptr, s_bins, lk,
-                                          group, begin, end);
+    code = DecodeGroup<Out, Paged, false>(p, d, s_table, GlobalWords{d.codes}, nullptr, s_bins,
+                                          lk, group, begin, end);
   }
   if (code != 0 && lane == 0) ReportError(p, chunk, g, code);
 }
@@ -519,8 +539,7 @@ Result<CacheGenContainerInfo> ParseCacheGenContainer(std::span<const std::byte> 
 }
 
 std::size_t CacheGenDecodeSharedBytes(const CacheGenDecodeParams& params) {
-  return std::size_t{kProbScale} * 4 +
-         std::size_t{params.warps_per_block} *
+  return std::size_t{params.warps_per_block} *
              (std::size_t{params.stage_words} * 2 +
               std::size_t{params.lut_elem_bytes} * cachegen::kMaxBins * 32);
 }

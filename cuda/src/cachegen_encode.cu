@@ -17,6 +17,7 @@
 #include "kvdepot/cuda/cachegen.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -103,121 +104,274 @@ __device__ __forceinline__ void RowRange(std::uint32_t tokens, std::uint32_t row
   *end = min(tokens, *begin + per);
 }
 
-// ---- 1. min/max + scales ----
+// ---- 1. fused scan + scales + quantize + histogram ----
 
-template <DType In, int V>
-__device__ void MinMaxScalesTile(const CacheGenEncodeParams& p, std::uint32_t chunk,
-                                 std::uint32_t lk, std::uint32_t tile, float* s_min,
-                                 float* s_max) {
-  const std::uint32_t lane = threadIdx.x & 31u, row = threadIdx.x >> 5;
-  const std::uint32_t C = p.channels, T = p.tokens;
-  const std::uint32_t c0 = tile * 32 * V + lane * V;
-  const void* in = Desc(p, chunk).input;
-  std::uint32_t t0, t1;
-  RowRange(T, row, &t0, &t1);
-  float mn[V], mx[V];
+// One block per (chunk, lk, 64-channel tile): 16 warps, lane l owns tile channels 2l and 2l + 1.
+// Tokens go through shared memory kTokenBlock at a time, converted to float once: a min/max pass
+// (each warp over a contiguous row range, partials combined in warp then block order, so that
+// ties between +0 and -0 resolve to the first occurrence in token order as on the CPU), then the
+// scales, then (with T <= kTokenBlock straight from the same shared tile) the quantize pass.
+// Quantization is speculative: a block whose channels all fit fp16 scales quantizes with them;
+// when any channel of the chunk does not, RequantizeFp32 redoes the whole chunk afterwards.
+constexpr std::uint32_t kScanThreads = 512;
+constexpr std::uint32_t kScanWarps = kScanThreads / 32;
+constexpr std::uint32_t kTileChannels = 64;
+constexpr std::uint32_t kTokenBlock = 256;
+
+struct ScanSmem {
+  float tile[kTokenBlock][kTileChannels];                    // 64 KiB
+  std::uint8_t count[kScanWarps][cachegen::kMaxBins][32];    // 32 KiB, per-lane symbol counts
+                                                             // of one token block (<= 2 * 16)
+  std::uint32_t hist[cachegen::kMaxBins];                    // the block's counts
+  float part_min[kScanWarps][kTileChannels];
+  float part_max[kScanWarps][kTileChannels];
+  float lo[kTileChannels];
+  float step[kTileChannels];
+  std::uint32_t part_rows[kScanWarps];
+};
+
+// Loads rows [t0, t0 + rows) of the tile's channels into s.tile (as float).
+template <DType In>
+__device__ __forceinline__ void LoadTile(const CacheGenEncodeParams& p, const void* in,
+                                         std::uint64_t row0, std::uint32_t c_base,
+                                         std::uint32_t rows, ScanSmem& s) {
+  const std::uint32_t C = p.channels;
+  if (p.vec == 8) {
+    // 16-byte vectors: 8 (16-bit) or 4 (fp32) elements.
+    constexpr std::uint32_t kPer = In == DType::kFloat32 ? 4 : 8;
+    constexpr std::uint32_t kVecs = kTileChannels / kPer;  // per row
+    const std::uint32_t n = rows * kVecs;
+    constexpr std::uint32_t kUnroll = 4;
+    for (std::uint32_t i0 = threadIdx.x; i0 < n; i0 += kScanThreads * kUnroll) {
+      uint4 v[kUnroll];
 #pragma unroll
-  for (int v = 0; v < V; ++v) mn[v] = mx[v] = 0.0f;
-  bool nonfinite = false;
-  const std::uint64_t base = (std::uint64_t{lk} * T) * C + c0;
-  if (c0 < C && t0 < t1) {
-    // The first token initialises (as the CPU's `t == 0 ||`), later ones replace only when
-    // strictly smaller/larger: among equal values (+0/-0) the first occurrence wins.
-    {
-      float f[V];
-      LoadVec<In, V>(in, base + std::uint64_t{t0} * C, f);
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        nonfinite |= !cachegen::IsFiniteFloat(f[v]);
-        mn[v] = mx[v] = f[v];
+      for (std::uint32_t u = 0; u < kUnroll; ++u) {
+        const std::uint32_t i = i0 + u * kScanThreads;
+        const std::uint32_t c = c_base + (i % kVecs) * kPer;
+        if (i < n && c < C) {
+          const std::uint64_t e = (row0 + i / kVecs) * C + c;
+          if constexpr (In == DType::kFloat32) {
+            v[u] = __ldg(reinterpret_cast<const uint4*>(static_cast<const float*>(in) + e));
+          } else {
+            v[u] = __ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(in) + e));
+          }
+        }
       }
-    }
-    constexpr int kUnroll = 2;
-    for (std::uint32_t t = t0 + 1; t < t1; t += kUnroll) {
-      float f[kUnroll][V];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (t + u < t1) LoadVec<In, V>(in, base + std::uint64_t{t + u} * C, f[u]);
-      }
+      for (std::uint32_t u = 0; u < kUnroll; ++u) {
+        const std::uint32_t i = i0 + u * kScanThreads;
+        const std::uint32_t c = c_base + (i % kVecs) * kPer;
+        if (i < n && c < C) {
+          float* dst = &s.tile[i / kVecs][(i % kVecs) * kPer];
+          const std::uint32_t w[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+          if constexpr (In == DType::kFloat32) {
+            *reinterpret_cast<float4*>(dst) = make_float4(
+                __uint_as_float(w[0]), __uint_as_float(w[1]), __uint_as_float(w[2]),
+                __uint_as_float(w[3]));
+          } else {
+            float f[8];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (t + u < t1) {
-#pragma unroll
-          for (int v = 0; v < V; ++v) {
-            const float x = f[u][v];
-            nonfinite |= !cachegen::IsFiniteFloat(x);
-            if (x < mn[v]) mn[v] = x;
-            if (x > mx[v]) mx[v] = x;
+            for (int k = 0; k < 4; ++k) {
+              f[2 * k] = ToFloat<In>(w[k] & 0xffffu);
+              f[2 * k + 1] = ToFloat<In>(w[k] >> 16);
+            }
+            reinterpret_cast<float4*>(dst)[0] = make_float4(f[0], f[1], f[2], f[3]);
+            reinterpret_cast<float4*>(dst)[1] = make_float4(f[4], f[5], f[6], f[7]);
           }
         }
       }
     }
-  }
-  if (nonfinite) {
-    // Rare: find this thread's first non-finite element (flat index order) for the error.
-    std::uint64_t bad = ~std::uint64_t{0};
-    for (std::uint32_t t = t0; t < t1 && bad == ~std::uint64_t{0}; ++t) {
-      float f[V];
-      LoadVec<In, V>(in, base + std::uint64_t{t} * C, f);
-      for (int v = V - 1; v >= 0; --v) {
-        if (!cachegen::IsFiniteFloat(f[v])) bad = base + std::uint64_t{t} * C + v;
+  } else {
+    const std::uint32_t n = rows * kTileChannels;
+    for (std::uint32_t i = threadIdx.x; i < n; i += kScanThreads) {
+      const std::uint32_t c = c_base + i % kTileChannels;
+      if (c < C) {
+        const std::uint64_t e = (row0 + i / kTileChannels) * C + c;
+        float f[1];
+        LoadVec<In, 1>(in, e, f);
+        s.tile[i / kTileChannels][i % kTileChannels] = f[0];
       }
     }
-    atomicMax(&p.status[chunk * kStatusWords + 1], ~static_cast<unsigned long long>(bad));
-  }
-#pragma unroll
-  for (int v = 0; v < V; ++v) {
-    s_min[row * 32 * V + lane * V + v] = mn[v];
-    s_max[row * 32 * V + lane * V + v] = mx[v];
-  }
-  __syncthreads();
-  const std::uint32_t bins = p.bins[lk];
-  std::byte* out = Desc(p, chunk).output;
-  for (std::uint32_t i = threadIdx.x; i < 32 * V; i += blockDim.x) {
-    const std::uint32_t c = tile * 32 * V + i;
-    if (c >= C) break;
-    float lo = s_min[i], hi = s_max[i];
-    for (std::uint32_t r = 1; r < kRows; ++r) {
-      std::uint32_t r0, r1;
-      RowRange(T, r, &r0, &r1);
-      if (r0 >= r1) break;
-      const float a = s_min[r * 32 * V + i], b = s_max[r * 32 * V + i];
-      if (a < lo) lo = a;
-      if (b > hi) hi = b;
-    }
-    const std::uint64_t sc_index = std::uint64_t{lk} * C + c;
-    bool ok16 = true, ok32 = true;
-    const cachegen::ChannelScale s16 = cachegen::ScaleFp16(lo, hi, bins, &ok16);
-    const cachegen::ChannelScale s32 = cachegen::ScaleFp32(lo, hi, bins, &ok32);
-    const std::uint32_t pair16 = static_cast<std::uint32_t>(FloatToHalfBits(s16.lo)) |
-                                 (static_cast<std::uint32_t>(FloatToHalfBits(s16.step)) << 16);
-    reinterpret_cast<std::uint32_t*>(out + p.scales_offset)[sc_index] = pair16;
-    float* s32p = p.scales32 + (std::uint64_t{chunk} * p.layers * 2 * C + sc_index) * 2;
-    s32p[0] = s32.lo;
-    s32p[1] = s32.step;
-    if (!ok16) atomicOr(&p.status[chunk * kStatusWords + 0], 1ull);
-    if (!ok32) atomicMax(&p.status[chunk * kStatusWords + 2], ~static_cast<unsigned long long>(sc_index));
   }
 }
 
 template <DType In>
-__global__ void __launch_bounds__(kTileThreads) MinMaxScalesKernel(const __grid_constant__ CacheGenEncodeParams p) {
-  __shared__ float s_min[kRows * 32 * 8];
-  __shared__ float s_max[kRows * 32 * 8];
-  const std::uint32_t lks = p.layers * 2;
-  const std::uint32_t tiles = (p.channels + 32 * p.vec - 1) / (32 * p.vec);
+__global__ void __launch_bounds__(kScanThreads, 2)
+    ScanQuantizeKernel(const __grid_constant__ CacheGenEncodeParams p) {
+  extern __shared__ uint4 smem_raw[];
+  ScanSmem& s = *reinterpret_cast<ScanSmem*>(smem_raw);
+  const std::uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const std::uint32_t C = p.channels, T = p.tokens, lks = p.layers * 2;
+  const std::uint32_t tiles = (C + kTileChannels - 1) / kTileChannels;
   std::uint32_t b = blockIdx.x;
   const std::uint32_t tile = b % tiles;
   b /= tiles;
   const std::uint32_t lk = b % lks, chunk = b / lks;
-  if (p.vec == 8) {
-    MinMaxScalesTile<In, 8>(p, chunk, lk, tile, s_min, s_max);
-  } else {
-    MinMaxScalesTile<In, 1>(p, chunk, lk, tile, s_min, s_max);
+  const std::uint32_t c_base = tile * kTileChannels;
+  const std::uint32_t cl = lane * 2;  // this lane's first tile channel
+  const bool has0 = c_base + cl < C, has1 = c_base + cl + 1 < C;
+  const void* in = Desc(p, chunk).input;
+  const std::uint64_t lk_row0 = std::uint64_t{lk} * T;
+  for (std::uint32_t i = lane; i < cachegen::kMaxBins * 32 / 4; i += 32) {
+    reinterpret_cast<std::uint32_t*>(&s.count[warp][0][0])[i] = 0;
+  }
+  if (threadIdx.x < cachegen::kMaxBins) s.hist[threadIdx.x] = 0;
+
+  // Pass 1: min/max. Thread 0..63 keeps channel threadIdx.x's running result over token blocks.
+  float run_min = 0.0f, run_max = 0.0f;
+  bool run_have = false;
+  bool nonfinite = false;
+  for (std::uint32_t t0 = 0; t0 < T; t0 += kTokenBlock) {
+    const std::uint32_t rows = min(kTokenBlock, T - t0);
+    LoadTile<In>(p, in, lk_row0 + t0, c_base, rows, s);
+    __syncthreads();
+    const std::uint32_t per = (rows + kScanWarps - 1) / kScanWarps;
+    const std::uint32_t r0 = min(rows, warp * per), r1 = min(rows, r0 + per);
+    float mn0 = 0.0f, mx0 = 0.0f, mn1 = 0.0f, mx1 = 0.0f;
+    if (r0 < r1) {
+      const float2 first = *reinterpret_cast<const float2*>(&s.tile[r0][cl]);
+      mn0 = mx0 = first.x;
+      mn1 = mx1 = first.y;
+      nonfinite |= (has0 && !cachegen::IsFiniteFloat(first.x)) ||
+                   (has1 && !cachegen::IsFiniteFloat(first.y));
+      for (std::uint32_t r = r0 + 1; r < r1; ++r) {
+        const float2 v = *reinterpret_cast<const float2*>(&s.tile[r][cl]);
+        nonfinite |= (has0 && !cachegen::IsFiniteFloat(v.x)) ||
+                     (has1 && !cachegen::IsFiniteFloat(v.y));
+        if (v.x < mn0) mn0 = v.x;
+        if (v.x > mx0) mx0 = v.x;
+        if (v.y < mn1) mn1 = v.y;
+        if (v.y > mx1) mx1 = v.y;
+      }
+    }
+    s.part_min[warp][cl] = mn0;
+    s.part_min[warp][cl + 1] = mn1;
+    s.part_max[warp][cl] = mx0;
+    s.part_max[warp][cl + 1] = mx1;
+    if (lane == 0) s.part_rows[warp] = r1 - r0;
+    __syncthreads();
+    if (threadIdx.x < kTileChannels) {
+      for (std::uint32_t w = 0; w < kScanWarps; ++w) {
+        if (s.part_rows[w] == 0) continue;
+        const float a = s.part_min[w][threadIdx.x], z = s.part_max[w][threadIdx.x];
+        if (!run_have) {
+          run_min = a;
+          run_max = z;
+          run_have = true;
+        } else {
+          if (a < run_min) run_min = a;
+          if (z > run_max) run_max = z;
+        }
+      }
+    }
+    __syncthreads();  // the next token block overwrites the tile and the partials
+  }
+  if (nonfinite) {
+    // Rare: this thread's first non-finite element in flat (token, channel) order.
+    const std::uint32_t blocks = (T + kTokenBlock - 1) / kTokenBlock;
+    std::uint64_t bad = ~std::uint64_t{0};
+    for (std::uint32_t tb = 0; tb < blocks && bad == ~std::uint64_t{0}; ++tb) {
+      const std::uint32_t t0 = tb * kTokenBlock, rows = min(kTokenBlock, T - t0);
+      const std::uint32_t per = (rows + kScanWarps - 1) / kScanWarps;
+      const std::uint32_t r0 = min(rows, warp * per), r1 = min(rows, r0 + per);
+      for (std::uint32_t r = r0; r < r1 && bad == ~std::uint64_t{0}; ++r) {
+        const std::uint64_t row = (lk_row0 + t0 + r) * C + c_base + cl;
+        for (std::uint32_t k = 0; k < 2; ++k) {
+          if (c_base + cl + k >= C || bad != ~std::uint64_t{0}) continue;
+          float f[1];
+          LoadVec<In, 1>(in, row + k, f);
+          if (!cachegen::IsFiniteFloat(f[0])) bad = row + k;
+        }
+      }
+    }
+    atomicMax(&p.status[chunk * kStatusWords + 1], ~static_cast<unsigned long long>(bad));
+  }
+
+  // Scales of the tile's channels.
+  const std::uint32_t bins = p.bins[lk];
+  bool ok16 = true;
+  if (threadIdx.x < kTileChannels && c_base + threadIdx.x < C) {
+    const std::uint32_t c = c_base + threadIdx.x;
+    const std::uint64_t sc_index = std::uint64_t{lk} * C + c;
+    bool ok32 = true;
+    const cachegen::ChannelScale s16 = cachegen::ScaleFp16(run_min, run_max, bins, &ok16);
+    const cachegen::ChannelScale s32 = cachegen::ScaleFp32(run_min, run_max, bins, &ok32);
+    const std::uint32_t pair16 = static_cast<std::uint32_t>(FloatToHalfBits(s16.lo)) |
+                                 (static_cast<std::uint32_t>(FloatToHalfBits(s16.step)) << 16);
+    reinterpret_cast<std::uint32_t*>(Desc(p, chunk).output + p.scales_offset)[sc_index] = pair16;
+    float* s32p = p.scales32 + (std::uint64_t{chunk} * lks * C + sc_index) * 2;
+    s32p[0] = s32.lo;
+    s32p[1] = s32.step;
+    if (!ok16) atomicOr(&p.status[chunk * kStatusWords + 0], 1ull);
+    if (!ok32) {
+      atomicMax(&p.status[chunk * kStatusWords + 2], ~static_cast<unsigned long long>(sc_index));
+    }
+    s.lo[threadIdx.x] = s16.lo;
+    s.step[threadIdx.x] = s16.step;
+  }
+  if (__syncthreads_and(ok16) == 0) return;  // the chunk needs fp32 scales: RequantizeFp32
+
+  // Pass 2: quantize with fp16 scales; per-lane counters, flushed into s.hist per token block.
+  const cachegen::ChannelScale sc0{s.lo[cl], s.step[cl]};
+  const cachegen::ChannelScale sc1{s.lo[cl + 1], s.step[cl + 1]};
+  std::uint8_t* count = &s.count[warp][0][lane];
+  std::uint8_t* sym = p.symbols + (std::uint64_t{chunk} * lks + lk) * T * C + c_base + cl;
+  const bool pair_store = has1 && (C % 2 == 0);
+  for (std::uint32_t t0 = 0; t0 < T; t0 += kTokenBlock) {
+    const std::uint32_t rows = min(kTokenBlock, T - t0);
+    if (T > kTokenBlock) {  // the tile holds the last token block: reload this one
+      __syncthreads();
+      LoadTile<In>(p, in, lk_row0 + t0, c_base, rows, s);
+      __syncthreads();
+    }
+    const std::uint32_t per = (rows + kScanWarps - 1) / kScanWarps;
+    const std::uint32_t r0 = min(rows, warp * per), r1 = min(rows, r0 + per);
+    if (has0) {
+      std::uint8_t* dst = sym + std::uint64_t{t0 + r0} * C;
+      for (std::uint32_t r = r0; r < r1; ++r, dst += C) {
+        const float2 v = *reinterpret_cast<const float2*>(&s.tile[r][cl]);
+        const std::uint32_t q0 = cachegen::Quantize(v.x, sc0, bins);
+        count[q0 * 32] += 1;
+        if (pair_store) {
+          const std::uint32_t q1 = cachegen::Quantize(v.y, sc1, bins);
+          count[q1 * 32] += 1;
+          *reinterpret_cast<std::uint16_t*>(dst) = static_cast<std::uint16_t>(q0 | (q1 << 8));
+        } else {
+          dst[0] = static_cast<std::uint8_t>(q0);
+          if (has1) {
+            const std::uint32_t q1 = cachegen::Quantize(v.y, sc1, bins);
+            count[q1 * 32] += 1;
+            dst[1] = static_cast<std::uint8_t>(q1);
+          }
+        }
+      }
+    }
+    __syncthreads();
+    // Flush: bin threadIdx.x / 8 sums warps x lanes [part * 4, part * 4 + 4), part = tid % 8.
+    const std::uint32_t bin = threadIdx.x >> 3, part = threadIdx.x & 7u;
+    std::uint32_t sum = 0;
+    for (std::uint32_t w = 0; w < kScanWarps; ++w) {
+      std::uint32_t* word = reinterpret_cast<std::uint32_t*>(&s.count[w][bin][part * 4]);
+      const std::uint32_t four = *word;
+      *word = 0;
+      sum += (four & 0xffu) + ((four >> 8) & 0xffu) + ((four >> 16) & 0xffu) + (four >> 24);
+    }
+    sum += __shfl_xor_sync(kFullMask, sum, 1);
+    sum += __shfl_xor_sync(kFullMask, sum, 2);
+    sum += __shfl_xor_sync(kFullMask, sum, 4);
+    if (part == 0) s.hist[bin] += sum;
+  }
+  __syncthreads();
+  if (threadIdx.x < bins && s.hist[threadIdx.x] != 0) {
+    atomicAdd(&p.hist[(std::uint64_t{chunk} * lks + lk) * kMaxBins + threadIdx.x],
+              s.hist[threadIdx.x]);
   }
 }
 
-// ---- 2. quantize + histogram ----
+// ---- 2. fp32 fallback: quantize + histogram again with fp32 scales ----
+
+// Runs for every chunk but does work only for chunks that need fp32 scales (some channel's
+// scales do not fit fp16: ScanQuantize skipped or discarded them). Counts go to hist32.
 
 template <DType In, int V>
 __device__ void QuantizeTile(const CacheGenEncodeParams& p, std::uint32_t chunk, std::uint32_t lk,
@@ -231,20 +385,12 @@ __device__ void QuantizeTile(const CacheGenEncodeParams& p, std::uint32_t chunk,
   __syncwarp();
   const std::uint32_t bins = p.bins[lk];
   if (c0 < C) {
-    const bool fp32 = p.status[chunk * kStatusWords + 0] != 0;
     cachegen::ChannelScale sc[V];
     const std::uint64_t sc_index = std::uint64_t{lk} * C + c0;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      if (fp32) {
-        const float* s32p = p.scales32 + (std::uint64_t{chunk} * lks * C + sc_index + v) * 2;
-        sc[v] = {s32p[0], s32p[1]};
-      } else {
-        const std::uint32_t pair = reinterpret_cast<const std::uint32_t*>(
-            Desc(p, chunk).output + p.scales_offset)[sc_index + v];
-        sc[v] = {HalfBitsToFloat(static_cast<std::uint16_t>(pair & 0xffffu)),
-                 HalfBitsToFloat(static_cast<std::uint16_t>(pair >> 16))};
-      }
+      const float* s32p = p.scales32 + (std::uint64_t{chunk} * lks * C + sc_index + v) * 2;
+      sc[v] = {s32p[0], s32p[1]};
     }
     const void* in = Desc(p, chunk).input;
     const std::uint64_t base = (std::uint64_t{lk} * T) * C + c0;
@@ -293,12 +439,13 @@ __device__ void QuantizeTile(const CacheGenEncodeParams& p, std::uint32_t chunk,
   sum += __shfl_xor_sync(kFullMask, sum, 1);
   sum += __shfl_xor_sync(kFullMask, sum, 2);
   if (part == 0 && bin < bins && sum != 0) {
-    atomicAdd(&p.hist[(std::uint64_t{chunk} * lks + lk) * kMaxBins + bin], sum);
+    atomicAdd(&p.hist32[(std::uint64_t{chunk} * lks + lk) * kMaxBins + bin], sum);
   }
 }
 
 template <DType In>
-__global__ void __launch_bounds__(kTileThreads) QuantizeHistogramKernel(const __grid_constant__ CacheGenEncodeParams p) {
+__global__ void __launch_bounds__(kTileThreads)
+    RequantizeFp32Kernel(const __grid_constant__ CacheGenEncodeParams p) {
   extern __shared__ std::uint32_t s_count[];  // [kRows][kMaxBins][32]
   const std::uint32_t lks = p.layers * 2;
   const std::uint32_t tiles = (p.channels + 32 * p.vec - 1) / (32 * p.vec);
@@ -306,6 +453,7 @@ __global__ void __launch_bounds__(kTileThreads) QuantizeHistogramKernel(const __
   const std::uint32_t tile = b % tiles;
   b /= tiles;
   const std::uint32_t lk = b % lks, chunk = b / lks;
+  if (p.status[chunk * kStatusWords + 0] == 0) return;  // fp16 scales: ScanQuantize did it
   if (p.vec == 8) {
     QuantizeTile<In, 8>(p, chunk, lk, tile, s_count);
   } else {
@@ -322,9 +470,12 @@ __global__ void NormalizeKernel(const __grid_constant__ CacheGenEncodeParams p) 
   const std::uint32_t chunk = i / lks, lk = i % lks;
   const std::uint32_t bins = p.bins[lk];
   std::uint32_t counts[kMaxBins];
+  const bool fp32 = p.status[chunk * kStatusWords + 0] != 0;
+  const std::uint32_t* hist = (fp32 ? p.hist32 : p.hist) + std::uint64_t{i} * kMaxBins;
   for (std::uint32_t s = 0; s < bins; ++s) {
-    counts[s] = p.hist[std::uint64_t{i} * kMaxBins + s];
-    p.hist[std::uint64_t{i} * kMaxBins + s] = 0;  // ready for the next batch
+    counts[s] = hist[s];
+    p.hist[std::uint64_t{i} * kMaxBins + s] = 0;  // both ready for the next batch
+    p.hist32[std::uint64_t{i} * kMaxBins + s] = 0;
   }
   std::uint16_t freq[kMaxBins];
   cachegen::NormalizeFrequencies(counts, bins, freq);
@@ -601,6 +752,28 @@ __global__ void __launch_bounds__(kCompactThreads) CompactKernel(const __grid_co
   }
 }
 
+constexpr int kMaxDevices = 64;
+
+// Raises `kernel`'s dynamic shared memory limit to `smem` bytes and prefers shared memory over L1
+// on the current device, once per device (cudaFuncSetAttribute costs microseconds per launch).
+template <typename Kernel>
+cudaError_t ConfigureSharedMemory(Kernel kernel, std::size_t smem,
+                                  std::atomic<std::size_t> (&configured)[kMaxDevices]) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached && configured[device].load(std::memory_order_relaxed) >= smem) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared);
+  if (err != cudaSuccess) return err;
+  if (cached) configured[device].store(smem, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
 cudaError_t Launch(const void* kernel, unsigned blocks, unsigned threads, std::size_t smem,
                    const CacheGenEncodeParams& params, cudaStream_t stream) {
   cudaLaunchConfig_t config{};
@@ -639,7 +812,7 @@ HostLayout MakeHostLayout(const KvShape& shape) {
 // Byte offsets of the per-chunk scratch arrays inside the workspace's device buffer.
 struct ScratchLayout {
   std::size_t descs = 0, table_start = 0, bins = 0, upload_end = 0;
-  std::size_t hist = 0, status = 0, zero_end = 0;
+  std::size_t hist = 0, hist32 = 0, status = 0, zero_end = 0;
   std::size_t scales32 = 0, packed = 0, lengths = 0, offsets = 0, symbols = 0, streams = 0;
   std::size_t total = 0;
 };
@@ -662,6 +835,7 @@ ScratchLayout MakeScratchLayout(const KvShape& shape, std::uint32_t chunks) {
   s.upload_end = at;
   at = Align256(at);
   s.hist = take(std::size_t{chunks} * h.lks * kMaxBins * 4);
+  s.hist32 = take(std::size_t{chunks} * h.lks * kMaxBins * 4);
   s.status = at;
   at += std::size_t{chunks} * kStatusWords * 8;
   s.zero_end = at;
@@ -750,23 +924,23 @@ Status SealCacheGenContainer(std::span<std::byte> c) {
 template <DType In>
 cudaError_t LaunchCacheGenEncode(const CacheGenEncodeParams& params, cudaStream_t stream) {
   const std::uint32_t lks = params.layers * 2;
-  const std::uint32_t tiles = (params.channels + 32 * params.vec - 1) / (32 * params.vec);
-  const unsigned tile_blocks = params.num_chunks * lks * tiles;
   const std::uint32_t groups = lks * params.groups_per_lk;
-  const std::size_t hist_smem = std::size_t{kRows} * kMaxBins * 32 * 4;  // 64 KiB
-  cudaError_t err = cudaFuncSetAttribute(QuantizeHistogramKernel<In>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(hist_smem));
+  const unsigned scan_blocks =
+      params.num_chunks * lks * ((params.channels + kTileChannels - 1) / kTileChannels);
+  static std::atomic<std::size_t> scan_configured[kMaxDevices] = {};
+  cudaError_t err = ConfigureSharedMemory(ScanQuantizeKernel<In>, sizeof(ScanSmem),
+                                          scan_configured);
   if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(QuantizeHistogramKernel<In>,
-                             cudaFuncAttributePreferredSharedMemoryCarveout,
-                             cudaSharedmemCarveoutMaxShared);
+  const std::size_t fallback_smem = std::size_t{kRows} * kMaxBins * 32 * 4;  // 64 KiB
+  static std::atomic<std::size_t> fallback_configured[kMaxDevices] = {};
+  err = ConfigureSharedMemory(RequantizeFp32Kernel<In>, fallback_smem, fallback_configured);
   if (err != cudaSuccess) return err;
-  err = Launch(reinterpret_cast<const void*>(MinMaxScalesKernel<In>), tile_blocks, kTileThreads, 0,
-               params, stream);
+  err = Launch(reinterpret_cast<const void*>(ScanQuantizeKernel<In>), scan_blocks, kScanThreads,
+               sizeof(ScanSmem), params, stream);
   if (err != cudaSuccess) return err;
-  err = Launch(reinterpret_cast<const void*>(QuantizeHistogramKernel<In>), tile_blocks,
-               kTileThreads, hist_smem, params, stream);
+  const std::uint32_t tiles = (params.channels + 32 * params.vec - 1) / (32 * params.vec);
+  err = Launch(reinterpret_cast<const void*>(RequantizeFp32Kernel<In>),
+               params.num_chunks * lks * tiles, kTileThreads, fallback_smem, params, stream);
   if (err != cudaSuccess) return err;
   const std::uint32_t norm_items = params.num_chunks * lks;
   err = Launch(reinterpret_cast<const void*>(NormalizeKernel), (norm_items + 127) / 128, 128, 0,
@@ -915,6 +1089,7 @@ Status EnqueueEncodeCacheGen(DType dtype, const KvShape& shape,
   p.symbols = reinterpret_cast<std::uint8_t*>(dev + s.symbols);
   p.scales32 = reinterpret_cast<float*>(dev + s.scales32);
   p.hist = reinterpret_cast<std::uint32_t*>(dev + s.hist);
+  p.hist32 = reinterpret_cast<std::uint32_t*>(dev + s.hist32);
   p.packed = reinterpret_cast<std::uint32_t*>(dev + s.packed);
   p.streams = reinterpret_cast<std::uint16_t*>(dev + s.streams);
   p.lengths = reinterpret_cast<std::uint32_t*>(dev + s.lengths);

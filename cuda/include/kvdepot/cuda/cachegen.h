@@ -232,7 +232,9 @@ struct CacheGenEncodeParams {
   const std::uint32_t* table_start;       // [2 * layers] first table entry of each (layer, K|V)
   std::uint8_t* symbols;                  // [chunks][2 * layers][tokens][channels] u8
   float* scales32;                        // [chunks][2 * layers][channels][2] (lo, step) f32
-  std::uint32_t* hist;                    // [chunks][2 * layers][64] symbol counts (zeroed)
+  std::uint32_t* hist;                    // [chunks][2 * layers][64] symbol counts, fp16 scales
+  std::uint32_t* hist32;                  // [chunks][2 * layers][64] counts with fp32 scales
+                                          // (both 0 at launch; Normalize re-zeroes them)
   std::uint32_t* packed;                  // [chunks][2 * layers][64] freq | cum << 16
   std::uint16_t* streams;                 // [chunks][groups][stream_cap] scratch rANS words
   std::uint32_t* lengths;                 // [chunks][groups] words of each group's stream

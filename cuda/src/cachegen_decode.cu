@@ -33,7 +33,10 @@ constexpr std::uint32_t kFullMask = 0xffffffffu;
 constexpr std::uint32_t kMaxWarpsPerBlock = 8;
 // Groups per block (fewer when the lk has fewer). With 16 KiB of slot table and per warp 11.5 KiB
 // of stage + 4 KiB of output table, two 6-warp blocks fit an SM's 227 KiB (fp16/bf16 output).
+// A batch with at most 8 groups per SM (one Llama-8B chunk) uses 8-warp blocks instead, one per
+// SM, so that every SM runs the same number of groups.
 constexpr std::uint32_t kWarpsPerBlock = 6;
+constexpr std::uint32_t kWarpsPerBlockSmallBatch = 8;
 constexpr std::uint32_t kStageWords = 5888;     // 11.5 KiB per warp: Llama groups are 7-10 KiB
 constexpr std::uint32_t kLutMinTokens = 64;     // output tables pay off from this many tokens
 constexpr std::size_t kParamsFixedBytes = 8;
@@ -135,7 +138,8 @@ template <DType Out, bool Paged, bool kFast, typename Words>
 __device__ __forceinline__ std::uint32_t DecodeGroup(
     const CacheGenDecodeParams& p, const CacheGenDecodeChunkDesc& d, const std::uint32_t* table,
     Words word, typename Storage<Out>::type* lut, std::uint32_t bins, std::uint32_t lk,
-    std::uint32_t group, std::uint32_t begin, std::uint32_t end) {
+    std::uint32_t group, std::uint32_t begin, std::uint32_t end,
+    cachegen::ChannelScale first_scale) {
   using Elem = typename Storage<Out>::type;
   const std::uint32_t lane = threadIdx.x & 31u;
   const std::uint32_t C = p.channels, T = p.tokens, cpl = p.channels_per_lane;
@@ -156,12 +160,16 @@ __device__ __forceinline__ std::uint32_t DecodeGroup(
                                       : ((lk & 1u) ? p.v_cache : p.k_cache)[layer];
     paged_base = static_cast<Elem*>(base);
   }
+  cachegen::ChannelScale next_scale = first_scale;  // loaded one pass ahead
   for (std::uint32_t k = 0; k < cpl; ++k) {
     const std::uint32_t c = cachegen::LaneChannel(group, k, lane, cpl);
     const bool active = kFast || c < C;
     if (!kFast && __ballot_sync(kFullMask, active) == 0) break;  // channels grow with k
-    const cachegen::ChannelScale sc =
-        active ? LoadScale(d, std::uint64_t{lk} * C + c) : cachegen::ChannelScale{0.0f, 1.0f};
+    const cachegen::ChannelScale sc = next_scale;
+    if (k + 1 < cpl) {
+      const std::uint32_t c_next = cachegen::LaneChannel(group, k + 1, lane, cpl);
+      if (c_next < C) next_scale = LoadScale(d, std::uint64_t{lk} * C + c_next);
+    }
     if constexpr (kFast) {
       __syncwarp();
 #pragma unroll 4
@@ -213,7 +221,7 @@ __device__ __forceinline__ std::uint32_t DecodeGroup(
 }
 
 template <DType Out, bool Paged>
-__global__ void __launch_bounds__(kMaxWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
     CacheGenDecodeKernel(const __grid_constant__ CacheGenDecodeParams p) {
   using Elem = typename Storage<Out>::type;
   extern __shared__ uint4 smem[];  // per warp: stage [stage_words] u16, then output tables
@@ -250,6 +258,12 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32)
   const std::uint32_t a = begin & ~7u;
   const bool staged = has_group && index_ok && end - a <= p.stage_words;
   std::uint16_t* stage = stage_all + std::size_t{warp} * p.stage_words;
+  // The first pass's scale, loaded now so that its latency overlaps the table construction.
+  cachegen::ChannelScale first_scale{0.0f, 1.0f};
+  if (has_group) {
+    const std::uint32_t c0 = cachegen::LaneChannel(group, 0, lane, p.channels_per_lane);
+    if (c0 < p.channels) first_scale = LoadScale(d, std::uint64_t{lk} * p.channels + c0);
+  }
   if (staged) {
     const std::uint32_t vecs = (end - a) >> 3;
     const uint4* src = reinterpret_cast<const uint4*>(d.codes + a);
@@ -329,14 +343,14 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32)
                                                           p.stage_words) +
                   std::size_t{warp} * cachegen::kMaxBins * 32;
       code = DecodeGroup<Out, Paged, true>(p, d, s_table, words, lut, s_bins, lk, group, begin,
-                                           end);
+                                           end, first_scale);
     } else {
       code = DecodeGroup<Out, Paged, false>(p, d, s_table, words, nullptr, s_bins, lk, group,
-                                            begin, end);
+                                            begin, end, first_scale);
     }
   } else {
     code = DecodeGroup<Out, Paged, false>(p, d, s_table, GlobalWords{d.codes}, nullptr, s_bins,
-                                          lk, group, begin, end);
+                                          lk, group, begin, end, first_scale);
   }
   if (code != 0 && lane == 0) ReportError(p, chunk, g, code);
 }
@@ -739,7 +753,17 @@ Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
   params.channels = channels;
   params.channels_per_lane = cachegen::ChannelsPerLane(shape.tokens);
   params.groups_per_lk = cachegen::GroupsPerLayerKv(channels, params.channels_per_lane);
-  params.warps_per_block = std::min(kWarpsPerBlock, params.groups_per_lk);
+  int device = 0, sm_count = 0;
+  KVD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), what);
+  KVD_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device), what);
+  const std::uint64_t total_groups =
+      std::uint64_t{params.num_chunks} * params.layers * 2 * params.groups_per_lk;
+  const std::uint32_t warps = total_groups <= std::uint64_t{static_cast<std::uint32_t>(sm_count)} *
+                                                   kWarpsPerBlockSmallBatch
+                                  ? kWarpsPerBlockSmallBatch
+                                  : kWarpsPerBlock;
+  params.warps_per_block = std::min(warps, params.groups_per_lk);
   params.blocks_per_lk =
       (params.groups_per_lk + params.warps_per_block - 1) / params.warps_per_block;
   params.stage_words = kStageWords;

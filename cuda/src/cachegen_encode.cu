@@ -1,17 +1,20 @@
 // Kernel family "cachegen", encode half (see kvdepot/cuda/cachegen.h, docs/cachegen-gpu.md):
 // params -> kernels -> launcher -> dispatcher, plus the container layout helpers. Compiled with
-// -fmad=false. The pipeline, per batch (every kernel covers all chunks):
-//   1. MinMaxScales<In>: per (chunk, lk, 32*V channels) block: per-channel min/max over the tokens
-//      (first occurrence wins ties, as on the CPU), non-finite detection, fp16 and fp32 scales
-//      (fp16 pairs straight into the container's scales section), fp16-fit flag.
-//   2. QuantizeHistogram<In>: symbols (u8) with the chunk's scale dtype; per-lk histogram from
-//      per-lane shared-memory counters (integer atomics: deterministic).
+// -fmad=false. The pipeline, per batch (every kernel covers all chunks of the batch):
+//   1. ScanQuantize<In>: one block per (chunk, lk, 64 channels): per-channel min/max over the
+//      tokens staged in shared memory (first occurrence wins ties, as on the CPU), non-finite
+//      detection, fp16 and fp32 scales (fp16 pairs straight into the container), then, when the
+//      block's channels fit fp16 scales, the symbols (u8) and the lk's histogram (per-lane
+//      shared-memory counters, integer atomics: deterministic).
+//   2. RequantizeFp32<In>: only for chunks where some channel's scales do not fit fp16 (the CPU
+//      then uses fp32 scales for the whole chunk): symbols and histogram again, fp32 scales.
 //   3. Normalize: one thread per (chunk, lk): NormalizeFrequencies -> tables section + packed
 //      (freq, cum) for the coder.
 //   4. Encode: one warp per group, steps in reverse, words written backward into the group's
 //      worst-case scratch region (the final stream ends up contiguous at its end); its length.
 //   5. Finalize: one block per chunk: scan of the lengths -> index section and offsets; header,
-//      section table (checksums 0), params, zero padding; the container's byte size.
+//      section table (checksums 0), params, zero padding; the container's byte size and the
+//      chunk's status, written to host-mapped memory; clears the flags for the next batch.
 //   6. Compact: one block per group: copies its words into the codes section (and, for fp32
 //      scales, its channels' scale pairs into the scales section).
 #include "kvdepot/cuda/cachegen.h"
@@ -19,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -524,8 +528,11 @@ __global__ void __launch_bounds__(kEncodeWarps * 32) EncodeKernel(const __grid_c
     const bool emit = cachegen::RansEncodeStep(&y, e & 0xffffu, e >> 16, &w) && active;
     x = active ? y : x;
     const std::uint32_t ballot = __ballot_sync(kFullMask, emit);
-    const std::uint32_t at = top - (emitted + __popc(ballot & lanemask_gt));
-    if (emit) region[at] = w;
+    std::uint16_t* dst = region + (top - (emitted + __popc(ballot & lanemask_gt)));
+    // A predicated store rather than a branch: keeps the step free of divergent control flow.
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %2, 0;\n\t@p st.global.u16 [%0], %1;\n\t}"
+        ::"l"(dst), "h"(w), "r"(static_cast<std::uint32_t>(emit)));
     emitted += __popc(ballot);
   };
   for (std::uint32_t k = cpl; k-- > 0;) {
@@ -853,6 +860,7 @@ ScratchLayout MakeScratchLayout(const KvShape& shape, std::uint32_t chunks) {
 // Pinned host buffer: upload staging [0, upload_end), then the device-written status.
 std::size_t HostStatusOffset(const ScratchLayout& s) { return Align256(s.upload_end); }
 
+// "[layer, kv, token, head, dim]" of flat element i (the CPU encoder's error wording).
 std::string Position(const KvShape& s, std::uint64_t i) {
   const std::uint64_t d = i % s.head_dim;
   i /= s.head_dim;
@@ -860,10 +868,12 @@ std::string Position(const KvShape& s, std::uint64_t i) {
   i /= s.kv_heads;
   const std::uint64_t t = i % s.tokens;
   i /= s.tokens;
-  const std::uint64_t kv = i % 2;
-  const std::uint64_t l = i / 2;
-  return "[" + std::to_string(l) + ", " + std::to_string(kv) + ", " + std::to_string(t) + ", " +
-         std::to_string(h) + ", " + std::to_string(d) + "]";
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "[%llu, %llu, %llu, %llu, %llu]",
+                static_cast<unsigned long long>(i / 2), static_cast<unsigned long long>(i % 2),
+                static_cast<unsigned long long>(t), static_cast<unsigned long long>(h),
+                static_cast<unsigned long long>(d));
+  return buf;
 }
 
 Status ValidateBins(const std::vector<std::uint8_t>& bins, std::uint32_t layers, const char* which) {

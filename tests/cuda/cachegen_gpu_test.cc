@@ -450,6 +450,89 @@ TEST(CacheGenGpu, PagedOutputEqualsContiguousRearranged) {
             StatusCode::kInvalidArgument);
 }
 
+// Batches above kCacheGenInlineChunks chunks (and paged targets above kCacheGenInlineLayers
+// layers) pass their descriptors through device memory instead of the kernel parameters.
+TEST(CacheGenGpu, LargeBatchesAndManyLayersMatchTheCpu) {
+  KVD_REQUIRE_GPU();
+  const KvShape shape{kCacheGenInlineLayers + 1, 20, 1, 32};
+  const std::uint32_t chunks = kCacheGenInlineChunks + 3;
+  std::vector<KvTensor> inputs;
+  for (std::uint32_t i = 0; i < chunks; ++i) {
+    inputs.push_back(Synth(shape, DType::kFloat16, 300 + i));
+  }
+  const std::vector<std::vector<std::byte>> gpu = EncodeBatch(inputs, {});
+  ASSERT_EQ(gpu.size(), chunks);
+  std::vector<std::vector<std::byte>> cpu;
+  for (std::uint32_t i = 0; i < chunks; ++i) {
+    cpu.push_back(*EncodeCacheGen(inputs[i].view()));
+    ExpectSameBytes(cpu[i], gpu[i], "large batch chunk " + std::to_string(i));
+  }
+  DeviceContainers dc = Upload(cpu);
+  Result<CacheGenDecodeWorkspace> ws = CacheGenDecodeWorkspace::Create(chunks, shape.layers);
+  ASSERT_TRUE(ws.ok());
+  // Contiguous.
+  const std::size_t bytes = shape.elements() * 2;
+  std::vector<DeviceBuffer> outs;
+  std::vector<void*> out_ptrs;
+  for (std::uint32_t i = 0; i < chunks; ++i) {
+    outs.push_back(std::move(DeviceBuffer::Allocate(bytes).value()));
+    out_ptrs.push_back(outs.back().data());
+  }
+  CacheGenDecodeTarget target;
+  target.contiguous = out_ptrs;
+  ASSERT_TRUE(DecodeCacheGenDevice(dc.chunks, target, *ws, nullptr).ok());
+  std::vector<KvTensor> refs;
+  for (std::uint32_t i = 0; i < chunks; ++i) {
+    refs.push_back(*DecodeCacheGen(*ParseContainer(cpu[i])));
+    KvTensor got = KvTensor::Zeros(DType::kFloat16, shape);
+    ASSERT_EQ(cudaMemcpy(got.data.data(), outs[i].data(), bytes, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    ExpectSameTensor(refs[i], got, "large batch decode " + std::to_string(i));
+  }
+  // Paged, one token per page, identity block tables into per-layer caches.
+  const std::uint32_t channels = shape.kv_heads * shape.head_dim;
+  const std::uint32_t num_pages = chunks * shape.tokens;
+  std::vector<std::int32_t> table(num_pages);
+  std::iota(table.begin(), table.end(), 0);
+  DeviceBuffer d_table = std::move(DeviceBuffer::Allocate(num_pages * 4).value());
+  ASSERT_EQ(cudaMemcpy(d_table.data(), table.data(), num_pages * 4, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  std::vector<const std::int32_t*> tables;
+  for (std::uint32_t i = 0; i < chunks; ++i) {
+    tables.push_back(d_table.as<const std::int32_t>() + i * shape.tokens);
+  }
+  const std::size_t cache_bytes = std::size_t{num_pages} * channels * 2;
+  std::vector<DeviceBuffer> caches;
+  std::vector<void*> k_ptrs, v_ptrs;
+  for (std::uint32_t l = 0; l < shape.layers * 2; ++l) {
+    caches.push_back(std::move(DeviceBuffer::Allocate(cache_bytes).value()));
+    (l % 2 ? v_ptrs : k_ptrs).push_back(caches.back().data());
+  }
+  CacheGenDecodeTarget paged;
+  paged.k_cache = k_ptrs;
+  paged.v_cache = v_ptrs;
+  paged.block_tables = tables;
+  paged.page_size = 1;
+  paged.num_pages = num_pages;
+  paged.row_stride = channels;
+  paged.page_stride = channels;
+  ASSERT_TRUE(DecodeCacheGenDevice(dc.chunks, paged, *ws, nullptr).ok());
+  std::uint64_t mismatches = 0;
+  for (std::uint32_t lk = 0; lk < shape.layers * 2; ++lk) {
+    std::vector<std::byte> cache(cache_bytes);
+    ASSERT_EQ(cudaMemcpy(cache.data(), caches[lk].data(), cache_bytes, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    for (std::uint32_t i = 0; i < chunks; ++i) {
+      const std::size_t row_bytes = std::size_t{shape.tokens} * channels * 2;
+      if (std::memcmp(cache.data() + i * row_bytes,
+                      refs[i].data.data() + std::size_t{lk} * row_bytes, row_bytes) != 0) {
+        ++mismatches;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0u);
+}
+
 TEST(CacheGenGpu, ResealedCorruptionGivesTheCpuStatus) {
   KVD_REQUIRE_GPU();
   const KvTensor t = Synth({2, 40, 2, 64}, DType::kFloat16, 71);

@@ -125,6 +125,20 @@ Result<Tier> ParseTierName(std::string_view name) {
   return InvalidArgument("unknown tier '" + std::string(name) + "' (expected gpu, host, ssd)");
 }
 
+std::uint64_t MaxRequestBody(Op op, const Limits& limits) {
+  const std::uint64_t key_list = 4 + std::uint64_t{limits.max_batch} * (2 + limits.max_key_bytes);
+  switch (op) {
+    case Op::kPing:
+    case Op::kStats: return 0;
+    case Op::kPut: return limits.max_body_bytes;
+    case Op::kGet:
+    case Op::kLookup:
+    case Op::kDelete: return std::min(key_list, limits.max_body_bytes);
+    case Op::kScan: return 4 + 1 + 1 + 2 * (2 + std::uint64_t{limits.max_key_bytes});
+  }
+  return 0;
+}
+
 void EncodeFrameHeader(const FrameHeader& h, std::byte* out) {
   std::memcpy(out, kMagic, 4);
   out[4] = std::byte{h.version};

@@ -200,6 +200,14 @@ class Connection : public ConnectionBase,
       StartPut(*h);
       return;
     }
+    if (h->body_length > protocol::MaxRequestBody(h->op(), limits_)) {
+      ProtocolError(h->request_id,
+                    Corruption(std::string(protocol::OpName(h->op())) + " body of " +
+                               std::to_string(h->body_length) + " bytes exceeds the " +
+                               std::to_string(protocol::MaxRequestBody(h->op(), limits_)) +
+                               " that any valid request can have"));
+      return;
+    }
     body_.resize(h->body_length);
     asio::async_read(socket_, asio::buffer(body_),
                      [self = this->shared_from_this(), hdr = *h](auto ec, std::size_t n) {

@@ -288,6 +288,9 @@ TEST_F(ServerTest, MalformedFramesCloseOnlyThatConnection) {
   h.body_length = 0x7fffffff;
   protocol::EncodeFrameHeader(h, header.data());
   send_and_expect_close(header, "oversized length");
+  h.body_length = 16u << 20;  // within max_body_bytes, but no GET body can be that long
+  protocol::EncodeFrameHeader(h, header.data());
+  send_and_expect_close(header, "GET body beyond any valid key list");
   h.body_length = 0;
   protocol::EncodeFrameHeader(h, header.data());
   header[4] = std::byte{9};
@@ -299,7 +302,7 @@ TEST_F(ServerTest, MalformedFramesCloseOnlyThatConnection) {
   EXPECT_TRUE(good->Ping().ok());
   auto v = good->Get("keep");
   ASSERT_TRUE(v.ok() && v->has_value());
-  EXPECT_GE(server_->stats().protocol_errors, 3u);  // garbage, oversized, version
+  EXPECT_GE(server_->stats().protocol_errors, 4u);  // garbage, 2 oversized, version
 }
 
 TEST_F(ServerTest, SlowReaderDoesNotGrowTheDaemon) {

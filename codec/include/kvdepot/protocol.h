@@ -69,6 +69,11 @@ struct FrameHeader {
   bool is_response() const { return (type & kResponseBit) != 0; }
 };
 
+// The largest request body a well-formed request of `op` can have under `limits` (PUT:
+// max_body_bytes; GET/LOOKUP/DELETE: a full key list; SCAN: its fixed fields plus a prefix and a
+// cursor; PING/STATS: 0). Servers check it before buffering a body.
+std::uint64_t MaxRequestBody(Op op, const Limits& limits);
+
 void EncodeFrameHeader(const FrameHeader& h, std::byte* out);  // writes kFrameHeaderBytes
 // Validates magic, version, type (a known op; `expect_response` says which direction), flags,
 // reserved bits and body_length <= limits.max_body_bytes. Errors are kCorruption.

@@ -40,7 +40,7 @@ namespace kvdepot::cuda {
 namespace {
 
 constexpr KvShape kShape{32, 256, 8, 128};
-constexpr int kDistinct = 4;       // distinct synthetic chunks, replicated over the buffers
+constexpr int kDistinct = 4;  // distinct synthetic chunks, replicated over the buffers
 constexpr std::uint32_t kPageSize = 16;
 
 struct Options {
@@ -58,7 +58,7 @@ struct Row {
   double median_us = 0;
   double min_us = 0;
   double us_per_chunk = 0;
-  double gbps = 0;            // fp16 KV bytes / time
+  double gbps = 0;              // fp16 KV bytes / time
   std::uint64_t min_bytes = 0;  // per chunk
   double pct_ceiling = 0;
 };
@@ -111,8 +111,8 @@ Result<std::vector<double>> Time(const Options& opt, int sets, cudaStream_t stre
 }
 
 struct Fixture {
-  std::vector<KvTensor> host;                   // kDistinct chunks
-  std::vector<std::vector<std::byte>> cpu;      // their CPU containers
+  std::vector<KvTensor> host;               // kDistinct chunks
+  std::vector<std::vector<std::byte>> cpu;  // their CPU containers
   std::uint64_t container_bytes_avg = 0;
 };
 
@@ -158,32 +158,30 @@ Result<Row> MeasureEncode(const Fixture& fx, std::uint32_t batch, std::uint64_t 
       const std::size_t k = std::size_t{static_cast<std::uint32_t>(s)} * batch + i;
       which[k] = static_cast<int>((k * 7 + 3) % kDistinct);
       std::byte* p = ins.as<std::byte>() + k * in_bytes;
-      KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, fx.host[which[k]].data.data(), in_bytes,
-                                          cudaMemcpyHostToDevice),
-                               "upload");
+      KVD_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy(p, fx.host[which[k]].data.data(), in_bytes, cudaMemcpyHostToDevice), "upload");
       in_ptrs[s].push_back(p);
     }
   }
   // Outputs are written, not read: one set is enough.
   for (std::uint32_t i = 0; i < batch; ++i) out_ptrs.push_back(outs.as<std::byte>() + i * out_cap);
   std::vector<std::uint64_t> sizes;
-  KVD_ASSIGN_OR_RETURN(
-      std::vector<double> us,
-      Time(
-          opt, sets, stream,
-          [&](int s) {
-            return EnqueueEncodeCacheGen(DType::kFloat16, kShape, in_ptrs[s], out_ptrs, {}, ws,
-                                         stream);
-          },
-          [&]() -> Status {
-            KVD_ASSIGN_OR_RETURN(sizes, FinishEncodeCacheGen(ws, stream));
-            return Status::Ok();
-          }));
+  KVD_ASSIGN_OR_RETURN(std::vector<double> us,
+                       Time(
+                           opt, sets, stream,
+                           [&](int s) {
+                             return EnqueueEncodeCacheGen(DType::kFloat16, kShape, in_ptrs[s],
+                                                          out_ptrs, {}, ws, stream);
+                           },
+                           [&]() -> Status {
+                             KVD_ASSIGN_OR_RETURN(sizes, FinishEncodeCacheGen(ws, stream));
+                             return Status::Ok();
+                           }));
   // Verify chunk 0 of the last rep.
   const int last_set = (opt.warmup + opt.reps - 1) % sets;
   std::vector<std::byte> got(sizes[0]);
-  KVD_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(got.data(), out_ptrs[0], got.size(), cudaMemcpyDeviceToHost), "download");
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(got.data(), out_ptrs[0], got.size(), cudaMemcpyDeviceToHost),
+                           "download");
   KVD_RETURN_IF_ERROR(SealCacheGenContainer(got));
   if (got != fx.cpu[which[static_cast<std::size_t>(last_set) * batch]]) {
     return Internal("verify: GPU encode differs from EncodeCacheGen");
@@ -218,8 +216,7 @@ Result<Row> MeasureDecode(const Fixture& fx, std::uint32_t batch, bool paged, st
       which[k] = static_cast<int>((k * 5 + 1) % kDistinct);
       const std::vector<std::byte>& c = fx.cpu[which[k]];
       std::byte* p = ins.as<std::byte>() + k * slot;
-      KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, c.data(), c.size(), cudaMemcpyHostToDevice),
-                               "upload");
+      KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, c.data(), c.size(), cudaMemcpyHostToDevice), "upload");
       KVD_ASSIGN_OR_RETURN(CacheGenContainerInfo info, ParseCacheGenContainer(c));
       chunks[s].push_back({p, info});
     }
@@ -233,13 +230,13 @@ Result<Row> MeasureDecode(const Fixture& fx, std::uint32_t batch, bool paged, st
   const std::uint64_t layer_cache_bytes =
       std::uint64_t{batch} * pages_per_chunk * kPageSize * channels * 2;
   const std::uint32_t num_pages = batch * pages_per_chunk;
-  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_tables,
-                       DeviceBuffer::Allocate(std::size_t{static_cast<std::uint32_t>(sets)} *
-                                              num_pages * 4));
+  KVD_ASSIGN_OR_RETURN(
+      DeviceBuffer d_tables,
+      DeviceBuffer::Allocate(std::size_t{static_cast<std::uint32_t>(sets)} * num_pages * 4));
   std::mt19937 rng(42);
   for (int s = 0; s < sets; ++s) {
-    std::byte* set_base = outs.as<std::byte>() + std::size_t{static_cast<std::uint32_t>(s)} *
-                                                     batch * out_bytes;
+    std::byte* set_base =
+        outs.as<std::byte>() + std::size_t{static_cast<std::uint32_t>(s)} * batch * out_bytes;
     for (std::uint32_t i = 0; i < batch; ++i) contiguous[s].push_back(set_base + i * out_bytes);
     for (std::uint32_t l = 0; l < kShape.layers; ++l) {
       k_cache[s].push_back(set_base + (2 * l) * layer_cache_bytes);
@@ -248,10 +245,10 @@ Result<Row> MeasureDecode(const Fixture& fx, std::uint32_t batch, bool paged, st
     std::vector<std::int32_t> perm(num_pages);
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
-    std::int32_t* dt = d_tables.as<std::int32_t>() + std::size_t{static_cast<std::uint32_t>(s)} *
-                                                         num_pages;
-    KVD_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(dt, perm.data(), num_pages * 4, cudaMemcpyHostToDevice), "upload tables");
+    std::int32_t* dt =
+        d_tables.as<std::int32_t>() + std::size_t{static_cast<std::uint32_t>(s)} * num_pages;
+    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(dt, perm.data(), num_pages * 4, cudaMemcpyHostToDevice),
+                             "upload tables");
     for (std::uint32_t i = 0; i < batch; ++i) tables[s].push_back(dt + i * pages_per_chunk);
   }
   auto target_for = [&](int s) {
@@ -279,9 +276,9 @@ Result<Row> MeasureDecode(const Fixture& fx, std::uint32_t batch, bool paged, st
   if (!paged) {
     const int last_set = (opt.warmup + opt.reps - 1) % sets;
     KvTensor got = KvTensor::Zeros(DType::kFloat16, kShape);
-    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(got.data.data(), contiguous[last_set][0], out_bytes,
-                                        cudaMemcpyDeviceToHost),
-                             "download");
+    KVD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(got.data.data(), contiguous[last_set][0], out_bytes, cudaMemcpyDeviceToHost),
+        "download");
     KVD_ASSIGN_OR_RETURN(ContainerView view,
                          ParseContainer(fx.cpu[which[static_cast<std::size_t>(last_set) * batch]]));
     KVD_ASSIGN_OR_RETURN(KvTensor ref, DecodeCacheGen(view));
@@ -386,13 +383,13 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "kvdepot_cachegen_bench: d2d: %s\n", d2d.status().ToString().c_str());
     return 1;
   }
-  std::printf("chunk %s fp16 = %llu bytes, container %llu bytes (ratio %.2f); d2d ceiling %.1f "
-              "GB/s (read + write); %d warm-up + %d timed reps, median\n",
-              kShape.ToString().c_str(),
-              static_cast<unsigned long long>(fx.host[0].data.size()),
-              static_cast<unsigned long long>(fx.container_bytes_avg),
-              static_cast<double>(fx.host[0].data.size()) / fx.container_bytes_avg, *d2d,
-              opt.warmup, opt.reps);
+  std::printf(
+      "chunk %s fp16 = %llu bytes, container %llu bytes (ratio %.2f); d2d ceiling %.1f "
+      "GB/s (read + write); %d warm-up + %d timed reps, median\n",
+      kShape.ToString().c_str(), static_cast<unsigned long long>(fx.host[0].data.size()),
+      static_cast<unsigned long long>(fx.container_bytes_avg),
+      static_cast<double>(fx.host[0].data.size()) / fx.container_bytes_avg, *d2d, opt.warmup,
+      opt.reps);
   std::FILE* json = nullptr;
   if (!opt.json_path.empty()) {
     json = std::fopen(opt.json_path.c_str(), "w");
@@ -402,8 +399,8 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
-  std::printf("%-13s %5s %12s %12s %10s %12s %8s\n", "op", "batch", "median us", "us/chunk",
-              "GB/s", "min bytes", "% ceil");
+  std::printf("%-13s %5s %12s %12s %10s %12s %8s\n", "op", "batch", "median us", "us/chunk", "GB/s",
+              "min bytes", "% ceil");
   int rc = 0;
   for (const char* op : {"encode", "decode", "paged"}) {
     if (!opt.only.empty() && opt.only != op) continue;
@@ -448,4 +445,6 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace kvdepot::cuda
 
-int main(int argc, char** argv) { return kvdepot::cuda::Main(argc, argv); }
+int main(int argc, char** argv) {
+  return kvdepot::cuda::Main(argc, argv);
+}

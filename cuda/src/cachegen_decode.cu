@@ -37,21 +37,21 @@ constexpr std::uint32_t kMaxWarpsPerBlock = 8;
 // SM, so that every SM runs the same number of groups.
 constexpr std::uint32_t kWarpsPerBlock = 6;
 constexpr std::uint32_t kWarpsPerBlockSmallBatch = 8;
-constexpr std::uint32_t kStageWords = 5888;     // 11.5 KiB per warp: Llama groups are 7-10 KiB
-constexpr std::uint32_t kLutMinTokens = 64;     // output tables pay off from this many tokens
+constexpr std::uint32_t kStageWords = 5888;  // 11.5 KiB per warp: Llama groups are 7-10 KiB
+constexpr std::uint32_t kLutMinTokens = 64;  // output tables pay off from this many tokens
 constexpr std::size_t kParamsFixedBytes = 8;
 constexpr std::size_t kDescOffset = 64;  // workspace: error word / flag, then descriptors
 
 // Device error codes (low 4 bits of the error key).
 enum DecodeError : std::uint32_t {
-  kErrIndex = 1,       // index entry out of order or past the codes section
-  kErrTable = 2,       // bins out of range / table past the tables section / sum != 4096
-  kErrShort = 3,       // group too short for its initial states
-  kErrState = 4,       // initial state below 2^16
-  kErrEarly = 5,       // stream ends early
-  kErrTrailing = 6,    // trailing words
-  kErrFinal = 7,       // final state != 2^16
-  kErrPage = 8,        // block table entry outside [0, num_pages)
+  kErrIndex = 1,     // index entry out of order or past the codes section
+  kErrTable = 2,     // bins out of range / table past the tables section / sum != 4096
+  kErrShort = 3,     // group too short for its initial states
+  kErrState = 4,     // initial state below 2^16
+  kErrEarly = 5,     // stream ends early
+  kErrTrailing = 6,  // trailing words
+  kErrFinal = 7,     // final state != 2^16
+  kErrPage = 8,      // block table entry outside [0, num_pages)
 };
 
 template <DType D>
@@ -100,9 +100,15 @@ __device__ __forceinline__ std::uint32_t PackEntry(std::uint32_t rank, std::uint
                                                    std::uint32_t freq) {
   return rank | (sym << 12) | (freq << 19);
 }
-__device__ __forceinline__ std::uint32_t EntryRank(std::uint32_t e) { return e & 0xfffu; }
-__device__ __forceinline__ std::uint32_t EntrySymbol(std::uint32_t e) { return (e >> 12) & 0x3fu; }
-__device__ __forceinline__ std::uint32_t EntryFreq(std::uint32_t e) { return e >> 19; }
+__device__ __forceinline__ std::uint32_t EntryRank(std::uint32_t e) {
+  return e & 0xfffu;
+}
+__device__ __forceinline__ std::uint32_t EntrySymbol(std::uint32_t e) {
+  return (e >> 12) & 0x3fu;
+}
+__device__ __forceinline__ std::uint32_t EntryFreq(std::uint32_t e) {
+  return e >> 19;
+}
 
 __device__ __forceinline__ std::uint32_t SharedAddress(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
@@ -240,8 +246,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
   b /= p.blocks_per_lk;
   const std::uint32_t lk = b % lks;
   const std::uint32_t chunk = b / lks;
-  const CacheGenDecodeChunkDesc d =
-      p.chunks == nullptr ? p.inline_chunks[chunk] : p.chunks[chunk];
+  const CacheGenDecodeChunkDesc d = p.chunks == nullptr ? p.inline_chunks[chunk] : p.chunks[chunk];
   const std::uint32_t first_group = lk * p.groups_per_lk + blk * p.warps_per_block;
 
   // This warp's group and its words [begin, end); staging [a, end), a = begin rounded down to
@@ -269,8 +274,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
     const uint4* src = reinterpret_cast<const uint4*>(d.codes + a);
     const std::uint32_t dst = SharedAddress(stage);
     for (std::uint32_t i = lane; i < vecs; i += 32) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + 16u * i),
-                   "l"(src + i)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + 16u * i), "l"(src + i)
                    : "memory");
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -339,18 +343,18 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
     const SharedWords words{SharedAddress(stage) - 2u * a};
     const bool full = (group + 1) * p.channels_per_lane * 32 <= p.channels;
     if (p.lut_elem_bytes != 0 && full) {
-      Elem* lut = reinterpret_cast<Elem*>(stage_all + std::size_t{p.warps_per_block} *
-                                                          p.stage_words) +
-                  std::size_t{warp} * cachegen::kMaxBins * 32;
-      code = DecodeGroup<Out, Paged, true>(p, d, s_table, words, lut, s_bins, lk, group, begin,
-                                           end, first_scale);
+      Elem* lut =
+          reinterpret_cast<Elem*>(stage_all + std::size_t{p.warps_per_block} * p.stage_words) +
+          std::size_t{warp} * cachegen::kMaxBins * 32;
+      code = DecodeGroup<Out, Paged, true>(p, d, s_table, words, lut, s_bins, lk, group, begin, end,
+                                           first_scale);
     } else {
-      code = DecodeGroup<Out, Paged, false>(p, d, s_table, words, nullptr, s_bins, lk, group,
-                                            begin, end, first_scale);
+      code = DecodeGroup<Out, Paged, false>(p, d, s_table, words, nullptr, s_bins, lk, group, begin,
+                                            end, first_scale);
     }
   } else {
-    code = DecodeGroup<Out, Paged, false>(p, d, s_table, GlobalWords{d.codes}, nullptr, s_bins,
-                                          lk, group, begin, end, first_scale);
+    code = DecodeGroup<Out, Paged, false>(p, d, s_table, GlobalWords{d.codes}, nullptr, s_bins, lk,
+                                          group, begin, end, first_scale);
   }
   if (code != 0 && lane == 0) ReportError(p, chunk, g, code);
 }
@@ -379,7 +383,9 @@ cudaError_t ConfigureSharedMemory(Kernel kernel, std::size_t smem,
   return cudaSuccess;
 }
 
-Status Bad(const std::string& what) { return Corruption("cachegen decode: " + what); }
+Status Bad(const std::string& what) {
+  return Corruption("cachegen decode: " + what);
+}
 
 Result<const SectionView*> Need(const ContainerView& view, SectionKind kind) {
   const SectionView* s = nullptr;
@@ -397,8 +403,7 @@ Result<const SectionView*> Need(const ContainerView& view, SectionKind kind) {
     }
   }
   if (s == nullptr) {
-    return Bad("no " + std::string(SectionKindName(static_cast<std::uint32_t>(kind))) +
-               " section");
+    return Bad("no " + std::string(SectionKindName(static_cast<std::uint32_t>(kind))) + " section");
   }
   return s;
 }
@@ -554,8 +559,8 @@ Result<CacheGenContainerInfo> ParseCacheGenContainer(std::span<const std::byte> 
 
 std::size_t CacheGenDecodeSharedBytes(const CacheGenDecodeParams& params) {
   return std::size_t{params.warps_per_block} *
-             (std::size_t{params.stage_words} * 2 +
-              std::size_t{params.lut_elem_bytes} * cachegen::kMaxBins * 32);
+         (std::size_t{params.stage_words} * 2 +
+          std::size_t{params.lut_elem_bytes} * cachegen::kMaxBins * 32);
 }
 
 template <DType Out, bool Paged>
@@ -596,7 +601,8 @@ Result<CacheGenDecodeWorkspace> CacheGenDecodeWorkspace::Create(std::uint32_t ma
   }
   // Device: error word | descriptors [max_chunks] | K pointers, V pointers [max_layers each].
   // Pinned host: error flag | staging of the descriptors and pointers at the same offsets.
-  const std::size_t bytes = kDescOffset + std::size_t{max_chunks} * sizeof(CacheGenDecodeChunkDesc) +
+  const std::size_t bytes = kDescOffset +
+                            std::size_t{max_chunks} * sizeof(CacheGenDecodeChunkDesc) +
                             std::size_t{max_layers} * 2 * sizeof(void*);
   CacheGenDecodeWorkspace ws;
   ws.max_chunks_ = max_chunks;
@@ -620,8 +626,9 @@ Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
                              cudaStream_t stream) {
   const std::string what = "EnqueueDecodeCacheGen";
   if (ws.pending_chunks_ != 0) {
-    return InvalidArgument(what + ": the workspace has a batch in flight (call "
-                                  "FinishDecodeCacheGen first)");
+    return InvalidArgument(what +
+                           ": the workspace has a batch in flight (call "
+                           "FinishDecodeCacheGen first)");
   }
   if (chunks.empty() || chunks.size() > ws.max_chunks_) {
     return InvalidArgument(what + ": " + std::to_string(chunks.size()) +
@@ -648,9 +655,10 @@ Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
     }
     if (target.page_size == 0 || target.num_pages == 0 || target.row_stride < channels ||
         target.page_stride < std::uint64_t{target.page_size} * target.row_stride) {
-      return InvalidArgument(what + ": paged target needs page_size >= 1, num_pages >= 1, "
-                                    "row_stride >= channels and page_stride >= page_size * "
-                                    "row_stride");
+      return InvalidArgument(what +
+                             ": paged target needs page_size >= 1, num_pages >= 1, "
+                             "row_stride >= channels and page_stride >= page_size * "
+                             "row_stride");
     }
     for (std::uint32_t l = 0; l < shape.layers; ++l) {
       if (target.k_cache[l] == nullptr || target.v_cache[l] == nullptr ||
@@ -695,8 +703,8 @@ Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
     }
     CacheGenDecodeChunkDesc& d = descs[i];
     d = CacheGenDecodeChunkDesc{};
-    d.bins = reinterpret_cast<const std::uint8_t*>(ch.container + in.params_offset) +
-             kParamsFixedBytes;
+    d.bins =
+        reinterpret_cast<const std::uint8_t*>(ch.container + in.params_offset) + kParamsFixedBytes;
     d.freq = reinterpret_cast<const std::uint16_t*>(ch.container + in.tables_offset);
     d.scales = ch.container + in.scales_offset;
     d.index = reinterpret_cast<const std::uint32_t*>(ch.container + in.index_offset);
@@ -725,20 +733,18 @@ Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
   }
   if (!inline_chunks) {
     params.chunks = reinterpret_cast<const CacheGenDecodeChunkDesc*>(dev + kDescOffset);
-    KVD_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(dev + kDescOffset, host + kDescOffset,
-                        chunks.size() * sizeof(CacheGenDecodeChunkDesc), cudaMemcpyHostToDevice,
-                        stream),
-        what + ": upload descriptors");
+    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev + kDescOffset, host + kDescOffset,
+                                             chunks.size() * sizeof(CacheGenDecodeChunkDesc),
+                                             cudaMemcpyHostToDevice, stream),
+                             what + ": upload descriptors");
   }
   if (!inline_ptrs) {
     params.k_cache = reinterpret_cast<void* const*>(dev + ptr_offset);
     params.v_cache = params.k_cache + shape.layers;
-    KVD_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(dev + ptr_offset, host + ptr_offset,
-                        std::size_t{shape.layers} * 2 * sizeof(void*), cudaMemcpyHostToDevice,
-                        stream),
-        what + ": upload cache pointers");
+    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev + ptr_offset, host + ptr_offset,
+                                             std::size_t{shape.layers} * 2 * sizeof(void*),
+                                             cudaMemcpyHostToDevice, stream),
+                             what + ": upload cache pointers");
   }
   *reinterpret_cast<volatile unsigned int*>(host) = 0u;  // the kernel sets it on error
   params.error = reinterpret_cast<unsigned long long*>(dev);
@@ -759,10 +765,10 @@ Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
       cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device), what);
   const std::uint64_t total_groups =
       std::uint64_t{params.num_chunks} * params.layers * 2 * params.groups_per_lk;
-  const std::uint32_t warps = total_groups <= std::uint64_t{static_cast<std::uint32_t>(sm_count)} *
-                                                   kWarpsPerBlockSmallBatch
-                                  ? kWarpsPerBlockSmallBatch
-                                  : kWarpsPerBlock;
+  const std::uint32_t warps =
+      total_groups <= std::uint64_t{static_cast<std::uint32_t>(sm_count)} * kWarpsPerBlockSmallBatch
+          ? kWarpsPerBlockSmallBatch
+          : kWarpsPerBlock;
   params.warps_per_block = std::min(warps, params.groups_per_lk);
   params.blocks_per_lk =
       (params.groups_per_lk + params.warps_per_block - 1) / params.warps_per_block;
@@ -787,8 +793,7 @@ Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
       err = paged ? LaunchCacheGenDecode<DType::kFloat32, true>(params, stream)
                   : LaunchCacheGenDecode<DType::kFloat32, false>(params, stream);
       break;
-    default:
-      return InvalidArgument(what + ": unsupported output dtype");
+    default: return InvalidArgument(what + ": unsupported output dtype");
   }
   KVD_CUDA_RETURN_IF_ERROR(err, what + ": launch");
   ws.pending_chunks_ = params.num_chunks;
@@ -806,10 +811,10 @@ Status FinishDecodeCacheGen(CacheGenDecodeWorkspace& ws, cudaStream_t stream) {
   unsigned long long v = 0;
   KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(&v, ws.device_.data(), 8, cudaMemcpyDeviceToHost),
                            "FinishDecodeCacheGen: read error");
-  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(ws.device_.data(),
-                                      static_cast<const std::byte*>(ws.host_.data()) + 8, 8,
-                                      cudaMemcpyHostToDevice),
-                           "FinishDecodeCacheGen: clear error word");  // bytes 8..63 stay 0
+  KVD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(ws.device_.data(), static_cast<const std::byte*>(ws.host_.data()) + 8, 8,
+                 cudaMemcpyHostToDevice),
+      "FinishDecodeCacheGen: clear error word");  // bytes 8..63 stay 0
   const unsigned long long key = ~v;
   if ((key & 15u) == kErrPage) {
     return InvalidArgument("cachegen decode: " + DecodeErrorMessage(key));

@@ -42,17 +42,20 @@ using cachegen::kMaxBins;
 using cachegen::kStateLow;
 
 constexpr std::uint32_t kFullMask = 0xffffffffu;
-constexpr std::uint32_t kRows = 8;                  // token rows (warps) of a min/max or quantize block
+constexpr std::uint32_t kRows = 8;  // token rows (warps) of a min/max or quantize block
 constexpr std::uint32_t kTileThreads = kRows * 32;
-constexpr std::uint32_t kEncodeWarps = 4;           // groups per encode block
+constexpr std::uint32_t kEncodeWarps = 4;  // groups per encode block
 constexpr std::uint32_t kFinalizeThreads = 1024;
 constexpr std::uint32_t kCompactThreads = 128;
 constexpr std::uint32_t kSectionCount = 5;
 constexpr std::uint64_t kParamsFixedBytes = 8;
-constexpr std::uint32_t kStatusWords = 8;      // device status words per chunk (see the params)
-constexpr std::uint32_t kHostStatusWords = 4;  // host-mapped: fp16 failed, ~nonfinite, ~overflow, bytes
+constexpr std::uint32_t kStatusWords = 8;  // device status words per chunk (see the params)
+constexpr std::uint32_t kHostStatusWords =
+    4;  // host-mapped: fp16 failed, ~nonfinite, ~overflow, bytes
 
-__host__ __device__ constexpr std::uint64_t AlignUp64(std::uint64_t v) { return (v + 63) & ~std::uint64_t{63}; }
+__host__ __device__ constexpr std::uint64_t AlignUp64(std::uint64_t v) {
+  return (v + 63) & ~std::uint64_t{63};
+}
 
 __device__ __forceinline__ const CacheGenEncodeChunkDesc& Desc(const CacheGenEncodeParams& p,
                                                                std::uint32_t chunk) {
@@ -77,10 +80,14 @@ __device__ __forceinline__ void LoadVec(const void* base, std::uint64_t idx, flo
     if constexpr (In == DType::kFloat32) {
       const uint4* p = reinterpret_cast<const uint4*>(static_cast<const float*>(base) + idx);
       const uint4 a = __ldg(p), b = __ldg(p + 1);
-      f[0] = __uint_as_float(a.x); f[1] = __uint_as_float(a.y);
-      f[2] = __uint_as_float(a.z); f[3] = __uint_as_float(a.w);
-      f[4] = __uint_as_float(b.x); f[5] = __uint_as_float(b.y);
-      f[6] = __uint_as_float(b.z); f[7] = __uint_as_float(b.w);
+      f[0] = __uint_as_float(a.x);
+      f[1] = __uint_as_float(a.y);
+      f[2] = __uint_as_float(a.z);
+      f[3] = __uint_as_float(a.w);
+      f[4] = __uint_as_float(b.x);
+      f[5] = __uint_as_float(b.y);
+      f[6] = __uint_as_float(b.z);
+      f[7] = __uint_as_float(b.w);
     } else {
       const uint4 a =
           __ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(base) + idx));
@@ -123,10 +130,10 @@ constexpr std::uint32_t kTileChannels = 64;
 constexpr std::uint32_t kTokenBlock = 256;
 
 struct ScanSmem {
-  float tile[kTokenBlock][kTileChannels];                    // 64 KiB
-  std::uint8_t count[kScanWarps][cachegen::kMaxBins][32];    // 32 KiB, per-lane symbol counts
-                                                             // of one token block (<= 2 * 16)
-  std::uint32_t hist[cachegen::kMaxBins];                    // the block's counts
+  float tile[kTokenBlock][kTileChannels];                  // 64 KiB
+  std::uint8_t count[kScanWarps][cachegen::kMaxBins][32];  // 32 KiB, per-lane symbol counts
+                                                           // of one token block (<= 2 * 16)
+  std::uint32_t hist[cachegen::kMaxBins];                  // the block's counts
   float part_min[kScanWarps][kTileChannels];
   float part_max[kScanWarps][kTileChannels];
   float lo[kTileChannels];
@@ -169,9 +176,9 @@ __device__ __forceinline__ void LoadTile(const CacheGenEncodeParams& p, const vo
           float* dst = &s.tile[i / kVecs][(i % kVecs) * kPer];
           const std::uint32_t w[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
           if constexpr (In == DType::kFloat32) {
-            *reinterpret_cast<float4*>(dst) = make_float4(
-                __uint_as_float(w[0]), __uint_as_float(w[1]), __uint_as_float(w[2]),
-                __uint_as_float(w[3]));
+            *reinterpret_cast<float4*>(dst) =
+                make_float4(__uint_as_float(w[0]), __uint_as_float(w[1]), __uint_as_float(w[2]),
+                            __uint_as_float(w[3]));
           } else {
             float f[8];
 #pragma unroll
@@ -240,8 +247,8 @@ __global__ void __launch_bounds__(kScanThreads, 2)
                    (has1 && !cachegen::IsFiniteFloat(first.y));
       for (std::uint32_t r = r0 + 1; r < r1; ++r) {
         const float2 v = *reinterpret_cast<const float2*>(&s.tile[r][cl]);
-        nonfinite |= (has0 && !cachegen::IsFiniteFloat(v.x)) ||
-                     (has1 && !cachegen::IsFiniteFloat(v.y));
+        nonfinite |=
+            (has0 && !cachegen::IsFiniteFloat(v.x)) || (has1 && !cachegen::IsFiniteFloat(v.y));
         if (v.x < mn0) mn0 = v.x;
         if (v.x > mx0) mx0 = v.x;
         if (v.y < mn1) mn1 = v.y;
@@ -437,7 +444,8 @@ __device__ void QuantizeTile(const CacheGenEncodeParams& p, std::uint32_t chunk,
   if (bin < kMaxBins) {
     for (std::uint32_t r = 0; r < kRows; ++r) {
 #pragma unroll
-      for (std::uint32_t l = 0; l < 8; ++l) sum += s_count[(r * kMaxBins + bin) * 32 + part * 8 + l];
+      for (std::uint32_t l = 0; l < 8; ++l)
+        sum += s_count[(r * kMaxBins + bin) * 32 + part * 8 + l];
     }
   }
   sum += __shfl_xor_sync(kFullMask, sum, 1);
@@ -483,8 +491,8 @@ __global__ void NormalizeKernel(const __grid_constant__ CacheGenEncodeParams p) 
   }
   std::uint16_t freq[kMaxBins];
   cachegen::NormalizeFrequencies(counts, bins, freq);
-  auto* table = reinterpret_cast<std::uint16_t*>(Desc(p, chunk).output + p.tables_offset) +
-                p.table_start[lk];
+  auto* table =
+      reinterpret_cast<std::uint16_t*>(Desc(p, chunk).output + p.tables_offset) + p.table_start[lk];
   std::uint32_t* packed = p.packed + std::uint64_t{i} * kMaxBins;
   std::uint32_t cum = 0;
   for (std::uint32_t s = 0; s < bins; ++s) {
@@ -496,7 +504,8 @@ __global__ void NormalizeKernel(const __grid_constant__ CacheGenEncodeParams p) 
 
 // ---- 4. rANS encode ----
 
-__global__ void __launch_bounds__(kEncodeWarps * 32) EncodeKernel(const __grid_constant__ CacheGenEncodeParams p) {
+__global__ void __launch_bounds__(kEncodeWarps * 32)
+    EncodeKernel(const __grid_constant__ CacheGenEncodeParams p) {
   __shared__ std::uint32_t s_table[kMaxBins];
   const std::uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const std::uint32_t lks = p.layers * 2;
@@ -531,8 +540,8 @@ __global__ void __launch_bounds__(kEncodeWarps * 32) EncodeKernel(const __grid_c
     std::uint16_t* dst = region + (top - (emitted + __popc(ballot & lanemask_gt)));
     // A predicated store rather than a branch: keeps the step free of divergent control flow.
     asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %2, 0;\n\t@p st.global.u16 [%0], %1;\n\t}"
-        ::"l"(dst), "h"(w), "r"(static_cast<std::uint32_t>(emit)));
+        "{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %2, 0;\n\t@p st.global.u16 [%0], %1;\n\t}" ::"l"(dst),
+        "h"(w), "r"(static_cast<std::uint32_t>(emit)));
     emitted += __popc(ballot);
   };
   for (std::uint32_t k = cpl; k-- > 0;) {
@@ -547,7 +556,7 @@ __global__ void __launch_bounds__(kEncodeWarps * 32) EncodeKernel(const __grid_c
     const std::uint32_t full_blocks = T / kUnroll;
     std::uint32_t t_hi = T;
     std::uint32_t e_next[kUnroll];
-    auto load_block = [&](std::uint32_t hi, std::uint32_t (&e)[kUnroll]) {
+    auto load_block = [&](std::uint32_t hi, std::uint32_t(&e)[kUnroll]) {
       std::uint32_t q[kUnroll];
 #pragma unroll
       for (std::uint32_t u = 0; u < kUnroll; ++u) q[u] = __ldg(sym + (hi - 1 - u) * C);
@@ -604,7 +613,8 @@ __device__ void ZeroBytes(std::byte* out, std::uint64_t begin, std::uint64_t end
   for (std::uint64_t i = begin + threadIdx.x; i < end; i += blockDim.x) out[i] = std::byte{0};
 }
 
-__global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(const __grid_constant__ CacheGenEncodeParams p) {
+__global__ void __launch_bounds__(kFinalizeThreads)
+    FinalizeKernel(const __grid_constant__ CacheGenEncodeParams p) {
   __shared__ std::uint32_t s_warp[32];
   __shared__ std::uint32_t s_carry;
   const std::uint32_t chunk = blockIdx.x;
@@ -682,15 +692,13 @@ __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(const __grid_
     Put<std::uint64_t>(out + 40, total);
     Put<std::uint64_t>(out + 48, 0);
     Put<std::uint64_t>(out + 56, 0);
-    const std::uint32_t kinds[kSectionCount] = {
-        static_cast<std::uint32_t>(SectionKind::kParams),
-        static_cast<std::uint32_t>(SectionKind::kTables),
-        static_cast<std::uint32_t>(SectionKind::kScales),
-        static_cast<std::uint32_t>(SectionKind::kIndex),
-        static_cast<std::uint32_t>(SectionKind::kCodes)};
-    const std::uint64_t offsets_[kSectionCount] = {p.params_offset, p.tables_offset,
-                                                   p.scales_offset, lay.index_offset,
-                                                   lay.codes_offset};
+    const std::uint32_t kinds[kSectionCount] = {static_cast<std::uint32_t>(SectionKind::kParams),
+                                                static_cast<std::uint32_t>(SectionKind::kTables),
+                                                static_cast<std::uint32_t>(SectionKind::kScales),
+                                                static_cast<std::uint32_t>(SectionKind::kIndex),
+                                                static_cast<std::uint32_t>(SectionKind::kCodes)};
+    const std::uint64_t offsets_[kSectionCount] = {
+        p.params_offset, p.tables_offset, p.scales_offset, lay.index_offset, lay.codes_offset};
     const std::uint64_t lengths_[kSectionCount] = {params_bytes, tables_bytes, lay.scales_bytes,
                                                    index_bytes, codes_words * 2};
     for (std::uint32_t s = 0; s < kSectionCount; ++s) {
@@ -721,7 +729,8 @@ __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(const __grid_
 
 // ---- 6. compaction ----
 
-__global__ void __launch_bounds__(kCompactThreads) CompactKernel(const __grid_constant__ CacheGenEncodeParams p) {
+__global__ void __launch_bounds__(kCompactThreads)
+    CompactKernel(const __grid_constant__ CacheGenEncodeParams p) {
   const std::uint32_t lks = p.layers * 2;
   const std::uint32_t groups = lks * p.groups_per_lk;
   const std::uint32_t chunk = blockIdx.x / groups, g = blockIdx.x % groups;
@@ -824,7 +833,9 @@ struct ScratchLayout {
   std::size_t total = 0;
 };
 
-std::size_t Align256(std::size_t v) { return (v + 255) & ~std::size_t{255}; }
+std::size_t Align256(std::size_t v) {
+  return (v + 255) & ~std::size_t{255};
+}
 
 ScratchLayout MakeScratchLayout(const KvShape& shape, std::uint32_t chunks) {
   const HostLayout h = MakeHostLayout(shape);
@@ -858,7 +869,9 @@ ScratchLayout MakeScratchLayout(const KvShape& shape, std::uint32_t chunks) {
 }
 
 // Pinned host buffer: upload staging [0, upload_end), then the device-written status.
-std::size_t HostStatusOffset(const ScratchLayout& s) { return Align256(s.upload_end); }
+std::size_t HostStatusOffset(const ScratchLayout& s) {
+  return Align256(s.upload_end);
+}
 
 // "[layer, kv, token, head, dim]" of flat element i (the CPU encoder's error wording).
 std::string Position(const KvShape& s, std::uint64_t i) {
@@ -876,7 +889,8 @@ std::string Position(const KvShape& s, std::uint64_t i) {
   return buf;
 }
 
-Status ValidateBins(const std::vector<std::uint8_t>& bins, std::uint32_t layers, const char* which) {
+Status ValidateBins(const std::vector<std::uint8_t>& bins, std::uint32_t layers,
+                    const char* which) {
   if (bins.size() != layers) {
     return InvalidArgument(std::string("cachegen: ") + which + " bins profile has " +
                            std::to_string(bins.size()) + " layers, the tensor has " +
@@ -938,8 +952,8 @@ cudaError_t LaunchCacheGenEncode(const CacheGenEncodeParams& params, cudaStream_
   const unsigned scan_blocks =
       params.num_chunks * lks * ((params.channels + kTileChannels - 1) / kTileChannels);
   static std::atomic<std::size_t> scan_configured[kMaxDevices] = {};
-  cudaError_t err = ConfigureSharedMemory(ScanQuantizeKernel<In>, sizeof(ScanSmem),
-                                          scan_configured);
+  cudaError_t err =
+      ConfigureSharedMemory(ScanQuantizeKernel<In>, sizeof(ScanSmem), scan_configured);
   if (err != cudaSuccess) return err;
   const std::size_t fallback_smem = std::size_t{kRows} * kMaxBins * 32 * 4;  // 64 KiB
   static std::atomic<std::size_t> fallback_configured[kMaxDevices] = {};
@@ -994,26 +1008,26 @@ Result<CacheGenEncodeWorkspace> CacheGenEncodeWorkspace::Create(const KvShape& s
   ws.shape_ = shape;
   ws.max_chunks_ = max_chunks;
   KVD_ASSIGN_OR_RETURN(ws.device_, DeviceBuffer::Allocate(s.total));
-  KVD_ASSIGN_OR_RETURN(ws.host_, PinnedHostBuffer::Allocate(
-                                     HostStatusOffset(s) +
-                                     std::size_t{max_chunks} * kHostStatusWords * 8));
+  KVD_ASSIGN_OR_RETURN(ws.host_,
+                       PinnedHostBuffer::Allocate(HostStatusOffset(s) +
+                                                  std::size_t{max_chunks} * kHostStatusWords * 8));
   void* status = nullptr;
   KVD_CUDA_RETURN_IF_ERROR(
-      cudaHostGetDevicePointer(&status, static_cast<std::byte*>(ws.host_.data()) +
-                                            HostStatusOffset(s), 0),
+      cudaHostGetDevicePointer(&status,
+                               static_cast<std::byte*>(ws.host_.data()) + HostStatusOffset(s), 0),
       "CacheGenEncodeWorkspace: map status");
   ws.host_status_device_ = static_cast<unsigned long long*>(status);
   return Result<CacheGenEncodeWorkspace>(std::move(ws));
 }
 
-Status EnqueueEncodeCacheGen(DType dtype, const KvShape& shape,
-                             std::span<const void* const> inputs,
+Status EnqueueEncodeCacheGen(DType dtype, const KvShape& shape, std::span<const void* const> inputs,
                              std::span<std::byte* const> outputs, const CacheGenOptions& options,
                              CacheGenEncodeWorkspace& ws, cudaStream_t stream) {
   const std::string what = "EnqueueEncodeCacheGen";
   if (ws.pending_chunks_ != 0) {
-    return InvalidArgument(what + ": the workspace has a batch in flight (call "
-                                  "FinishEncodeCacheGen first)");
+    return InvalidArgument(what +
+                           ": the workspace has a batch in flight (call "
+                           "FinishEncodeCacheGen first)");
   }
   if (!IsValidDType(static_cast<std::uint8_t>(dtype))) {
     return InvalidArgument(what + ": invalid dtype " + std::to_string(static_cast<int>(dtype)));
@@ -1025,8 +1039,7 @@ Status EnqueueEncodeCacheGen(DType dtype, const KvShape& shape,
   }
   if (inputs.empty() || inputs.size() != outputs.size() || inputs.size() > ws.max_chunks_) {
     return InvalidArgument(what + ": " + std::to_string(inputs.size()) + " inputs and " +
-                           std::to_string(outputs.size()) +
-                           " outputs; need the same count, 1 to " +
+                           std::to_string(outputs.size()) + " outputs; need the same count, 1 to " +
                            std::to_string(ws.max_chunks_));
   }
   CacheGenOptions opts = options;
@@ -1045,8 +1058,8 @@ Status EnqueueEncodeCacheGen(DType dtype, const KvShape& shape,
   bool vec = h.channels % 8 == 0;
   CacheGenEncodeParams p{};
   const bool inline_chunks = chunks <= kCacheGenInlineChunks;
-  auto* descs = inline_chunks ? p.inline_chunks
-                              : reinterpret_cast<CacheGenEncodeChunkDesc*>(host + s.descs);
+  auto* descs =
+      inline_chunks ? p.inline_chunks : reinterpret_cast<CacheGenEncodeChunkDesc*>(host + s.descs);
   for (std::uint32_t i = 0; i < chunks; ++i) {
     if (inputs[i] == nullptr || !Aligned(inputs[i], esize)) {
       return InvalidArgument(what + ": input " + std::to_string(i) + " is null or misaligned");
@@ -1074,17 +1087,17 @@ Status EnqueueEncodeCacheGen(DType dtype, const KvShape& shape,
       at += bins[lk];
     }
     std::memcpy(host + s.bins, bins.data(), bins.size());
-    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev + s.table_start, host + s.table_start,
-                                             s.upload_end - s.table_start,
-                                             cudaMemcpyHostToDevice, stream),
-                             what + ": upload bins");
+    KVD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dev + s.table_start, host + s.table_start, s.upload_end - s.table_start,
+                        cudaMemcpyHostToDevice, stream),
+        what + ": upload bins");
     ws.device_bins_ = bins;
   }
   if (!inline_chunks) {
-    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev + s.descs, host + s.descs,
-                                             chunks * sizeof(CacheGenEncodeChunkDesc),
-                                             cudaMemcpyHostToDevice, stream),
-                             what + ": upload descriptors");
+    KVD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dev + s.descs, host + s.descs, chunks * sizeof(CacheGenEncodeChunkDesc),
+                        cudaMemcpyHostToDevice, stream),
+        what + ": upload descriptors");
   }
   if (ws.dirty_) {  // first batch, or after a failure: counters and flags start at 0
     KVD_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dev + s.hist, 0, s.zero_end - s.hist, stream),
@@ -1162,9 +1175,8 @@ Result<std::vector<std::uint64_t>> FinishEncodeCacheGen(CacheGenEncodeWorkspace&
     }
     if (st[0] != 0 && st[2] != 0) {
       const std::uint64_t sc = ~st[2];
-      return InvalidArgument(where + "the value range of channel " +
-                             std::to_string(sc % channels) + " of layer " +
-                             std::to_string(sc / channels / 2) + " overflows float");
+      return InvalidArgument(where + "the value range of channel " + std::to_string(sc % channels) +
+                             " of layer " + std::to_string(sc / channels / 2) + " overflows float");
     }
     sizes[i] = st[3];
   }
@@ -1192,19 +1204,18 @@ Result<std::vector<std::byte>> EncodeCacheGenGpu(const KvTensorView& host_tensor
   KVD_ASSIGN_OR_RETURN(DeviceBuffer d_in, DeviceBuffer::Allocate(host_tensor.data.size()));
   KVD_ASSIGN_OR_RETURN(DeviceBuffer d_out, DeviceBuffer::Allocate(max_bytes));
   KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_in.data(), host_tensor.data.data(),
-                                           host_tensor.data.size(), cudaMemcpyHostToDevice,
-                                           stream),
+                                           host_tensor.data.size(), cudaMemcpyHostToDevice, stream),
                            "EncodeCacheGenGpu: upload");
   const void* const ins[] = {d_in.data()};
   std::byte* const outs[] = {static_cast<std::byte*>(d_out.data())};
-  KVD_ASSIGN_OR_RETURN(std::vector<std::uint64_t> sizes,
-                       EncodeCacheGenDevice(host_tensor.dtype, shape, ins, outs, options, ws,
-                                            stream));
+  KVD_ASSIGN_OR_RETURN(
+      std::vector<std::uint64_t> sizes,
+      EncodeCacheGenDevice(host_tensor.dtype, shape, ins, outs, options, ws, stream));
   if (sizes[0] > max_bytes) return Internal("EncodeCacheGenGpu: container larger than its bound");
   std::vector<std::byte> bytes(sizes[0]);
-  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(bytes.data(), d_out.data(), bytes.size(),
-                                           cudaMemcpyDeviceToHost, stream),
-                           "EncodeCacheGenGpu: download");
+  KVD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(bytes.data(), d_out.data(), bytes.size(), cudaMemcpyDeviceToHost, stream),
+      "EncodeCacheGenGpu: download");
   KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "EncodeCacheGenGpu");
   KVD_RETURN_IF_ERROR(SealCacheGenContainer(bytes));
   return bytes;

@@ -56,8 +56,8 @@ void ExpectSameBytes(const std::vector<std::byte>& cpu, const std::vector<std::b
   std::size_t first = 0;
   while (first < cpu.size() && first < gpu.size() && cpu[first] == gpu[first]) ++first;
   ADD_FAILURE() << label << ": GPU container (" << gpu.size() << " bytes) differs from the CPU's ("
-                << cpu.size() << " bytes), first at byte " << first << " ("
-                << SectionAt(cpu, first) << ")";
+                << cpu.size() << " bytes), first at byte " << first << " (" << SectionAt(cpu, first)
+                << ")";
 }
 
 void ExpectSameTensor(const KvTensor& cpu, const KvTensor& gpu, const std::string& label) {
@@ -77,7 +77,8 @@ void ExpectSameTensor(const KvTensor& cpu, const KvTensor& gpu, const std::strin
 
 // GPU encode == CPU encode (bytes or status code); GPU decode of the CPU container == CPU decode;
 // the CPU decodes the GPU container.
-void ExpectCodecParity(const KvTensor& t, const CacheGenOptions& options, const std::string& label) {
+void ExpectCodecParity(const KvTensor& t, const CacheGenOptions& options,
+                       const std::string& label) {
   SCOPED_TRACE(label + " " + t.shape.ToString() + " " + std::string(DTypeName(t.dtype)));
   Result<std::vector<std::byte>> cpu = EncodeCacheGen(t.view(), options);
   Result<std::vector<std::byte>> gpu = EncodeCacheGenGpu(t.view(), options);
@@ -154,12 +155,12 @@ struct ShapeCase {
 TEST(CacheGenGpu, SyntheticShapesMatchTheCpu) {
   KVD_REQUIRE_GPU();
   const ShapeCase cases[] = {
-      {{1, 1, 1, 64}, DType::kFloat16},    {{1, 17, 3, 80}, DType::kFloat16},
-      {{5, 255, 3, 64}, DType::kBFloat16}, {{5, 256, 8, 128}, DType::kFloat16},
-      {{2, 256, 1, 80}, DType::kFloat32},  {{32, 17, 8, 128}, DType::kFloat16},
-      {{1, 2, 1, 1}, DType::kFloat32},     {{3, 300, 2, 7}, DType::kFloat16},
+      {{1, 1, 1, 64}, DType::kFloat16},     {{1, 17, 3, 80}, DType::kFloat16},
+      {{5, 255, 3, 64}, DType::kBFloat16},  {{5, 256, 8, 128}, DType::kFloat16},
+      {{2, 256, 1, 80}, DType::kFloat32},   {{32, 17, 8, 128}, DType::kFloat16},
+      {{1, 2, 1, 1}, DType::kFloat32},      {{3, 300, 2, 7}, DType::kFloat16},
       {{32, 256, 8, 128}, DType::kFloat16}, {{1, 256, 3, 128}, DType::kBFloat16},
-      {{5, 1, 8, 80}, DType::kFloat32},    {{2, 600, 1, 64}, DType::kFloat16},
+      {{5, 1, 8, 80}, DType::kFloat32},     {{2, 600, 1, 64}, DType::kFloat16},
   };
   std::uint64_t seed = 11;
   for (const ShapeCase& c : cases) {
@@ -214,8 +215,8 @@ TEST(CacheGenGpu, NonFiniteInputIsRefusedLikeTheCpu) {
   KVD_REQUIRE_GPU();
   const KvShape shape{2, 17, 1, 64};
   for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
-    for (float bad : {std::numeric_limits<float>::quiet_NaN(),
-                      std::numeric_limits<float>::infinity()}) {
+    for (float bad :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
       KvTensor t = Synth(shape, dtype, 3);
       StoreFloat(t, 1000, bad);
       StoreFloat(t, 1700, bad);
@@ -351,9 +352,8 @@ TEST(CacheGenGpu, BatchesMatchTheCpu) {
                      "batch decode " + std::to_string(i));
   }
   // Mixed shapes in one batch are refused.
-  std::vector<std::vector<std::byte>> mixed = {cpu[0],
-                                               *EncodeCacheGen(Synth({3, 65, 2, 64},
-                                                                     DType::kFloat32, 1).view())};
+  std::vector<std::vector<std::byte>> mixed = {
+      cpu[0], *EncodeCacheGen(Synth({3, 65, 2, 64}, DType::kFloat32, 1).view())};
   DeviceContainers dm = Upload(mixed);
   EXPECT_EQ(DecodeCacheGenDevice(dm.chunks, target, *ws, nullptr).code(),
             StatusCode::kInvalidArgument);
@@ -379,7 +379,8 @@ TEST(CacheGenGpu, PagedOutputEqualsContiguousRearranged) {
   std::vector<DeviceBuffer> d_tables;
   std::vector<const std::int32_t*> table_ptrs;
   for (std::uint32_t i = 0; i < chunks; ++i) {
-    tables[i].assign(pages.begin() + i * pages_per_chunk, pages.begin() + (i + 1) * pages_per_chunk);
+    tables[i].assign(pages.begin() + i * pages_per_chunk,
+                     pages.begin() + (i + 1) * pages_per_chunk);
     d_tables.push_back(std::move(DeviceBuffer::Allocate(pages_per_chunk * 4).value()));
     ASSERT_EQ(cudaMemcpy(d_tables.back().data(), tables[i].data(), pages_per_chunk * 4,
                          cudaMemcpyHostToDevice),
@@ -443,9 +444,9 @@ TEST(CacheGenGpu, PagedOutputEqualsContiguousRearranged) {
   // A block table entry outside [0, num_pages) is refused by the kernel, not written through.
   std::vector<std::int32_t> bad_table(pages_per_chunk, 0);
   bad_table[3] = static_cast<std::int32_t>(num_pages);
-  ASSERT_EQ(cudaMemcpy(d_tables[1].data(), bad_table.data(), pages_per_chunk * 4,
-                       cudaMemcpyHostToDevice),
-            cudaSuccess);
+  ASSERT_EQ(
+      cudaMemcpy(d_tables[1].data(), bad_table.data(), pages_per_chunk * 4, cudaMemcpyHostToDevice),
+      cudaSuccess);
   EXPECT_EQ(DecodeCacheGenDevice(dc.chunks, target, *ws, nullptr).code(),
             StatusCode::kInvalidArgument);
 }
@@ -547,11 +548,10 @@ TEST(CacheGenGpu, ResealedCorruptionGivesTheCpuStatus) {
     bad[at] ^= static_cast<std::byte>(1u + rng() % 255u);
     ASSERT_TRUE(SealCacheGenContainer(bad).ok());
     Result<ContainerView> view = ParseContainer(bad);
-    Result<KvTensor> cpu =
-        view.ok() ? DecodeCacheGen(*view) : Result<KvTensor>(view.status());
+    Result<KvTensor> cpu = view.ok() ? DecodeCacheGen(*view) : Result<KvTensor>(view.status());
     Result<KvTensor> gpu = DecodeCacheGenGpu(bad);
-    ASSERT_EQ(cpu.ok(), gpu.ok()) << "byte " << at << ": cpu " << cpu.status().ToString()
-                                  << " gpu " << gpu.status().ToString();
+    ASSERT_EQ(cpu.ok(), gpu.ok()) << "byte " << at << ": cpu " << cpu.status().ToString() << " gpu "
+                                  << gpu.status().ToString();
     if (cpu.ok()) {
       ExpectSameTensor(*cpu, *gpu, "byte " + std::to_string(at));
     } else {
@@ -577,8 +577,10 @@ TEST(CacheGenGpu, DeviceChecksCatchBadIndexAndTables) {
   target.contiguous = outs;
   auto decode_patched = [&](std::uint64_t offset, std::uint32_t value, int width) {
     std::vector<std::byte> bad = c;
-    if (width == 4) StoreLE<std::uint32_t>(bad.data() + offset, value);
-    else StoreLE<std::uint16_t>(bad.data() + offset, static_cast<std::uint16_t>(value));
+    if (width == 4)
+      StoreLE<std::uint32_t>(bad.data() + offset, value);
+    else
+      StoreLE<std::uint16_t>(bad.data() + offset, static_cast<std::uint16_t>(value));
     DeviceContainers dc = Upload({c});
     EXPECT_EQ(cudaMemcpy(dc.buffers[0].data(), bad.data(), bad.size(), cudaMemcpyHostToDevice),
               cudaSuccess);
@@ -626,11 +628,11 @@ TEST(CacheGenGpu, ArgumentsAreValidated) {
                 .code(),
             StatusCode::kInvalidArgument);  // shape differs from the workspace's
   const void* null_in[] = {nullptr};
-  EXPECT_EQ(EncodeCacheGenDevice(DType::kFloat16, shape, null_in, std::span(outs, 1), {}, *ews,
-                                 nullptr)
-                .status()
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      EncodeCacheGenDevice(DType::kFloat16, shape, null_in, std::span(outs, 1), {}, *ews, nullptr)
+          .status()
+          .code(),
+      StatusCode::kInvalidArgument);
   EXPECT_EQ(FinishEncodeCacheGen(*ews, nullptr).status().code(), StatusCode::kInvalidArgument);
 }
 

@@ -79,22 +79,22 @@ Status SealCacheGenContainer(std::span<std::byte> container);
 // Decode
 // ================================================================================================
 
-// Per-chunk kernel descriptor (device memory, built by EnqueueDecodeCacheGen).
+// Per-chunk kernel descriptor (kernel parameters or device memory, built by EnqueueDecodeCacheGen).
 struct CacheGenDecodeChunkDesc {
-  const std::uint8_t* bins;        // [2 * layers] u8, the params section's bins (layer-major, K|V)
-  const std::uint16_t* freq;       // [tables_entries] u16 frequencies, concatenated per (layer, K|V)
-  const void* scales;              // [2 * layers][channels] pairs (lo, step) of u16 (fp16 bits) or
-                                   // f32, 4-byte aligned
-  const std::uint32_t* index;      // [groups] u32 end word of each group, groups ordered lk-major
-  const std::uint16_t* codes;      // [codes_words] u16 rANS words, 16-byte aligned
-  void* out;                       // contiguous output [layers][2][tokens][channels] of the output
-                                   // dtype; unused (null) for paged output
-  const std::int32_t* block_table; // paged output: [ceil(tokens / page_size)] page numbers;
-                                   // null for contiguous output
-  std::uint32_t tables_entries;    // u16 entries at freq
-  std::uint32_t codes_words;       // u16 words at codes
-  std::uint32_t scale_fp32;        // 1: scales are f32 pairs, 0: fp16 pairs
-  std::uint32_t reserved;          // 0
+  const std::uint8_t* bins;    // [2 * layers] u8, the params section's bins (layer-major, K|V)
+  const std::uint16_t* freq;   // [tables_entries] u16 frequencies, concatenated per (layer, K|V)
+  const void* scales;          // [2 * layers][channels] pairs (lo, step) of u16 (fp16 bits) or
+                               // f32, 4-byte aligned
+  const std::uint32_t* index;  // [groups] u32 end word of each group, groups ordered lk-major
+  const std::uint16_t* codes;  // [codes_words] u16 rANS words, 16-byte aligned
+  void* out;                   // contiguous output [layers][2][tokens][channels] of the output
+                               // dtype; unused (null) for paged output
+  const std::int32_t* block_table;  // paged output: [ceil(tokens / page_size)] page numbers;
+                                    // null for contiguous output
+  std::uint32_t tables_entries;     // u16 entries at freq
+  std::uint32_t codes_words;        // u16 words at codes
+  std::uint32_t scale_fp32;         // 1: scales are f32 pairs, 0: fp16 pairs
+  std::uint32_t reserved;           // 0
 };
 
 // Batches of up to this many chunks (and paged targets of up to this many layers) pass their
@@ -105,24 +105,24 @@ inline constexpr std::uint32_t kCacheGenInlineLayers = 32;
 // Kernel parameters, passed by value (__grid_constant__). All chunks of a launch share one shape.
 struct CacheGenDecodeParams {
   const CacheGenDecodeChunkDesc* chunks;  // [num_chunks] device memory; null: inline_chunks
-  void* const* k_cache;          // paged: [layers] device array of layer l's K cache; null when
-                                 // inline_cache holds the pointers, or for contiguous output
-  void* const* v_cache;          // paged: [layers] device array of layer l's V cache (or null)
-  unsigned long long* error;     // device u64, 0 before the launch; holds ~(first error key) after
-  unsigned int* error_flag;      // host-mapped pinned u32, set to 1 by any error
-  std::uint64_t page_stride;     // paged: elements between consecutive pages
-  std::uint64_t row_stride;      // paged: elements between consecutive rows (tokens) of a page
-  std::uint32_t num_pages;       // paged: pages per layer cache (block table entries must be less)
-  std::uint32_t page_size;       // paged: tokens per page (>= 1)
+  void* const* k_cache;       // paged: [layers] device array of layer l's K cache; null when
+                              // inline_cache holds the pointers, or for contiguous output
+  void* const* v_cache;       // paged: [layers] device array of layer l's V cache (or null)
+  unsigned long long* error;  // device u64, 0 before the launch; holds ~(first error key) after
+  unsigned int* error_flag;   // host-mapped pinned u32, set to 1 by any error
+  std::uint64_t page_stride;  // paged: elements between consecutive pages
+  std::uint64_t row_stride;   // paged: elements between consecutive rows (tokens) of a page
+  std::uint32_t num_pages;    // paged: pages per layer cache (block table entries must be less)
+  std::uint32_t page_size;    // paged: tokens per page (>= 1)
   std::uint32_t num_chunks;
   std::uint32_t layers;
   std::uint32_t tokens;
-  std::uint32_t channels;        // kv_heads * head_dim
+  std::uint32_t channels;  // kv_heads * head_dim
   std::uint32_t channels_per_lane;
-  std::uint32_t groups_per_lk;   // groups per (layer, K|V)
-  std::uint32_t warps_per_block; // groups decoded by one block (all of one (layer, K|V))
-  std::uint32_t blocks_per_lk;   // ceil(groups_per_lk / warps_per_block)
-  std::uint32_t stage_words;     // per-warp shared-memory staging of a group's words (multiple of 8)
+  std::uint32_t groups_per_lk;    // groups per (layer, K|V)
+  std::uint32_t warps_per_block;  // groups decoded by one block (all of one (layer, K|V))
+  std::uint32_t blocks_per_lk;    // ceil(groups_per_lk / warps_per_block)
+  std::uint32_t stage_words;  // per-warp shared-memory staging of a group's words (multiple of 8)
   std::uint32_t lut_elem_bytes;  // per-warp output table [64][32] of this element size (0: none)
   CacheGenDecodeChunkDesc inline_chunks[kCacheGenInlineChunks];  // when chunks is null
   void* inline_cache[2 * kCacheGenInlineLayers];  // paged, k_cache null: K of layer l at [l],
@@ -181,16 +181,17 @@ class CacheGenDecodeWorkspace {
   friend Status FinishDecodeCacheGen(CacheGenDecodeWorkspace&, cudaStream_t);
   std::uint32_t max_chunks_ = 0;
   std::uint32_t max_layers_ = 0;
-  std::uint32_t pending_chunks_ = 0;  // chunks of the batch in flight (0: none)
+  std::uint32_t pending_chunks_ = 0;           // chunks of the batch in flight (0: none)
   unsigned int* error_flag_device_ = nullptr;  // device view of the pinned error flag
-  DeviceBuffer device_;               // descriptors | k pointers | v pointers | error word
-  PinnedHostBuffer host_;             // staging of the same layout | error flag (device-written)
+  DeviceBuffer device_;    // error word | descriptors | K pointers, V pointers (large batches)
+  PinnedHostBuffer host_;  // error flag (device-written) | staging of the same layout
 };
 
 // Validates the batch (same shape for every chunk, containers aligned, target complete and sized:
-// kInvalidArgument naming the field) and enqueues the upload of the descriptors, the decode kernel
-// and the download of the error word on `stream`. Does not block. The output is complete once the
-// stream has passed; call FinishDecodeCacheGen before reading it.
+// kInvalidArgument naming the field) and enqueues the decode kernel on `stream` (descriptors go in
+// the kernel parameters; batches above kCacheGenInlineChunks chunks, or paged targets above
+// kCacheGenInlineLayers layers, first upload them). Does not block. The output is complete once
+// the stream has passed; call FinishDecodeCacheGen before reading it.
 Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
                              const CacheGenDecodeTarget& target, CacheGenDecodeWorkspace& workspace,
                              cudaStream_t stream);
@@ -218,10 +219,10 @@ Result<KvTensor> DecodeCacheGenGpu(std::span<const std::byte> container,
 // Encode
 // ================================================================================================
 
-// Per-chunk kernel descriptor (device memory, built by EnqueueEncodeCacheGen).
+// Per-chunk kernel descriptor (kernel parameters or device memory, built by EnqueueEncodeCacheGen).
 struct CacheGenEncodeChunkDesc {
-  const void* input;   // [layers][2][tokens][channels] of the input dtype, device memory
-  std::byte* output;   // CacheGenMaxContainerBytes(shape) bytes, device memory, 16-byte aligned
+  const void* input;  // [layers][2][tokens][channels] of the input dtype, device memory
+  std::byte* output;  // CacheGenMaxContainerBytes(shape) bytes, device memory, 16-byte aligned
 };
 
 // Kernel parameters of the encode pipeline, passed by value; per-chunk scratch arrays are
@@ -248,25 +249,26 @@ struct CacheGenEncodeParams {
   std::uint64_t params_offset;            // container layout (section offsets, bytes), the same
   std::uint64_t tables_offset;            // for every chunk up to the scale dtype
   std::uint64_t scales_offset;
-  std::uint64_t scales_bytes16;           // scales section bytes with fp16 scales
+  std::uint64_t scales_bytes16;  // scales section bytes with fp16 scales
   std::uint32_t num_chunks;
   std::uint32_t layers;
   std::uint32_t tokens;
   std::uint32_t kv_heads;
   std::uint32_t head_dim;
-  std::uint32_t channels;                 // kv_heads * head_dim
+  std::uint32_t channels;  // kv_heads * head_dim
   std::uint32_t channels_per_lane;
   std::uint32_t groups_per_lk;
-  std::uint32_t table_entries;            // sum of bins
-  std::uint32_t stream_cap;               // 2 * 32 + channels_per_lane * tokens * 32
-  std::uint32_t vec;                      // elements per vector load: 8 (channels % 8 == 0 and
-                                          // every input 16-byte aligned) or 1
-  std::uint32_t input_dtype;              // DType of the input (as its stored value)
+  std::uint32_t table_entries;  // sum of bins
+  std::uint32_t stream_cap;     // 2 * 32 + channels_per_lane * tokens * 32
+  std::uint32_t vec;            // elements per vector load: 8 (channels % 8 == 0 and
+                                // every input 16-byte aligned) or 1
+  std::uint32_t input_dtype;    // DType of the input (as its stored value)
   CacheGenEncodeChunkDesc inline_chunks[kCacheGenInlineChunks];  // when chunks is null
 };
 
-// Enqueues the encode pipeline (min/max + scales, quantize + histogram, frequency tables, rANS,
-// scan + container assembly, compaction) on `stream`; returns the first launch error. Defined
+// Enqueues the encode pipeline (scan + scales + quantize + histogram, fp32-scale fallback,
+// frequency tables, rANS, scan + container assembly, compaction) on `stream`; returns the first
+// launch error. Defined
 // (explicitly instantiated in cachegen_encode.cu) ONLY for In in {fp16, bf16, fp32}; prefer
 // EnqueueEncodeCacheGen.
 template <DType In>
@@ -293,8 +295,8 @@ class CacheGenEncodeWorkspace {
   bool dirty_ = true;                      // counters/flags need clearing before the next batch
   std::vector<std::uint8_t> device_bins_;  // the bins profile currently in device memory
   unsigned long long* host_status_device_ = nullptr;  // device view of the pinned status
-  DeviceBuffer device_;     // descriptors | bins | scratch arrays
-  PinnedHostBuffer host_;   // staging: descriptors | bins | status (written by the device)
+  DeviceBuffer device_;                               // descriptors | bins | scratch arrays
+  PinnedHostBuffer host_;  // staging: descriptors | bins | status (written by the device)
 };
 
 // Validates (dtype, shape == workspace shape, 1 <= inputs.size() == outputs.size() <= max_chunks,
@@ -302,8 +304,7 @@ class CacheGenEncodeWorkspace {
 // encoding of inputs[i] (device tensor [layers, 2, tokens, kv_heads, head_dim] of `dtype`) into
 // outputs[i] (device, CacheGenMaxContainerBytes(shape) bytes, 16-byte aligned) on `stream`.
 // Does not block. Every byte of the container except the checksums is written on the device.
-Status EnqueueEncodeCacheGen(DType dtype, const KvShape& shape,
-                             std::span<const void* const> inputs,
+Status EnqueueEncodeCacheGen(DType dtype, const KvShape& shape, std::span<const void* const> inputs,
                              std::span<std::byte* const> outputs, const CacheGenOptions& options,
                              CacheGenEncodeWorkspace& workspace, cudaStream_t stream);
 

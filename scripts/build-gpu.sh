@@ -16,13 +16,14 @@ jobs="${JOBS:-1}"
 
 cmake -S . -B "$build_dir" -DKVDEPOT_GPU_ONLY=ON -DKVDEPOT_CUDA=ON -DCMAKE_BUILD_TYPE=Release "$@"
 start=$(date +%s)
-cmake --build "$build_dir" --target kvdepot_gpu_tests kvdepot_gpu_bench -j "$jobs"
+cmake --build "$build_dir" -j "$jobs"   # GPU-only: codec, cuda, GPU tests and benchmarks
 echo "build-gpu: built in $(( $(date +%s) - start )) s"
 
 # Allowed run-time dependencies: the C/C++ runtime only.
 allowed='^(linux-vdso|ld-linux-x86-64|libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt)\.so'
 status=0
-for bin in kvdepot_gpu_tests kvdepot_gpu_bench; do
+for bin in "$build_dir"/bin/kvdepot_*; do
+  bin=$(basename "$bin")
   path="$build_dir/bin/$bin"
   echo "== ldd $path"
   ldd "$path"

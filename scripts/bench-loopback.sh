@@ -39,8 +39,12 @@ for op in get put; do
     done
   done
 done
-for size in 1MiB 8MiB; do
-  echo "== unix get $size x 8 connections"
-  "$kvdepot" --addr "unix:$sock" bench --op get --value-size $size --connections 8 --keys 64 \
-    --duration "$secs" --no-progress | tail -n 1
+for op in get put; do
+  for size in 1MiB 4MiB 8MiB; do
+    for conns in 1 8 32; do
+      echo "== unix $op $size x $conns connections"
+      "$kvdepot" --addr "unix:$sock" bench --op $op --value-size $size --connections $conns \
+        --keys 64 --duration "$secs" --no-progress | tail -n 1
+    done
+  done
 done

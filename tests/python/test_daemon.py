@@ -4,6 +4,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -99,6 +100,35 @@ def test_hostile_clients_do_not_disturb_others(daemon):
                 pass
     assert b"pong" in daemon.cli("ping").stdout
     assert daemon.proc.poll() is None
+
+
+def rss_kib(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_slow_reader_does_not_grow_the_daemon(daemon, tmp_path):
+    (tmp_path / "v").write_bytes(os.urandom(1 << 20))
+    daemon.cli("put", "big", tmp_path / "v")
+    before = rss_kib(daemon.proc.pid)
+    key = b"big"
+    body = struct.pack("<IH", 1, len(key)) + key
+    with socket.create_connection(("127.0.0.1", daemon.port)) as s:
+        s.setblocking(False)
+        sent = 0
+        for i in range(3000):  # 3 GiB of responses requested, none read
+            frame = b"KVDP" + bytes([1, 3]) + struct.pack("<HQIHH", 0, i + 1, len(body), 0, 0) + body
+            try:
+                s.send(frame)
+                sent += 1
+            except BlockingIOError:
+                break  # the daemon stopped reading: TCP pushes back on the client
+        time.sleep(1.0)
+        after = rss_kib(daemon.proc.pid)
+    assert after - before < 96 * 1024, f"RSS grew from {before} to {after} KiB after {sent} GETs"
+    assert b"pong" in daemon.cli("ping").stdout
 
 
 def test_sigterm_drains_and_exits_zero(daemon, tmp_path):

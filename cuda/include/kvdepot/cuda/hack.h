@@ -1,0 +1,326 @@
+// Kernel family "hack": the HACK INT2 codec on the GPU (codec/include/kvdepot/hack.h) and the
+// quantized-attention kernels that consume its 2-bit codes without dequantizing them
+// (codec/include/kvdepot/hack_attention.h has the CPU references). Design, layouts, what bounds
+// each kernel: docs/hack-gpu.md.
+//
+// Three kernels (cuda/src/hack_quantize.cu, cuda/src/hack_attention.cu):
+//  * quantize: fp16/bf16 KV chunk -> the codes, scales, sums and tail sections of a hack-int2
+//    container, byte-identical to kvdepot::EncodeHack (both roundings, sinks, every partition size
+//    and orientation);
+//  * dequantize: those sections -> a KV tensor, byte-identical to kvdepot::DequantizeHack (for
+//    engines without HACK attention, and for transcoding);
+//  * attention: decode (one query token per sequence, ragged batch, contiguous or paged KV) and
+//    causal prefill over hack-int2 KV, with INT8 Q and INT8 P against the 2-bit codes on integer
+//    tensor cores (mma.sync m16n8k32), equal to kvdepot::HackDecodeAttention /
+//    HackPrefillAttention within the tolerance stated at HackAttentionTolerance below.
+//
+// Sections in device memory are read and written in the container's own layout (docs/hack.md
+// §"Container format"): a container copied to the device as it is can be attended over directly.
+//
+// Usable from plain C++ (g++). Thread-safety: free functions are stateless; a workspace serves one
+// stream at a time.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kvdepot/cuda/device.h"
+#include "kvdepot/hack.h"
+#include "kvdepot/hack_format.h"
+#include "kvdepot/status.h"
+#include "kvdepot/tensor.h"
+
+namespace kvdepot::cuda {
+
+// ================================================================================================
+// Layout helpers (host)
+// ================================================================================================
+
+// The hack::Layout of a chunk of `shape` quantized with `options` (sinks clamped to the token
+// count, as QuantizeHack stores them).
+hack::Layout HackLayoutFor(const KvShape& shape, const HackOptions& options);
+
+// Byte lengths of the four data sections of a chunk (the params section is always 24 bytes).
+struct HackSectionBytes {
+  std::uint64_t codes = 0;
+  std::uint64_t scales = 0;
+  std::uint64_t sums = 0;
+  std::uint64_t tail = 0;
+};
+HackSectionBytes HackSectionBytesFor(const hack::Layout& layout, DType dtype);
+
+// The four data sections of one chunk in device memory, each in the container's layout.
+struct HackDeviceSections {
+  std::uint8_t* codes = nullptr;   // [codes / 4] bytes, 16-byte aligned
+  std::uint8_t* scales = nullptr;  // [partitions] x {u16 fp16 scale, u16 fp16 min}, 16-byte aligned
+  std::uint8_t* sums = nullptr;    // [sums] x u8 (P <= 64) or u16 (P = 128), 16-byte aligned
+  void* tail = nullptr;            // [layers][2][unquantized][kv_heads][head_dim] of the chunk
+                                   // dtype, 16-byte aligned; may be null when there is no tail
+};
+struct HackDeviceSectionsView {
+  const std::uint8_t* codes = nullptr;
+  const std::uint8_t* scales = nullptr;
+  const std::uint8_t* sums = nullptr;
+  const void* tail = nullptr;
+};
+
+// ================================================================================================
+// Quantize
+// ================================================================================================
+
+// Kernel parameters, passed by value. One CTA quantizes one group (layer, K|V, head, block) at a
+// time; the tail rows are copied by the same grid after the groups.
+struct HackQuantizeParams {
+  const void* input;           // [layers][2][tokens][kv_heads][head_dim] of In, device memory,
+                               // 16-byte aligned
+  std::uint8_t* codes;         // codes section, device memory, 16-byte aligned
+  std::uint8_t* scales;        // scales section, 4-byte aligned
+  std::uint8_t* sums;          // sums section, 2-byte aligned
+  void* tail;                  // tail section (In), 16-byte aligned; unused when no tail
+  unsigned long long* error;   // device u64, UINT64_MAX before the launch; after it the minimum
+                               // over invalid input elements of flat_index * 2 + kind (kind 0:
+                               // not finite, 1: |x| > 65504)
+  hack::Layout layout;         // P in {32, 64, 128}, head_dim in {64, 128, 256}
+  std::uint64_t seed;          // stochastic rounding's seed
+  std::uint32_t stochastic;    // 1: stochastic rounding, 0: nearest
+};
+
+// Enqueues the quantize kernel (grid: SM count x occupancy CTAs of 128 threads, grid-stride over
+// groups then tail rows; dynamic shared memory HackQuantizeSharedBytes(layout)) and returns the
+// launch error. Defined (explicitly instantiated) ONLY for In in {fp16, bf16}; prefer
+// EnqueueQuantizeHack, which validates and dispatches.
+template <DType In>
+cudaError_t LaunchHackQuantize(const HackQuantizeParams& params, cudaStream_t stream);
+std::size_t HackQuantizeSharedBytes(const hack::Layout& layout);
+
+// Validates (dtype fp16 or bf16, ValidateShape, ValidateHackOptions, head_dim in {64, 128, 256},
+// non-null 16-byte aligned pointers, sections large enough is the caller's duty: sizes from
+// HackSectionBytesFor) and enqueues the quantization of the device tensor `d_input` into `out`,
+// plus the reset of the device error word `d_error` (u64). Does not block.
+// Errors: kInvalidArgument naming the field; CUDA errors via StatusFromCuda.
+Status EnqueueQuantizeHack(DType dtype, const KvShape& shape, const HackOptions& options,
+                           const void* d_input, const HackDeviceSections& out,
+                           unsigned long long* d_error, cudaStream_t stream);
+
+// Synchronises `stream` and reads `d_error`: OK, or kInvalidArgument naming the first invalid input
+// element exactly as QuantizeHack words it (non-finite value, or |x| > 65504), or a CUDA error.
+// On error the sections hold partial data.
+Status FinishQuantizeHack(const KvShape& shape, const unsigned long long* d_error,
+                          cudaStream_t stream);
+
+// Convenience (tests, tools; allocates and synchronises): uploads `tensor` (fp16 or bf16),
+// quantizes it on the current device and assembles the container on the host. Byte-identical to
+// kvdepot::EncodeHack(tensor, options), with the same status codes for invalid input.
+Result<std::vector<std::byte>> EncodeHackGpu(const KvTensorView& tensor,
+                                             const HackOptions& options = {});
+
+// ================================================================================================
+// Dequantize
+// ================================================================================================
+
+struct HackDequantizeParams {
+  const std::uint8_t* codes;   // codes section, 16-byte aligned
+  const std::uint8_t* scales;  // scales section, 4-byte aligned
+  const std::uint8_t* sums;    // unused (the sums are not needed to dequantize)
+  const void* tail;            // tail section of the chunk dtype, aligned to its element size
+  void* out;                   // [layers][2][tokens][kv_heads][head_dim] of Out, 16-byte aligned
+  hack::Layout layout;         // P in {32, 64, 128}, head_dim in {64, 128, 256}
+  std::uint32_t tail_dtype;    // DType of the chunk (the tail's element type), as an integer
+};
+
+// Defined ONLY for Out in {fp16, bf16, fp32}. Grid: SM count x occupancy CTAs of 128 threads,
+// grid-stride over groups then tail rows. Prefer EnqueueDequantizeHack.
+template <DType Out>
+cudaError_t LaunchHackDequantize(const HackDequantizeParams& params, cudaStream_t stream);
+
+// Enqueues the dequantization of a chunk's sections (`chunk_dtype` is the container's dtype; the
+// sections must have passed UnpackHack's checks or come from the quantizer: the kernel trusts
+// them) into `d_out` ([layers, 2, tokens, kv_heads, head_dim] of `out_dtype`). Byte-identical to
+// DequantizeHack. Errors: kInvalidArgument for a bad dtype, shape, options, unsupported
+// head_dim, null or misaligned pointer.
+Status EnqueueDequantizeHack(DType chunk_dtype, const KvShape& shape, const HackOptions& options,
+                             const HackDeviceSectionsView& in, DType out_dtype, void* d_out,
+                             cudaStream_t stream);
+
+// Convenience: parses and validates `container` on the host (ParseContainer + UnpackHack), uploads
+// its sections, dequantizes on the current device into `out_dtype`, downloads. Same tensor as
+// kvdepot::DequantizeHack(UnpackHack(view), out_dtype), same status codes for bad containers.
+Result<KvTensor> DecodeHackGpu(std::span<const std::byte> container, DType out_dtype);
+
+// ================================================================================================
+// Attention
+// ================================================================================================
+//
+// Closed set of the attention kernels: partition P = 64, K in the channel orientation (the
+// defaults, docs/hack.md), head_dim 64 or 128, 1..8 query heads per KV head, fp16 or bf16 tail,
+// fp32 queries and outputs. Anything else is kUnimplemented (or kInvalidArgument for values the
+// codec itself rejects).
+//
+// The KV of a sequence of T tokens with S sinks is laid out as one hack-int2 chunk of T tokens
+// (hack::Layout{layers, T, kv_heads, head_dim, 64, S}): S unquantized sink tokens at positions
+// 0..S-1, B = (T - S) / 64 quantized blocks at positions S + 64 j, then the unquantized tail. Two
+// ways to find block j:
+//  * contiguous: the codes / scales / sums sections of the sequence's own chunk (a container of
+//    that chunk, copied to the device as it is);
+//  * paged: a pool of pages, each the codes / scales / sums sections of a chunk of
+//    page_blocks * 64 tokens without sinks (so a full 256-token container chunk is a page as it
+//    is); block j is slot j % page_blocks of page block_tables[seq][j / page_blocks].
+// The unquantized tokens (sinks, then tail) are always a tail section of the sequence's layout:
+// [layers][2][U][kv_heads][head_dim], U = T - 64 B.
+
+// One sequence (device memory, an array of them for decode).
+struct HackAttentionSeq {
+  const std::uint8_t* codes = nullptr;   // contiguous: the chunk's codes section (16-byte
+                                         // aligned); paged: ignored
+  const std::uint8_t* scales = nullptr;  // contiguous: scales section (16-byte aligned)
+  const std::uint8_t* sums = nullptr;    // contiguous: sums section (16-byte aligned)
+  const void* tail = nullptr;            // tail section (16-byte aligned); null iff U == 0
+  std::uint32_t tokens = 0;              // T >= 1
+  std::uint32_t sinks = 0;               // S <= T
+};
+
+// What every sequence of a call shares.
+struct HackKvCache {
+  DType dtype = DType::kFloat16;  // the tail's element type: fp16 or bf16
+  std::uint32_t layers = 0;       // layers of every chunk / page layout
+  std::uint32_t layer = 0;        // the layer attended (< layers)
+  std::uint32_t kv_heads = 0;
+  std::uint32_t head_dim = 0;     // 64 or 128
+  std::uint32_t partition = hack::kDefaultPartition;  // must be 64
+  // Paged layout (page_blocks > 0); all null / 0 for contiguous sequences.
+  std::uint32_t page_blocks = 0;         // quantized blocks per page (page tokens / 64)
+  std::uint32_t num_pages = 0;           // pages in the pool (block table entries must be less)
+  const std::uint8_t* page_codes = nullptr;   // page i's codes section at + i * page_codes_bytes
+  const std::uint8_t* page_scales = nullptr;  // page i's scales section at + i * page_scales_bytes
+  const std::uint8_t* page_sums = nullptr;    // page i's sums section at + i * page_sums_bytes
+  std::uint64_t page_codes_bytes = 0;    // strides, multiples of 16, >= the section sizes of a
+  std::uint64_t page_scales_bytes = 0;   // page (HackSectionBytesFor of its layout)
+  std::uint64_t page_sums_bytes = 0;
+  const std::int32_t* block_tables = nullptr;  // device [num_seqs][max_pages_per_seq]
+  std::uint32_t max_pages_per_seq = 0;
+};
+
+// Decode: query b ([q_heads][head_dim] at q + b * q_heads * head_dim) attends to every token of
+// sequence b. out: [num_seqs][q_heads][head_dim]; lse (optional): [num_seqs][q_heads], the natural
+// log of the softmax normaliser of the scaled scores.
+struct HackDecodeArgs {
+  const HackAttentionSeq* seqs = nullptr;  // device [num_seqs]
+  std::uint32_t num_seqs = 0;
+  std::uint32_t max_tokens = 0;  // host-known bound of every seqs[i].tokens (sizes the grid)
+  std::uint32_t q_heads = 0;
+  float softmax_scale = 0;       // 0: 1 / sqrt(head_dim)
+  const float* q = nullptr;      // device fp32
+  float* out = nullptr;          // device fp32
+  float* lse = nullptr;          // device fp32 or null
+};
+
+// Causal prefill: query i ([q_heads][head_dim] at q + i * q_heads * head_dim) sits at position
+// first_position + i and attends to positions 0 .. first_position + i of `seq`.
+struct HackPrefillArgs {
+  HackAttentionSeq seq;          // host copy of the one sequence (its pointers are device memory)
+  std::uint32_t queries = 0;     // >= 1, first_position + queries <= seq.tokens
+  std::uint32_t first_position = 0;
+  std::uint32_t q_heads = 0;
+  float softmax_scale = 0;
+  const float* q = nullptr;
+  float* out = nullptr;          // [queries][q_heads][head_dim]
+  float* lse = nullptr;          // [queries][q_heads] or null
+};
+
+// Kernel parameters, passed by value (built by the Enqueue functions).
+struct HackAttentionParams {
+  const float* q;                         // [queries][q_heads][head_dim] fp32
+  float* out;                             // [queries][q_heads][head_dim] fp32
+  float* lse;                             // [queries][q_heads] fp32, or null
+  const HackAttentionSeq* seqs;           // decode: [num_seqs] device; prefill: null
+  HackAttentionSeq prefill_seq;           // prefill: the sequence
+  const std::int32_t* block_tables;       // paged: [num_seqs][max_pages_per_seq]; else null
+  const std::uint8_t* page_codes;         // paged pool (see HackKvCache)
+  const std::uint8_t* page_scales;
+  const std::uint8_t* page_sums;
+  std::uint64_t page_codes_bytes;
+  std::uint64_t page_scales_bytes;
+  std::uint64_t page_sums_bytes;
+  float* partials;                        // [slots][8 rows][head_dim + 2] split partials
+  unsigned int* counters;                 // [tiles * kv_heads] split arrival counters, 0 between
+                                          // launches
+  unsigned long long* error;              // device u64: min over errors of seq << 8 | kind
+  float scale_log2;                       // softmax scale * log2(e)
+  std::uint32_t layers;
+  std::uint32_t layer;
+  std::uint32_t kv_heads;
+  std::uint32_t q_heads;
+  std::uint32_t group;                    // q_heads / kv_heads, 1..8
+  std::uint32_t tail_bf16;                // 1: tail is bf16, 0: fp16
+  std::uint32_t page_blocks;              // 0: contiguous
+  std::uint32_t num_pages;
+  std::uint32_t max_pages_per_seq;
+  std::uint32_t max_tokens;
+  std::uint32_t tiles;                    // decode: sequences; prefill: query tiles
+  std::uint32_t queries;                  // decode: sequences; prefill: queries
+  std::uint32_t queries_per_tile;         // decode: 1; prefill: 8 / group
+  std::uint32_t first_position;           // prefill
+  std::uint32_t prefill;                  // 1: causal prefill
+  std::uint32_t splits;                   // CTAs per (tile, KV head), 1..16
+  std::uint32_t units_per_split;          // work units (64-token blocks) per split
+  std::uint32_t warps;                    // warps per CTA, 1..16
+};
+
+// Enqueues the attention kernel (grid: tiles * kv_heads * splits CTAs of `warps` warps; dynamic
+// shared memory HackAttentionSharedBytes<HeadDim>(warps)). Defined ONLY for HeadDim in {64, 128}.
+// Prefer the Enqueue functions below.
+template <int HeadDim>
+cudaError_t LaunchHackAttention(const HackAttentionParams& params, cudaStream_t stream);
+template <int HeadDim>
+std::size_t HackAttentionSharedBytes(std::uint32_t warps);
+
+// Device scratch of the attention kernels: split partials, arrival counters, the error word.
+// Sized for the current device; one workspace per stream (calls on one stream are serialised).
+class HackAttentionWorkspace {
+ public:
+  HackAttentionWorkspace() = default;
+  static Result<HackAttentionWorkspace> Create();
+  int sm_count() const { return sm_count_; }
+
+ private:
+  friend Status EnqueueHackDecodeAttention(const HackKvCache&, const HackDecodeArgs&,
+                                           HackAttentionWorkspace&, cudaStream_t);
+  friend Status EnqueueHackPrefillAttention(const HackKvCache&, const HackPrefillArgs&,
+                                            HackAttentionWorkspace&, cudaStream_t);
+  friend Status FinishHackAttention(HackAttentionWorkspace&, cudaStream_t);
+  int sm_count_ = 0;
+  std::uint32_t max_counters_ = 0;
+  DeviceBuffer device_;  // error word | counters | partials
+};
+
+// Validates the call (kInvalidArgument naming the field; kUnimplemented outside the closed set
+// above) and enqueues decode attention on `stream`. Does not block. Per-sequence descriptors live
+// in device memory and are checked by the kernel: a sequence with tokens outside [1, max_tokens],
+// sinks > tokens, a missing section or tail, or a block table entry outside [0, num_pages) is
+// reported by FinishHackAttention (its outputs are NaN or partial).
+// NaN / Inf in a query head: that head's outputs and lse are NaN; other heads are unaffected.
+Status EnqueueHackDecodeAttention(const HackKvCache& kv, const HackDecodeArgs& args,
+                                  HackAttentionWorkspace& workspace, cudaStream_t stream);
+
+// The same for causal prefill over one sequence (its descriptor is validated on the host).
+Status EnqueueHackPrefillAttention(const HackKvCache& kv, const HackPrefillArgs& args,
+                                   HackAttentionWorkspace& workspace, cudaStream_t stream);
+
+// Synchronises `stream` and reports descriptor errors found by the kernels since the last Finish
+// (kInvalidArgument naming the sequence and what is wrong), or a CUDA error.
+Status FinishHackAttention(HackAttentionWorkspace& workspace, cudaStream_t stream);
+
+// Agreement with the CPU references (HackDecodeAttention / HackPrefillAttention with
+// int8_q = int8_p = true, on the same chunks), as tests/cuda/hack_gpu_test.cc checks it: relative
+// L2 error over all outputs of a call <= 1e-3, and over any single (query, head) <= 1e-2. Q's INT8
+// codes are bit-identical to the reference's; P's can differ by one where the kernel's float
+// weight and the reference's double weight fall on either side of a rounding boundary (each such
+// flip moves one output by at most scale_p * |v| / normaliser). docs/hack-gpu.md derives this.
+inline constexpr double kHackAttentionRelL2Tolerance = 1e-3;
+inline constexpr double kHackAttentionHeadTolerance = 1e-2;
+
+}  // namespace kvdepot::cuda

@@ -1,0 +1,830 @@
+// Kernel family "hack", codec half (see kvdepot/cuda/hack.h, docs/hack-gpu.md): quantize and
+// dequantize of hack-int2 chunks, byte-identical to the CPU reference (codec/src/hack.cc).
+// Params -> kernel -> launcher -> dispatcher. Five instantiations: quantize In {fp16, bf16},
+// dequantize Out {fp16, bf16, fp32}.
+//
+// Quantize: one CTA of 128 threads per group (layer, K|V, head, block), grid-stride. (A) the
+// group's P tokens x head_dim are staged in shared memory with 16-byte loads (each element's
+// validity checked); (B) every partition's min and max (channel partitions: a thread per channel
+// pair and token slice; token partitions: a thread per 8-element chunk, reduced over the lanes
+// of a partition), PartitionQuant, the scales entry; (C) a thread per 32-bit word of 16 codes in
+// the container's order quantizes its elements with hack::QuantizeNearest / QuantizeStochastic
+// and stores the word; (D) the code sums from the per-word sums. The tail rows are copied by the
+// same grid after the groups. All scalar math is hack_format.h's (IEEE division, rintf): no
+// fused multiply-add can change a result (docs/hack.md), so no -fmad=false is needed.
+//
+// Bit-exactness detail: the CPU's min/max scan keeps the first element on ties, which only
+// matters for signed zeros (PartitionQuant(+0, ..) and (-0, ..) store different min bits); the
+// kernel reproduces it by taking a zero min or max's sign from the partition's first zero.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "kvdepot/byte_order.h"
+#include "kvdepot/container.h"
+#include "kvdepot/cuda/hack.h"
+#include "kvdepot/cuda/status.h"
+#include "kvdepot/hack_format.h"
+#include "kvdepot/numeric.h"
+#include "launch.h"
+
+namespace kvdepot::cuda {
+
+namespace {
+
+using hack::Layout;
+using hack::Quant;
+
+constexpr int kThreads = 128;
+constexpr std::uint32_t kTilePad = 8;  // 16-byte pad per staged row (conflict-free row walks)
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kMaxDevices = 64;
+
+// ---- element access ----
+
+template <DType D>
+__device__ __forceinline__ float BitsToValue(std::uint32_t bits) {
+  if constexpr (D == DType::kFloat16) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  } else {
+    return __uint_as_float(bits << 16);
+  }
+}
+
+// Per 16-bit lane of a 32-bit word: high bit set when the element is invalid for hack-int2
+// (fp16: Inf/NaN; bf16: |x| >= 65536, Inf or NaN; every finite fp16 is within 65504).
+template <DType D>
+__device__ __forceinline__ std::uint32_t InvalidMask(std::uint32_t w) {
+  const std::uint32_t abs = w & 0x7fff7fffu;
+  return (abs + (D == DType::kFloat16 ? 0x04000400u : 0x38803880u)) & 0x80008000u;
+}
+
+// 0 for a non-finite element, 1 for a finite one beyond 65504 (QuantizeHack's two messages).
+template <DType D>
+__device__ __forceinline__ std::uint32_t InvalidKind(std::uint32_t bits) {
+  const std::uint32_t abs = bits & 0x7fffu;
+  return D == DType::kFloat16 ? 0u : (abs >= 0x7f80u ? 0u : 1u);
+}
+
+template <DType D>
+__device__ void ReportInvalid(unsigned long long* error, std::uint64_t first_index,
+                              const std::uint16_t* elems, int n) {
+  for (int i = 0; i < n; ++i) {
+    const std::uint32_t bits = elems[i];
+    if ((InvalidMask<D>(bits) & 0x8000u) != 0) {
+      atomicMin(error, static_cast<unsigned long long>((first_index + i) * 2 + InvalidKind<D>(bits)));
+      return;
+    }
+  }
+}
+
+// Zero-sign tracker: 0 no zero seen yet, 1 first zero was +0, 2 first zero was -0.
+__device__ __forceinline__ std::uint32_t TrackZero(std::uint32_t zs, float v) {
+  return (zs == 0 && v == 0.0f) ? (signbit(v) ? 2u : 1u) : zs;
+}
+__device__ __forceinline__ float FixZero(float v, std::uint32_t zs) {
+  return v == 0.0f ? (zs == 2 ? -0.0f : 0.0f) : v;
+}
+
+// Shared-memory plan of the quantize kernel for a layout.
+struct QuantSmem {
+  std::uint32_t row_halves;  // staged row stride in 16-bit elements
+  std::size_t tile;          // offset 0: [P][row_halves] u16
+  std::size_t quants;        // float2 [max partitions per group]
+  std::size_t red;           // float4 [kThreads] + u32 [kThreads] zero signs (channel slices)
+  std::size_t wsum;          // u8 [P * D / 16] per-word code sums
+  std::size_t total;
+};
+
+KVD_HOST_DEVICE QuantSmem PlanQuantSmem(const Layout& lay) {
+  QuantSmem s{};
+  s.row_halves = lay.dim + kTilePad;
+  s.tile = 0;
+  s.quants = (std::size_t{lay.partition} * s.row_halves * 2 + 15) & ~std::size_t{15};
+  const std::uint32_t max_parts = lay.partition * lay.dim_groups() > lay.dim
+                                      ? lay.partition * lay.dim_groups()
+                                      : lay.dim;
+  s.red = s.quants + std::size_t{max_parts} * 8;
+  s.wsum = s.red + kThreads * 16 + kThreads * 4;
+  s.total = (s.wsum + lay.partition * lay.dim / 16 + 15) & ~std::size_t{15};
+  return s;
+}
+
+__device__ __forceinline__ void StoreScaleEntry(std::uint8_t* scales, std::uint64_t index, Quant q) {
+  const std::uint32_t entry = static_cast<std::uint32_t>(FloatToHalfBits(q.scale)) |
+                              (static_cast<std::uint32_t>(FloatToHalfBits(q.min)) << 16);
+  reinterpret_cast<std::uint32_t*>(scales)[index] = entry;
+}
+
+// Copies tail row (layer, kv, u) of the input into the tail section, checking its elements.
+template <DType In>
+__device__ void CopyTailRow(const HackQuantizeParams& p, std::uint64_t row) {
+  const Layout& lay = p.layout;
+  const std::uint32_t U = lay.unquantized_tokens();
+  const auto u = static_cast<std::uint32_t>(row % U);
+  const std::uint64_t lk = row / U;
+  const auto kv = static_cast<std::uint32_t>(lk % 2);
+  const auto layer = static_cast<std::uint32_t>(lk / 2);
+  const std::uint64_t src = lay.element_index(layer, kv, lay.unquantized_token(u), 0, 0);
+  const std::uint64_t dst = lay.unquantized_offset(layer, kv, u, 0, 0);
+  const std::uint32_t chunks = lay.heads * lay.dim / 8;
+  const uint4* in = reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(p.input) + src);
+  uint4* out = reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.tail) + dst);
+  for (std::uint32_t c = threadIdx.x; c < chunks; c += kThreads) {
+    const uint4 v = __ldg(in + c);
+    const std::uint32_t bad =
+        InvalidMask<In>(v.x) | InvalidMask<In>(v.y) | InvalidMask<In>(v.z) | InvalidMask<In>(v.w);
+    if (bad != 0) {
+      std::uint16_t e[8];
+      std::memcpy(e, &v, sizeof(e));
+      ReportInvalid<In>(p.error, src + std::uint64_t{c} * 8, e, 8);
+    }
+    out[c] = v;
+  }
+}
+
+template <DType In>
+__global__ void __launch_bounds__(kThreads) HackQuantizeKernel(const HackQuantizeParams p) {
+  extern __shared__ uint4 smem_raw[];
+  auto* smem = reinterpret_cast<std::uint8_t*>(smem_raw);
+  const Layout& lay = p.layout;
+  const QuantSmem plan = PlanQuantSmem(lay);
+  auto* tile = reinterpret_cast<std::uint16_t*>(smem + plan.tile);
+  auto* quants = reinterpret_cast<float2*>(smem + plan.quants);
+  auto* red = reinterpret_cast<float4*>(smem + plan.red);
+  auto* red_zs = reinterpret_cast<std::uint32_t*>(smem + plan.red + kThreads * 16);
+  auto* wsum = smem + plan.wsum;
+
+  const std::uint32_t tid = threadIdx.x;
+  const std::uint32_t P = lay.partition, D = lay.dim, H = lay.heads, G = lay.dim_groups();
+  const std::uint32_t B = lay.blocks();
+  const std::uint32_t rh = plan.row_halves;
+  const std::uint32_t gs = P < D ? P : D;  // elements of a token partition (groups are full)
+  const std::uint64_t groups = 2 * lay.groups_per_kv();
+  const std::uint64_t items = groups + std::uint64_t{lay.layers} * 2 * lay.unquantized_tokens();
+  const std::uint32_t sb = hack::SumBytes(P);
+
+  for (std::uint64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    if (item >= groups) {
+      CopyTailRow<In>(p, item - groups);
+      continue;
+    }
+    // Group index ((layer * 2 + kv) * H + head) * B + block.
+    const auto b = static_cast<std::uint32_t>(item % B);
+    std::uint64_t rest = item / B;
+    const auto h = static_cast<std::uint32_t>(rest % H);
+    rest /= H;
+    const auto kv = static_cast<std::uint32_t>(rest % 2);
+    const auto layer = static_cast<std::uint32_t>(rest / 2);
+    const std::uint32_t token0 = lay.sinks + b * P;
+    const std::uint64_t e_base = lay.element_index(layer, kv, token0, h, 0);
+    const std::uint64_t row_step = std::uint64_t{H} * D;  // elements between tokens
+    const auto* in = static_cast<const std::uint16_t*>(p.input);
+
+    // (A) Stage the group: P rows of D elements, 16 bytes per load, 4 loads in flight.
+    {
+      const std::uint32_t row_chunks = D / 8;
+      const std::uint32_t chunks = P * row_chunks;
+      for (std::uint32_t c0 = tid; c0 < chunks; c0 += 4 * kThreads) {
+        uint4 v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const std::uint32_t c = c0 + k * kThreads;
+          if (c < chunks) {
+            const std::uint32_t t = c / row_chunks, cc = c % row_chunks;
+            v[k] = __ldg(reinterpret_cast<const uint4*>(in + e_base + t * row_step + cc * 8));
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const std::uint32_t c = c0 + k * kThreads;
+          if (c < chunks) {
+            const std::uint32_t t = c / row_chunks, cc = c % row_chunks;
+            const std::uint32_t bad = InvalidMask<In>(v[k].x) | InvalidMask<In>(v[k].y) |
+                                      InvalidMask<In>(v[k].z) | InvalidMask<In>(v[k].w);
+            if (bad != 0) {
+              std::uint16_t e[8];
+              std::memcpy(e, &v[k], sizeof(e));
+              ReportInvalid<In>(p.error, e_base + t * row_step + cc * 8, e, 8);
+            }
+            *reinterpret_cast<uint4*>(tile + t * rh + cc * 8) = v[k];
+          }
+        }
+      }
+    }
+    __syncthreads();
+
+    // (B) Partition quantizers.
+    const std::uint64_t pbase = lay.partition_base(layer, kv, h, b);
+    const bool token_parts = kv == 0 && lay.orientation == hack::kOrientToken;
+    if (!token_parts) {
+      // Channel partitions: thread = (channel pair, token slice).
+      const std::uint32_t pairs = D / 2;
+      const std::uint32_t slices = kThreads / pairs;  // 4, 2, 1 for D = 64, 128, 256
+      const std::uint32_t pair = tid % pairs, slice = tid / pairs;
+      const std::uint32_t tlen = P / slices, t0 = slice * tlen;
+      float mn0 = 0, mx0 = 0, mn1 = 0, mx1 = 0;
+      std::uint32_t zs0 = 0, zs1 = 0;
+      for (std::uint32_t t = t0; t < t0 + tlen; ++t) {
+        const std::uint32_t w = *reinterpret_cast<const std::uint32_t*>(tile + t * rh + 2 * pair);
+        const float v0 = BitsToValue<In>(w & 0xffffu), v1 = BitsToValue<In>(w >> 16);
+        if (t == t0) {
+          mn0 = mx0 = v0;
+          mn1 = mx1 = v1;
+        } else {
+          mn0 = fminf(mn0, v0);
+          mx0 = fmaxf(mx0, v0);
+          mn1 = fminf(mn1, v1);
+          mx1 = fmaxf(mx1, v1);
+        }
+        zs0 = TrackZero(zs0, v0);
+        zs1 = TrackZero(zs1, v1);
+      }
+      red[tid] = make_float4(mn0, mx0, mn1, mx1);
+      red_zs[tid] = zs0 | (zs1 << 2);
+      __syncthreads();
+      for (std::uint32_t d = tid; d < D; d += kThreads) {
+        const std::uint32_t pr = d / 2, hi = d & 1;
+        float mn = 0, mx = 0;
+        std::uint32_t zs = 0;
+        for (std::uint32_t s = 0; s < slices; ++s) {
+          const float4 r = red[s * pairs + pr];
+          const float smn = hi ? r.z : r.x, smx = hi ? r.w : r.y;
+          mn = s == 0 ? smn : fminf(mn, smn);
+          mx = s == 0 ? smx : fmaxf(mx, smx);
+          if (zs == 0) zs = (red_zs[s * pairs + pr] >> (2 * hi)) & 3u;
+        }
+        const Quant q = hack::PartitionQuant(FixZero(mn, zs), FixZero(mx, zs));
+        quants[d] = make_float2(q.scale, q.min);
+        StoreScaleEntry(p.scales, pbase + d, q);
+      }
+    } else {
+      // Token partitions: P channels of one token (contiguous in a staged row); a thread per
+      // 8-element chunk, reduced over the gs / 8 lanes of a partition.
+      const std::uint32_t row_chunks = D / 8, cpp = gs / 8;  // cpp in {4, 8, 16}
+      const std::uint32_t chunks = P * row_chunks;           // a multiple of kThreads
+      const std::uint32_t lane = tid & 31u;
+      const std::uint32_t seg_lane = lane & ~(cpp - 1);
+      const std::uint32_t seg_mask = (cpp == 32 ? kFull : ((1u << cpp) - 1u)) << seg_lane;
+      for (std::uint32_t c = tid; c < chunks; c += kThreads) {
+        const std::uint32_t t = c / row_chunks, cc = c % row_chunks;
+        const uint4 v = *reinterpret_cast<const uint4*>(tile + t * rh + cc * 8);
+        std::uint16_t e[8];
+        std::memcpy(e, &v, sizeof(e));
+        float mn = BitsToValue<In>(e[0]), mx = mn;
+        std::uint32_t zs = TrackZero(0, mn);
+#pragma unroll
+        for (int i = 1; i < 8; ++i) {
+          const float x = BitsToValue<In>(e[i]);
+          mn = fminf(mn, x);
+          mx = fmaxf(mx, x);
+          zs = TrackZero(zs, x);
+        }
+        for (std::uint32_t off = 1; off < cpp; off <<= 1) {
+          mn = fminf(mn, __shfl_xor_sync(kFull, mn, off));
+          mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, off));
+        }
+        // The partition's first zero: from the lowest lane of the segment that saw one.
+        const std::uint32_t zlanes = __ballot_sync(kFull, zs != 0) & seg_mask;
+        const std::uint32_t zsrc = zlanes != 0 ? __ffs(zlanes) - 1 : lane;
+        zs = __shfl_sync(kFull, zs, zsrc);
+        if (lane == seg_lane) {
+          const Quant q = hack::PartitionQuant(FixZero(mn, zs), FixZero(mx, zs));
+          const std::uint32_t part = t * G + cc * 8 / gs;
+          quants[part] = make_float2(q.scale, q.min);
+          StoreScaleEntry(p.scales, pbase + part, q);
+        }
+      }
+    }
+    __syncthreads();
+
+    // (C) Codes: a thread per 32-bit word (16 codes in the container's order).
+    const std::uint32_t words = P * D / 16;
+    auto* codes_out = reinterpret_cast<std::uint32_t*>(p.codes + lay.code_base(lay.group(layer, kv, h, b)) / 4);
+    const bool stochastic = p.stochastic != 0;
+    for (std::uint32_t w = tid; w < words; w += kThreads) {
+      std::uint32_t word = 0, sum = 0, index;
+      if (kv == 0) {
+        // K, token-major: word (t, c) = dims 16c .. 16c + 15 of token t; t varies fastest across
+        // threads (the channel quantizers are then broadcast reads).
+        const std::uint32_t t = w % P, c = w / P;
+        index = t * (D / 16) + c;
+        const uint4 lo = *reinterpret_cast<const uint4*>(tile + t * rh + 16 * c);
+        const uint4 hi = *reinterpret_cast<const uint4*>(tile + t * rh + 16 * c + 8);
+        std::uint16_t e[16];
+        std::memcpy(e, &lo, 16);
+        std::memcpy(e + 8, &hi, 16);
+        const std::uint64_t e0 = e_base + t * row_step + 16 * c;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const std::uint32_t d = 16 * c + i;
+          const float2 qf = quants[token_parts ? t * G + d / P : d];
+          const Quant q{qf.x, qf.y};
+          const float x = BitsToValue<In>(e[i]);
+          const std::uint32_t code =
+              stochastic ? hack::QuantizeStochastic(x, q, hack::StochasticUniform(p.seed, e0 + i))
+                         : hack::QuantizeNearest(x, q);
+          word |= code << (2 * i);
+          sum += code;
+        }
+      } else {
+        // V, channel-major: word (d, tw) = tokens 16 tw .. 16 tw + 15 of channel d; d fastest.
+        const std::uint32_t d = w % D, tw = w / D;
+        index = d * (P / 16) + tw;
+        const float2 qf = quants[d];
+        const Quant q{qf.x, qf.y};
+        const std::uint64_t e0 = e_base + (16 * tw) * row_step + d;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const float x = BitsToValue<In>(tile[(16 * tw + i) * rh + d]);
+          const std::uint32_t code =
+              stochastic ? hack::QuantizeStochastic(x, q, hack::StochasticUniform(p.seed, e0 + i * row_step))
+                         : hack::QuantizeNearest(x, q);
+          word |= code << (2 * i);
+          sum += code;
+        }
+      }
+      codes_out[index] = word;
+      wsum[index] = static_cast<std::uint8_t>(sum);
+    }
+    __syncthreads();
+
+    // (D) Sums: K per (token, dim group) = a run of gs / 16 words; V per channel = P / 16 words.
+    {
+      const std::uint32_t nsums = lay.sums_per_group(kv);
+      const std::uint32_t run = kv == 0 ? gs / 16 : P / 16;
+      const std::uint64_t sbase = lay.sum_base(layer, kv, h, b);
+      for (std::uint32_t j = tid; j < nsums; j += kThreads) {
+        std::uint32_t s = 0;
+        for (std::uint32_t r = 0; r < run; ++r) s += wsum[j * run + r];
+        if (sb == 1) {
+          p.sums[sbase + j] = static_cast<std::uint8_t>(s);
+        } else {
+          reinterpret_cast<std::uint16_t*>(p.sums)[sbase + j] = static_cast<std::uint16_t>(s);
+        }
+      }
+    }
+    __syncthreads();  // the next group overwrites the stage, the quantizers and the word sums
+  }
+}
+
+// ---- dequantize ----
+
+template <DType Out>
+struct OutStorage {
+  using type = std::uint16_t;
+};
+template <>
+struct OutStorage<DType::kFloat32> {
+  using type = float;
+};
+
+template <DType Out>
+__device__ __forceinline__ typename OutStorage<Out>::type ToOut(float v) {
+  if constexpr (Out == DType::kFloat16) {
+    return FloatToHalfBits(v);
+  } else if constexpr (Out == DType::kBFloat16) {
+    return FloatToBf16Bits(v);
+  } else {
+    return v;
+  }
+}
+
+__device__ __forceinline__ float LoadTail(const void* tail, std::uint32_t dtype, std::uint64_t i) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::kFloat16:
+      return __half2float(__ushort_as_half(__ldg(static_cast<const unsigned short*>(tail) + i)));
+    case DType::kBFloat16:
+      return __uint_as_float(static_cast<std::uint32_t>(__ldg(static_cast<const unsigned short*>(tail) + i)) << 16);
+    case DType::kFloat32:
+      return __ldg(static_cast<const float*>(tail) + i);
+  }
+  return 0.0f;
+}
+
+template <DType Out>
+__global__ void __launch_bounds__(kThreads) HackDequantizeKernel(const HackDequantizeParams p) {
+  using Elem = typename OutStorage<Out>::type;
+  extern __shared__ uint4 smem_raw[];
+  auto* quants = reinterpret_cast<float2*>(smem_raw);
+  const Layout& lay = p.layout;
+  const std::uint32_t tid = threadIdx.x;
+  const std::uint32_t P = lay.partition, D = lay.dim, H = lay.heads, B = lay.blocks();
+  const std::uint32_t U = lay.unquantized_tokens();
+  const std::uint64_t groups = 2 * lay.groups_per_kv();
+  const std::uint64_t items = groups + std::uint64_t{lay.layers} * 2 * U;
+  const std::uint64_t row_step = std::uint64_t{H} * D;
+  Elem* out = static_cast<Elem*>(p.out);
+
+  for (std::uint64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    if (item >= groups) {
+      const std::uint64_t row = item - groups;
+      const auto u = static_cast<std::uint32_t>(row % U);
+      const std::uint64_t lk = row / U;
+      const auto kv = static_cast<std::uint32_t>(lk % 2), layer = static_cast<std::uint32_t>(lk / 2);
+      const std::uint64_t src = lay.unquantized_offset(layer, kv, u, 0, 0);
+      const std::uint64_t dst = lay.element_index(layer, kv, lay.unquantized_token(u), 0, 0);
+      for (std::uint32_t i = tid; i < row_step; i += kThreads) {
+        out[dst + i] = ToOut<Out>(LoadTail(p.tail, p.tail_dtype, src + i));
+      }
+      continue;
+    }
+    const auto b = static_cast<std::uint32_t>(item % B);
+    std::uint64_t rest = item / B;
+    const auto h = static_cast<std::uint32_t>(rest % H);
+    rest /= H;
+    const auto kv = static_cast<std::uint32_t>(rest % 2);
+    const auto layer = static_cast<std::uint32_t>(rest / 2);
+    const std::uint32_t token0 = lay.sinks + b * P;
+    const std::uint64_t e_base = lay.element_index(layer, kv, token0, h, 0);
+
+    const std::uint32_t nparts = lay.partitions_per_group(kv);
+    const auto* entries =
+        reinterpret_cast<const std::uint32_t*>(p.scales) + lay.partition_base(layer, kv, h, b);
+    for (std::uint32_t i = tid; i < nparts; i += kThreads) {
+      const std::uint32_t e = __ldg(entries + i);
+      quants[i] = make_float2(__half2float(__ushort_as_half(static_cast<unsigned short>(e & 0xffffu))),
+                              __half2float(__ushort_as_half(static_cast<unsigned short>(e >> 16))));
+    }
+    __syncthreads();
+
+    const auto* words_in = reinterpret_cast<const std::uint32_t*>(
+        p.codes + lay.code_base(lay.group(layer, kv, h, b)) / 4);
+    const std::uint32_t words = P * D / 16;
+    for (std::uint32_t w = tid; w < words; w += kThreads) {
+      const std::uint32_t word = __ldg(words_in + (kv == 0 ? w : (w % D) * (P / 16) + w / D));
+      if (kv == 0) {
+        const std::uint32_t t = w / (D / 16), c = w % (D / 16);
+        Elem v[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const std::uint32_t d = 16 * c + i;
+          const float2 qf = quants[lay.partition_offset(0, t, d)];
+          v[i] = ToOut<Out>(hack::Dequantize((word >> (2 * i)) & 3u, Quant{qf.x, qf.y}));
+        }
+        uint4* dst = reinterpret_cast<uint4*>(out + e_base + t * row_step + 16 * c);
+        constexpr int kVecs = static_cast<int>(sizeof(v) / 16);
+        uint4 packed[kVecs];
+        std::memcpy(packed, v, sizeof(v));
+#pragma unroll
+        for (int k = 0; k < kVecs; ++k) dst[k] = packed[k];
+      } else {
+        const std::uint32_t d = w % D, tw = w / D;
+        const float2 qf = quants[d];
+        const Quant q{qf.x, qf.y};
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          out[e_base + (16 * tw + i) * row_step + d] =
+              ToOut<Out>(hack::Dequantize((word >> (2 * i)) & 3u, q));
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// Raises `kernel`'s dynamic shared memory limit once per device and size.
+template <typename Kernel>
+cudaError_t ConfigureSharedMemory(Kernel kernel, std::size_t smem,
+                                  std::atomic<std::size_t> (&configured)[kMaxDevices]) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached && configured[device].load(std::memory_order_relaxed) >= smem) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  if (cached) configured[device].store(smem, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
+template <typename Kernel, typename Params>
+cudaError_t LaunchGridStride(Kernel kernel, const Params& params, std::uint64_t items,
+                             std::size_t smem, std::atomic<std::size_t> (&configured)[kMaxDevices],
+                             cudaStream_t stream) {
+  cudaError_t err = ConfigureSharedMemory(kernel, smem, configured);
+  if (err != cudaSuccess) return err;
+  unsigned blocks = 0;
+  err = internal::GridStrideBlocks(kernel, items * kThreads, kThreads, smem, &blocks);
+  if (err != cudaSuccess) return err;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  return cudaLaunchKernelEx(&config, kernel, params);
+}
+
+std::atomic<std::size_t> g_quant_smem[2][kMaxDevices];
+std::atomic<std::size_t> g_dequant_smem[3][kMaxDevices];
+
+bool Aligned(const void* p, std::uintptr_t n) {
+  return (reinterpret_cast<std::uintptr_t>(p) & (n - 1)) == 0;
+}
+
+bool SupportedDim(std::uint32_t d) {
+  return d == 64 || d == 128 || d == 256;
+}
+
+std::uint64_t Items(const Layout& lay) {
+  return 2 * lay.groups_per_kv() + std::uint64_t{lay.layers} * 2 * lay.unquantized_tokens();
+}
+
+std::string Position(const KvShape& s, std::uint64_t i) {
+  const auto d = static_cast<std::uint32_t>(i % s.head_dim);
+  i /= s.head_dim;
+  const auto h = static_cast<std::uint32_t>(i % s.kv_heads);
+  i /= s.kv_heads;
+  const auto t = static_cast<std::uint32_t>(i % s.tokens);
+  i /= s.tokens;
+  return "[" + std::to_string(i / 2) + ", " + std::to_string(i % 2) + ", " + std::to_string(t) +
+         ", " + std::to_string(h) + ", " + std::to_string(d) + "]";
+}
+
+// params section of a chunk (docs/hack.md), as EncodeHack writes it.
+void WriteParams(std::span<std::byte> out, const Layout& lay, const HackOptions& o) {
+  std::byte* p = out.data();
+  std::memset(p, 0, hack::kParamsBytes);
+  p[0] = std::byte{hack::kParamsVersion};
+  p[1] = static_cast<std::byte>(lay.partition);
+  p[2] = static_cast<std::byte>(lay.orientation);
+  p[3] = static_cast<std::byte>(o.rounding);
+  p[4] = static_cast<std::byte>(hack::SumBytes(lay.partition));
+  StoreLE<std::uint32_t>(p + 8, lay.sinks);
+  StoreLE<std::uint64_t>(p + 16, o.rounding == HackRounding::kStochastic ? o.seed : 0);
+}
+
+Status Download(std::span<std::byte> dst, const void* src, cudaStream_t stream, const char* what) {
+  if (dst.empty()) return Status::Ok();
+  KVD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst.data(), src, dst.size(), cudaMemcpyDeviceToHost, stream), what);
+  return Status::Ok();
+}
+
+Status Upload(void* dst, std::span<const std::byte> src, cudaStream_t stream, const char* what) {
+  if (src.empty()) return Status::Ok();
+  KVD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst, src.data(), src.size(), cudaMemcpyHostToDevice, stream), what);
+  return Status::Ok();
+}
+
+// One device allocation holding the four sections at 256-byte aligned offsets.
+struct SectionBuffers {
+  DeviceBuffer buffer;
+  HackDeviceSections sections;
+  HackSectionBytes bytes;
+};
+
+std::uint64_t Align256(std::uint64_t n) {
+  return (n + 255) & ~std::uint64_t{255};
+}
+
+Result<SectionBuffers> AllocateSections(const Layout& lay, DType dtype) {
+  SectionBuffers s;
+  s.bytes = HackSectionBytesFor(lay, dtype);
+  const std::uint64_t o1 = Align256(s.bytes.codes);
+  const std::uint64_t o2 = o1 + Align256(s.bytes.scales);
+  const std::uint64_t o3 = o2 + Align256(s.bytes.sums);
+  const std::uint64_t total = o3 + Align256(s.bytes.tail);
+  KVD_ASSIGN_OR_RETURN(s.buffer, DeviceBuffer::Allocate(std::max<std::uint64_t>(total, 256)));
+  auto* base = s.buffer.as<std::uint8_t>();
+  s.sections = {base, base + o1, base + o2, base + o3};
+  return s;
+}
+
+}  // namespace
+
+// ================================================================================================
+// Host helpers
+// ================================================================================================
+
+hack::Layout HackLayoutFor(const KvShape& shape, const HackOptions& options) {
+  Layout lay;
+  lay.layers = shape.layers;
+  lay.tokens = shape.tokens;
+  lay.heads = shape.kv_heads;
+  lay.dim = shape.head_dim;
+  lay.partition = options.partition;
+  lay.sinks = std::min(options.sinks, shape.tokens);
+  lay.orientation = static_cast<std::uint8_t>(options.orientation);
+  return lay;
+}
+
+HackSectionBytes HackSectionBytesFor(const hack::Layout& lay, DType dtype) {
+  HackSectionBytes b;
+  b.codes = lay.codes() / hack::kCodesPerByte;
+  b.scales = lay.partitions() * hack::kPartitionEntryBytes;
+  b.sums = lay.sums() * hack::SumBytes(lay.partition);
+  b.tail = lay.unquantized_elements() * DTypeSize(dtype);
+  return b;
+}
+
+// ================================================================================================
+// Quantize
+// ================================================================================================
+
+std::size_t HackQuantizeSharedBytes(const hack::Layout& layout) {
+  return PlanQuantSmem(layout).total;
+}
+
+template <DType In>
+cudaError_t LaunchHackQuantize(const HackQuantizeParams& params, cudaStream_t stream) {
+  static_assert(In == DType::kFloat16 || In == DType::kBFloat16);
+  const int slot = In == DType::kFloat16 ? 0 : 1;
+  return LaunchGridStride(HackQuantizeKernel<In>, params, Items(params.layout),
+                          HackQuantizeSharedBytes(params.layout), g_quant_smem[slot], stream);
+}
+
+template cudaError_t LaunchHackQuantize<DType::kFloat16>(const HackQuantizeParams&, cudaStream_t);
+template cudaError_t LaunchHackQuantize<DType::kBFloat16>(const HackQuantizeParams&, cudaStream_t);
+
+Status EnqueueQuantizeHack(DType dtype, const KvShape& shape, const HackOptions& options,
+                           const void* d_input, const HackDeviceSections& out,
+                           unsigned long long* d_error, cudaStream_t stream) {
+  constexpr const char* kWhat = "hack-int2 GPU quantize";
+  if (dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
+    return InvalidArgument(std::string(kWhat) + ": input dtype must be fp16 or bf16");
+  }
+  KVD_RETURN_IF_ERROR(ValidateShape(shape, dtype).WithContext(kWhat));
+  KVD_RETURN_IF_ERROR(ValidateHackOptions(options));
+  if (!SupportedDim(shape.head_dim)) {
+    return InvalidArgument(std::string(kWhat) + ": head_dim = " + std::to_string(shape.head_dim) +
+                           " is not supported (64, 128 or 256)");
+  }
+  const Layout lay = HackLayoutFor(shape, options);
+  if (d_input == nullptr || d_error == nullptr || out.codes == nullptr || out.scales == nullptr ||
+      out.sums == nullptr || (lay.unquantized_tokens() > 0 && out.tail == nullptr)) {
+    return InvalidArgument(std::string(kWhat) + ": null device pointer");
+  }
+  if (!Aligned(d_input, 16) || !Aligned(out.codes, 16) || !Aligned(out.scales, 4) ||
+      !Aligned(out.sums, 2) || !Aligned(out.tail, 16) || !Aligned(d_error, 8)) {
+    return InvalidArgument(std::string(kWhat) +
+                           ": input, codes and tail must be 16-byte aligned, scales 4, sums 2");
+  }
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_error, 0xff, sizeof(unsigned long long), stream),
+                           std::string(kWhat) + ": reset error word");
+  HackQuantizeParams params{};
+  params.input = d_input;
+  params.codes = out.codes;
+  params.scales = out.scales;
+  params.sums = out.sums;
+  params.tail = out.tail;
+  params.error = d_error;
+  params.layout = lay;
+  params.stochastic = options.rounding == HackRounding::kStochastic ? 1u : 0u;
+  params.seed = params.stochastic != 0 ? options.seed : 0;
+  const cudaError_t err = dtype == DType::kFloat16 ? LaunchHackQuantize<DType::kFloat16>(params, stream)
+                                                   : LaunchHackQuantize<DType::kBFloat16>(params, stream);
+  KVD_CUDA_RETURN_IF_ERROR(err, kWhat);
+  return Status::Ok();
+}
+
+Status FinishQuantizeHack(const KvShape& shape, const unsigned long long* d_error,
+                          cudaStream_t stream) {
+  unsigned long long key = 0;
+  KVD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&key, d_error, sizeof(key), cudaMemcpyDeviceToHost, stream),
+      "hack-int2 GPU quantize: read error word");
+  KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "hack-int2 GPU quantize");
+  if (key == ~0ull) return Status::Ok();
+  const std::string where = Position(shape, key / 2);
+  if (key % 2 == 0) {
+    return InvalidArgument("hack-int2: non-finite value at " + where +
+                           " (hack-int2 cannot represent NaN/Inf; use the raw codec)");
+  }
+  return InvalidArgument("hack-int2: value at " + where +
+                         " is beyond the fp16 range of its scales (|x| <= 65504); use the raw codec");
+}
+
+Result<std::vector<std::byte>> EncodeHackGpu(const KvTensorView& tensor, const HackOptions& options) {
+  KVD_RETURN_IF_ERROR(ValidateHackOptions(options));
+  KVD_RETURN_IF_ERROR(tensor.Validate().WithContext("hack-int2 encode"));
+  if (tensor.dtype == DType::kFloat32) {
+    return Status(StatusCode::kUnimplemented,
+                  "hack-int2 GPU quantize: fp32 input is not supported (fp16, bf16)");
+  }
+  const KvShape& shape = tensor.shape;
+  HackOptions stored = options;
+  stored.sinks = std::min(options.sinks, shape.tokens);
+  if (stored.rounding == HackRounding::kNearest) stored.seed = 0;
+  const Layout lay = HackLayoutFor(shape, stored);
+  KVD_ASSIGN_OR_RETURN(Stream stream, Stream::Create());
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_in, DeviceBuffer::Allocate(tensor.data.size()));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_err, DeviceBuffer::Allocate(sizeof(unsigned long long)));
+  KVD_ASSIGN_OR_RETURN(SectionBuffers sec, AllocateSections(lay, tensor.dtype));
+  KVD_RETURN_IF_ERROR(Upload(d_in.data(), tensor.data, stream.get(), "hack-int2 GPU: upload"));
+  KVD_RETURN_IF_ERROR(EnqueueQuantizeHack(tensor.dtype, shape, stored, d_in.data(), sec.sections,
+                                          d_err.as<unsigned long long>(), stream.get()));
+  KVD_RETURN_IF_ERROR(FinishQuantizeHack(shape, d_err.as<unsigned long long>(), stream.get()));
+
+  const ContainerWriter::SectionPlan plans[5] = {
+      {SectionKind::kParams, hack::kParamsBytes}, {SectionKind::kScales, sec.bytes.scales},
+      {SectionKind::kSums, sec.bytes.sums},       {SectionKind::kCodes, sec.bytes.codes},
+      {SectionKind::kTail, sec.bytes.tail}};
+  KVD_ASSIGN_OR_RETURN(ContainerWriter w,
+                       ContainerWriter::Create(CodecId::kHackInt2, tensor.dtype, shape, plans));
+  WriteParams(w.section(0), lay, stored);
+  KVD_RETURN_IF_ERROR(Download(w.section(1), sec.sections.scales, stream.get(), "download scales"));
+  KVD_RETURN_IF_ERROR(Download(w.section(2), sec.sections.sums, stream.get(), "download sums"));
+  KVD_RETURN_IF_ERROR(Download(w.section(3), sec.sections.codes, stream.get(), "download codes"));
+  KVD_RETURN_IF_ERROR(Download(w.section(4), sec.sections.tail, stream.get(), "download tail"));
+  KVD_RETURN_IF_ERROR(stream.Synchronize().WithContext("hack-int2 GPU encode"));
+  return std::move(w).Finish();
+}
+
+// ================================================================================================
+// Dequantize
+// ================================================================================================
+
+template <DType Out>
+cudaError_t LaunchHackDequantize(const HackDequantizeParams& params, cudaStream_t stream) {
+  const int slot = Out == DType::kFloat16 ? 0 : Out == DType::kBFloat16 ? 1 : 2;
+  const std::size_t smem =
+      std::size_t{8} * std::max(params.layout.dim,
+                                params.layout.partition * params.layout.dim_groups());
+  return LaunchGridStride(HackDequantizeKernel<Out>, params, Items(params.layout), smem,
+                          g_dequant_smem[slot], stream);
+}
+
+template cudaError_t LaunchHackDequantize<DType::kFloat16>(const HackDequantizeParams&, cudaStream_t);
+template cudaError_t LaunchHackDequantize<DType::kBFloat16>(const HackDequantizeParams&, cudaStream_t);
+template cudaError_t LaunchHackDequantize<DType::kFloat32>(const HackDequantizeParams&, cudaStream_t);
+
+Status EnqueueDequantizeHack(DType chunk_dtype, const KvShape& shape, const HackOptions& options,
+                             const HackDeviceSectionsView& in, DType out_dtype, void* d_out,
+                             cudaStream_t stream) {
+  constexpr const char* kWhat = "hack-int2 GPU dequantize";
+  if (!IsValidDType(static_cast<std::uint8_t>(chunk_dtype)) ||
+      !IsValidDType(static_cast<std::uint8_t>(out_dtype))) {
+    return InvalidArgument(std::string(kWhat) + ": invalid dtype");
+  }
+  KVD_RETURN_IF_ERROR(ValidateShape(shape, chunk_dtype).WithContext(kWhat));
+  KVD_RETURN_IF_ERROR(ValidateHackOptions(options));
+  if (!SupportedDim(shape.head_dim)) {
+    return InvalidArgument(std::string(kWhat) + ": head_dim = " + std::to_string(shape.head_dim) +
+                           " is not supported (64, 128 or 256)");
+  }
+  const Layout lay = HackLayoutFor(shape, options);
+  if (d_out == nullptr || (lay.blocks() > 0 && (in.codes == nullptr || in.scales == nullptr)) ||
+      (lay.unquantized_tokens() > 0 && in.tail == nullptr)) {
+    return InvalidArgument(std::string(kWhat) + ": null device pointer");
+  }
+  if (!Aligned(d_out, 16) || !Aligned(in.codes, 16) || !Aligned(in.scales, 4) ||
+      !Aligned(in.tail, DTypeSize(chunk_dtype))) {
+    return InvalidArgument(std::string(kWhat) +
+                           ": out and codes must be 16-byte aligned, scales 4, tail its element size");
+  }
+  HackDequantizeParams params{};
+  params.codes = in.codes;
+  params.scales = in.scales;
+  params.sums = in.sums;
+  params.tail = in.tail;
+  params.out = d_out;
+  params.layout = lay;
+  params.tail_dtype = static_cast<std::uint32_t>(chunk_dtype);
+  cudaError_t err = cudaErrorInvalidValue;
+  switch (out_dtype) {
+    case DType::kFloat16: err = LaunchHackDequantize<DType::kFloat16>(params, stream); break;
+    case DType::kBFloat16: err = LaunchHackDequantize<DType::kBFloat16>(params, stream); break;
+    case DType::kFloat32: err = LaunchHackDequantize<DType::kFloat32>(params, stream); break;
+  }
+  KVD_CUDA_RETURN_IF_ERROR(err, kWhat);
+  return Status::Ok();
+}
+
+Result<KvTensor> DecodeHackGpu(std::span<const std::byte> container, DType out_dtype) {
+  KVD_ASSIGN_OR_RETURN(const ContainerView view, ParseContainer(container));
+  KVD_ASSIGN_OR_RETURN(const HackChunk chunk, UnpackHack(view));  // every structural check
+  const Layout& lay = chunk.layout;
+  if (!IsValidDType(static_cast<std::uint8_t>(out_dtype))) {
+    return InvalidArgument("hack-int2 GPU dequantize: invalid output dtype");
+  }
+  KVD_ASSIGN_OR_RETURN(Stream stream, Stream::Create());
+  KVD_ASSIGN_OR_RETURN(SectionBuffers sec, AllocateSections(lay, chunk.dtype));
+  const SectionView* codes = view.Find(SectionKind::kCodes);
+  const SectionView* scales = view.Find(SectionKind::kScales);
+  const SectionView* sums = view.Find(SectionKind::kSums);
+  const SectionView* tail = view.Find(SectionKind::kTail);
+  KVD_RETURN_IF_ERROR(Upload(sec.sections.codes, codes->bytes, stream.get(), "upload codes"));
+  KVD_RETURN_IF_ERROR(Upload(sec.sections.scales, scales->bytes, stream.get(), "upload scales"));
+  KVD_RETURN_IF_ERROR(Upload(sec.sections.sums, sums->bytes, stream.get(), "upload sums"));
+  KVD_RETURN_IF_ERROR(Upload(sec.sections.tail, tail->bytes, stream.get(), "upload tail"));
+  KvTensor out = KvTensor::Zeros(out_dtype, chunk.shape);
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_out, DeviceBuffer::Allocate(out.data.size()));
+  const HackDeviceSectionsView in{sec.sections.codes, sec.sections.scales, sec.sections.sums,
+                                  sec.sections.tail};
+  KVD_RETURN_IF_ERROR(EnqueueDequantizeHack(chunk.dtype, chunk.shape, chunk.options, in, out_dtype,
+                                            d_out.data(), stream.get()));
+  KVD_RETURN_IF_ERROR(Download(out.data, d_out.data(), stream.get(), "download tensor"));
+  KVD_RETURN_IF_ERROR(stream.Synchronize().WithContext("hack-int2 GPU decode"));
+  return Result<KvTensor>(std::move(out));
+}
+
+}  // namespace kvdepot::cuda

@@ -1,0 +1,1168 @@
+// Kernel family "hack", attention half (see kvdepot/cuda/hack.h, docs/hack-gpu.md): decode and
+// causal prefill attention over hack-int2 KV with INT8 Q and INT8 P against the 2-bit codes.
+// Params -> kernel -> launcher -> dispatchers. Two instantiations: head_dim 64 and 128.
+//
+// Work decomposition. A CTA owns one (query tile, KV head, split): a tile is the `group` query
+// heads of one query token (decode) or of 8 / group consecutive query tokens (prefill) — the 8
+// rows of the MMA's head dimension. The tile's keys are cut into units (a 64-token quantized block,
+// or a run of up to 64 unquantized sink/tail tokens); a split is a contiguous range of units, dealt
+// round-robin to the CTA's warps. Each warp streams its blocks through a 2-stage pipeline of
+// cp.async.bulk copies (K codes, V codes, K and V scales, V sums: 5.1 KiB per block at head_dim
+// 128) completed on an mbarrier, and keeps its own online-softmax state; the CTA merges its warps
+// in shared memory, and the last CTA of a (tile, KV head) to finish merges the splits' partials
+// (log-sum-exp) and writes the output.
+//
+// Per block, in registers (lane = 4 g + tq; g = the head row it owns):
+//   1. Q' = q * K's per-channel scales, INT8-quantized per 64-dim group exactly as the reference
+//      (hack::Int8Params; the division by the quantizer scale is a reciprocal multiply plus one
+//      Newton correction, which gives the correctly rounded quotient), codes - 128 as s8.
+//   2. S = Q' K^T on mma.sync m16n8k32 s8 x u8 -> s32: A = the 8 head rows (rows 8..15 all ones,
+//      which makes the idle half of the MMA produce K's per-(token, group) code sums for free),
+//      B = K's 2-bit codes expanded to bytes with one shift and one mask per 4 codes. The token
+//      order of the B columns is chosen so that (a) the K code loads are bank-conflict free and
+//      (b) each lane ends up holding the 16 scores of exactly the tokens whose V codes it loads
+//      for step 4 — no shuffles between the two products.
+//   3. score = sum_g [s_g * dot_g + (m_g + 128 s_g) * ksum_g] + sum_d q_d kmin_d; online softmax
+//      in base 2; P INT8-quantized per (row, block) (hack::Int8Params).
+//   4. O += P V on mma.sync m16n8k32 u8 x u8 (M = head_dim, N = 8 head rows, K = 64 tokens),
+//      corrected per element with V's scales, mins and stored code sums (hack::HomomorphicDot,
+//      regrouped).
+// Unquantized tokens (sinks, tail) are exact q.k and p.v in float.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "kvdepot/cuda/hack.h"
+#include "kvdepot/cuda/status.h"
+#include "kvdepot/hack_format.h"
+
+namespace kvdepot::cuda {
+
+namespace {
+
+using hack::Layout;
+
+constexpr std::uint32_t kP = 64;          // partition (block) size
+constexpr std::uint32_t kRows = 8;        // head rows per tile
+constexpr std::uint32_t kMaxWarps = 16;
+constexpr std::uint32_t kStages = 2;
+constexpr std::uint32_t kMaxSplits = 16;
+constexpr std::uint32_t kUnitsPerWarp = 4;  // target units per warp when sizing the CTA
+constexpr unsigned kFull = 0xffffffffu;
+constexpr std::uint32_t kOnes = 0x01010101u;
+constexpr std::uint32_t kLow2 = 0x03030303u;
+constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: x + kMagic holds rint(x) in its low bits
+constexpr std::uint32_t kMagicBits = 0x4b400000u;
+constexpr int kMaxDevices = 64;
+
+// Error kinds (low byte of the error key; the sequence index above it).
+enum AttnError : std::uint32_t {
+  kErrTokens = 1,   // tokens outside [1, max_tokens]
+  kErrSinks = 2,    // sinks > tokens
+  kErrSection = 3,  // a quantized block but a null or misaligned codes / scales / sums pointer
+  kErrTail = 4,     // unquantized tokens but a null or misaligned tail pointer
+  kErrPage = 5,     // block table entry outside [0, num_pages)
+};
+
+template <int D>
+struct Geo {
+  static constexpr std::uint32_t KW = D / 64;  // 64-dim groups = K code words per lane per row
+  static constexpr std::uint32_t MT = D / 16;  // m-tiles of the P.V product
+  static constexpr std::uint32_t kCodes = kP * D / 4;
+  static constexpr std::uint32_t kScales = D * 4;
+  static constexpr std::uint32_t kOffK = 0;
+  static constexpr std::uint32_t kOffV = kCodes;
+  static constexpr std::uint32_t kOffKS = 2 * kCodes;
+  static constexpr std::uint32_t kOffVS = kOffKS + kScales;
+  static constexpr std::uint32_t kOffVSum = kOffVS + kScales;
+  static constexpr std::uint32_t kStageBytes = kOffVSum + D;  // V sums: u8 at P = 64
+  static constexpr std::uint32_t kVTable = D * 16;            // float4 {scale, min, sum, 0} per d
+  static constexpr std::uint32_t kWarpBytes = kStages * kStageBytes + kVTable + 16;
+  static_assert(kStageBytes % 16 == 0, "stages must stay 16-byte aligned");
+};
+
+// ---- PTX wrappers ----
+
+__device__ __forceinline__ std::uint32_t SmemAddr(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void MbarInit(std::uint32_t bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void MbarInitFence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void MbarExpectTx(std::uint32_t bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void MbarWait(std::uint32_t bar, std::uint32_t parity) {
+  asm volatile(
+      "{\n\t.reg .pred P1;\n"
+      "LAB_WAIT:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t"
+      "@P1 bra DONE;\n\t"
+      "bra LAB_WAIT;\n"
+      "DONE:\n\t}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void ProxyFence() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void BulkCopy(std::uint32_t dst, const void* src, std::uint32_t bytes,
+                                         std::uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void MmaS8U8(int (&c)[4], std::uint32_t a0, std::uint32_t a1,
+                                        std::uint32_t a2, std::uint32_t a3, std::uint32_t b0,
+                                        std::uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void MmaU8U8(int (&c)[4], std::uint32_t a0, std::uint32_t a1,
+                                        std::uint32_t a2, std::uint32_t a3, std::uint32_t b0,
+                                        std::uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// int -> float for |x| < 2^22 without the (quarter-rate) conversion unit.
+__device__ __forceinline__ float I2F(int x) {
+  return __int_as_float(static_cast<int>(kMagicBits) + x) - kMagic;
+}
+// Low bytes of four registers -> one word (byte i from x_i).
+__device__ __forceinline__ std::uint32_t Pack4(std::uint32_t a, std::uint32_t b, std::uint32_t c,
+                                               std::uint32_t d) {
+  return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
+}
+__device__ __forceinline__ float H2F(std::uint32_t bits) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+}
+__device__ __forceinline__ float QuadMax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(kFull, v, 1));
+  return fmaxf(v, __shfl_xor_sync(kFull, v, 2));
+}
+__device__ __forceinline__ float QuadMin(float v) {
+  v = fminf(v, __shfl_xor_sync(kFull, v, 1));
+  return fminf(v, __shfl_xor_sync(kFull, v, 2));
+}
+__device__ __forceinline__ float QuadSum(float v) {
+  v += __shfl_xor_sync(kFull, v, 1);
+  return v + __shfl_xor_sync(kFull, v, 2);
+}
+__device__ __forceinline__ std::uint32_t QuadSumU(std::uint32_t v) {
+  v += __shfl_xor_sync(kFull, v, 1);
+  return v + __shfl_xor_sync(kFull, v, 2);
+}
+
+// Token (within a block) of column c of QK n-tile nt. For fixed nt the 8 columns' rows fall on
+// distinct bank groups (row residues mod 4 distinct within c < 4 and within c >= 4); the 16
+// (nt, e) of lane tq (columns 2 tq + e) are tokens 16 tq .. 16 tq + 15, the V word it loads.
+__device__ __forceinline__ std::uint32_t Sigma(std::uint32_t nt, std::uint32_t c) {
+  return 16 * (c >> 1) + 4 * (nt >> 1) + ((2 * (nt & 1) + (c & 1) + 2 * ((c >> 1) & 1)) & 3);
+}
+
+__device__ __forceinline__ float LoadTailElem(const void* tail, std::uint32_t bf16,
+                                              std::uint64_t i) {
+  const unsigned short b = static_cast<const unsigned short*>(tail)[i];
+  return bf16 ? __uint_as_float(static_cast<std::uint32_t>(b) << 16) : H2F(b);
+}
+// 8 consecutive tail elements from a 16-byte aligned position.
+__device__ __forceinline__ void LoadTail8(const void* tail, std::uint32_t bf16, std::uint64_t i,
+                                          float (&v)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const unsigned short*>(tail) + i);
+  const std::uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if (bf16) {
+      v[2 * k] = __uint_as_float(w[k] << 16);
+      v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    } else {
+      v[2 * k] = H2F(w[k] & 0xffffu);
+      v[2 * k + 1] = H2F(w[k] >> 16);
+    }
+  }
+}
+
+__device__ __forceinline__ void ReportError(const HackAttentionParams& p, std::uint32_t seq,
+                                            std::uint32_t kind) {
+  atomicMin(p.error, (static_cast<unsigned long long>(seq) << 8) | kind);
+}
+
+bool __device__ __forceinline__ Aligned16(const void* ptr) {
+  return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0;
+}
+
+// Online-softmax state and output accumulator of one warp.
+template <int D>
+struct WarpState {
+  float m;                     // running max of row g (log2 domain), quad-uniform
+  float lsum;                  // this lane's part of row g's normaliser
+  float acc[Geo<D>::MT][4];    // O[d][h]: d = 16 mt + g (+8 for [2], [3]), h = 2 tq (+1 odd)
+};
+
+// Softmax update of row g over the lane's 16 scores (log2 domain; -inf = masked): returns the
+// weights in place and the rescale factor of the previous state.
+template <int D>
+__device__ __forceinline__ float SoftmaxUpdate(WarpState<D>& st, float (&s)[16]) {
+  float bm = s[0];
+#pragma unroll
+  for (int i = 1; i < 16; ++i) bm = fmaxf(bm, s[i]);
+  bm = QuadMax(bm);
+  const float m_new = fmaxf(st.m, bm);
+  float alpha = 1.0f, sum = 0.0f;
+  if (m_new == -INFINITY) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s[i] = 0.0f;
+  } else {
+    alpha = Exp2(st.m - m_new);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      s[i] = Exp2(s[i] - m_new);
+      sum += s[i];
+    }
+  }
+  st.m = m_new;
+  st.lsum = st.lsum * alpha + sum;
+  return alpha;
+}
+
+// Rescales the accumulator by the factors of its two head columns (from rows 2 tq, 2 tq + 1).
+template <int D>
+__device__ __forceinline__ void Rescale(WarpState<D>& st, float alpha, std::uint32_t tq) {
+  const float a0 = __shfl_sync(kFull, alpha, 8 * tq);
+  const float a1 = __shfl_sync(kFull, alpha, 8 * tq + 4);
+  if (__any_sync(kFull, a0 != 1.0f || a1 != 1.0f)) {
+#pragma unroll
+    for (int mt = 0; mt < static_cast<int>(Geo<D>::MT); ++mt) {
+      st.acc[mt][0] *= a0;
+      st.acc[mt][1] *= a1;
+      st.acc[mt][2] *= a0;
+      st.acc[mt][3] *= a1;
+    }
+  }
+}
+
+// Where block j of the sequence lies (global memory).
+struct BlockSrc {
+  const std::uint8_t* kcodes;
+  const std::uint8_t* vcodes;
+  const std::uint8_t* kscales;
+  const std::uint8_t* vscales;
+  const std::uint8_t* vsums;
+};
+
+template <int D>
+__device__ __forceinline__ BlockSrc LocateBlock(const HackAttentionParams& p,
+                                                const HackAttentionSeq& seq, const Layout& lay,
+                                                std::uint32_t seq_index, std::uint32_t kvh,
+                                                std::uint32_t j, bool report) {
+  Layout pl = lay;
+  std::uint32_t slot = j;
+  const std::uint8_t* codes = seq.codes;
+  const std::uint8_t* scales = seq.scales;
+  const std::uint8_t* sums = seq.sums;
+  if (p.page_blocks != 0) {
+    pl.tokens = p.page_blocks * kP;
+    pl.sinks = 0;
+    slot = j % p.page_blocks;
+    const std::uint32_t entry = j / p.page_blocks;
+    std::int32_t page = 0;
+    if (entry < p.max_pages_per_seq) {
+      page = __ldg(p.block_tables + std::uint64_t{seq_index} * p.max_pages_per_seq + entry);
+    } else {
+      page = -1;
+    }
+    if (page < 0 || static_cast<std::uint32_t>(page) >= p.num_pages) {
+      if (report) ReportError(p, seq_index, kErrPage);
+      page = 0;  // stays in bounds; the call reports the error
+    }
+    codes = p.page_codes + static_cast<std::uint64_t>(page) * p.page_codes_bytes;
+    scales = p.page_scales + static_cast<std::uint64_t>(page) * p.page_scales_bytes;
+    sums = p.page_sums + static_cast<std::uint64_t>(page) * p.page_sums_bytes;
+  }
+  BlockSrc s;
+  s.kcodes = codes + pl.code_base(pl.group(p.layer, 0, kvh, slot)) / 4;
+  s.vcodes = codes + pl.code_base(pl.group(p.layer, 1, kvh, slot)) / 4;
+  s.kscales = scales + pl.partition_base(p.layer, 0, kvh, slot) * 4;
+  s.vscales = scales + pl.partition_base(p.layer, 1, kvh, slot) * 4;
+  s.vsums = sums + pl.sum_base(p.layer, 1, kvh, slot);
+  return s;
+}
+
+template <int D>
+__device__ __forceinline__ void IssueBlock(const BlockSrc& src, std::uint8_t* stage,
+                                           std::uint32_t bar) {
+  using G = Geo<D>;
+  ProxyFence();
+  MbarExpectTx(bar, G::kStageBytes);
+  BulkCopy(SmemAddr(stage + G::kOffK), src.kcodes, G::kCodes, bar);
+  BulkCopy(SmemAddr(stage + G::kOffV), src.vcodes, G::kCodes, bar);
+  BulkCopy(SmemAddr(stage + G::kOffKS), src.kscales, G::kScales, bar);
+  BulkCopy(SmemAddr(stage + G::kOffVS), src.vscales, G::kScales, bar);
+  BulkCopy(SmemAddr(stage + G::kOffVSum), src.vsums, D, bar);
+}
+
+// One quantized block in shared memory `st` (positions pos0 .. pos0 + 63): updates the warp state.
+// row_limit: the last position row g may attend to; mask_needed: some position of the block is
+// beyond some row's limit.
+template <int D>
+__device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vtab,
+                                             const float (&qr)[Geo<D>::KW][16], WarpState<D>& ws,
+                                             float scale_log2, std::uint32_t pos0,
+                                             std::uint32_t row_limit, bool mask_needed) {
+  using G = Geo<D>;
+  constexpr std::uint32_t KW = G::KW;
+  const std::uint32_t lane = threadIdx.x & 31u, g = lane >> 2, tq = lane & 3u;
+
+  // 1. V's per-channel scale, min and the block's dequantized channel sum, as floats.
+  __syncwarp();
+  for (std::uint32_t d = lane; d < static_cast<std::uint32_t>(D); d += 32) {
+    const std::uint32_t e = *reinterpret_cast<const std::uint32_t*>(st + G::kOffVS + 4 * d);
+    const float vs = H2F(e & 0xffffu), vm = H2F(e >> 16);
+    const float vsum = static_cast<float>(st[G::kOffVSum + d]);
+    vtab[d] = make_float4(vs, vm, fmaf(vs, vsum, static_cast<float>(kP) * vm), 0.0f);
+  }
+
+  // 2. Q' of row g on the lane's dims 64 kw + 16 tq + l, INT8 per 64-dim group.
+  float mins = 0.0f;
+  std::uint32_t aq[KW][2][2];
+  float sq[KW], cq[KW];
+#pragma unroll
+  for (std::uint32_t kw = 0; kw < KW; ++kw) {
+    const uint4* kse = reinterpret_cast<const uint4*>(st + G::kOffKS + 4 * (64 * kw + 16 * tq));
+    std::uint32_t ent[16];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint4 v = kse[c];
+      ent[4 * c] = v.x;
+      ent[4 * c + 1] = v.y;
+      ent[4 * c + 2] = v.z;
+      ent[4 * c + 3] = v.w;
+    }
+    float qp[16];
+    float mn = 0, mx = 0;
+#pragma unroll
+    for (int l = 0; l < 16; ++l) {
+      const float ksc = H2F(ent[l] & 0xffffu), kmn = H2F(ent[l] >> 16);
+      qp[l] = qr[kw][l] * ksc;
+      mins = fmaf(qr[kw][l], kmn, mins);
+      mn = l == 0 ? qp[l] : fminf(mn, qp[l]);
+      mx = l == 0 ? qp[l] : fmaxf(mx, qp[l]);
+    }
+    mn = QuadMin(mn);
+    mx = QuadMax(mx);
+    const float sc = (mx - mn) / static_cast<float>(hack::kMaxInt8Code);  // hack::Int8Params
+    const float inv = sc > 0.0f ? __frcp_rn(sc) : 0.0f;
+    const bool newton = inv < 1e37f;  // otherwise (tiny scale) divide exactly
+    std::uint32_t cb[16];
+#pragma unroll
+    for (int l = 0; l < 16; ++l) {
+      const float v = qp[l] - mn;
+      float t = v * inv;
+      t = fmaf(fmaf(-sc, t, v), inv, t);  // correctly rounded v / sc
+      if (!newton) t = sc > 0.0f ? __fdiv_rn(v, sc) : 0.0f;
+      cb[l] = __float_as_uint(t + kMagic);  // rint, in the low byte
+    }
+#pragma unroll
+    for (int hk = 0; hk < 2; ++hk) {
+      aq[kw][hk][0] = Pack4(cb[2 * hk], cb[4 + 2 * hk], cb[8 + 2 * hk], cb[12 + 2 * hk]) ^ 0x80808080u;
+      aq[kw][hk][1] =
+          Pack4(cb[2 * hk + 1], cb[5 + 2 * hk], cb[9 + 2 * hk], cb[13 + 2 * hk]) ^ 0x80808080u;
+    }
+    sq[kw] = sc;
+    cq[kw] = fmaf(128.0f, sc, mn);  // q' ~ sc * (code - 128) + (mn + 128 sc)
+  }
+  mins = QuadSum(mins);
+
+  // 3. Scores of the lane's 16 tokens (n-tile nt, column 2 tq + e).
+  float s[16];
+#pragma unroll
+  for (std::uint32_t nt = 0; nt < 8; ++nt) {
+    const std::uint8_t* krow = st + G::kOffK + Sigma(nt, g) * (D / 4);
+    std::uint32_t w[KW];
+    if constexpr (KW == 2) {
+      const std::uint32_t sw = g >= 4 ? 4u : 0u;
+      const std::uint32_t x = *reinterpret_cast<const std::uint32_t*>(krow + 4 * (tq + sw));
+      const std::uint32_t y = *reinterpret_cast<const std::uint32_t*>(krow + 4 * (tq + 4 - sw));
+      w[0] = g >= 4 ? y : x;
+      w[1] = g >= 4 ? x : y;
+    } else {
+      w[0] = *reinterpret_cast<const std::uint32_t*>(krow + 4 * tq);
+    }
+    float s0 = mins, s1 = mins;
+#pragma unroll
+    for (std::uint32_t kw = 0; kw < KW; ++kw) {
+      int c[4] = {0, 0, 0, 0};
+      MmaS8U8(c, aq[kw][0][0], kOnes, aq[kw][0][1], kOnes, w[kw] & kLow2, (w[kw] >> 2) & kLow2);
+      MmaS8U8(c, aq[kw][1][0], kOnes, aq[kw][1][1], kOnes, (w[kw] >> 4) & kLow2,
+              (w[kw] >> 6) & kLow2);
+      s0 = fmaf(sq[kw], I2F(c[0]), fmaf(cq[kw], I2F(c[2]), s0));
+      s1 = fmaf(sq[kw], I2F(c[1]), fmaf(cq[kw], I2F(c[3]), s1));
+    }
+    s[2 * nt] = s0 * scale_log2;
+    s[2 * nt + 1] = s1 * scale_log2;
+    if (mask_needed) {
+      if (pos0 + Sigma(nt, 2 * tq) > row_limit) s[2 * nt] = -INFINITY;
+      if (pos0 + Sigma(nt, 2 * tq + 1) > row_limit) s[2 * nt + 1] = -INFINITY;
+    }
+  }
+
+  // 4. Softmax, INT8 P per (row, block).
+  const float alpha = SoftmaxUpdate<D>(ws, s);
+  float pmn = s[0], pmx = s[0];
+#pragma unroll
+  for (int i = 1; i < 16; ++i) {
+    pmn = fminf(pmn, s[i]);
+    pmx = fmaxf(pmx, s[i]);
+  }
+  pmn = QuadMin(pmn);
+  pmx = QuadMax(pmx);
+  const float sp = (pmx - pmn) / static_cast<float>(hack::kMaxInt8Code);  // hack::Int8Params
+  const float pinv = sp > 0.0f ? __frcp_rn(sp) : 0.0f;
+  std::uint32_t pb[16];
+  std::uint32_t psum = 0;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    pb[i] = __float_as_uint(fminf((s[i] - pmn) * pinv, 255.0f) + kMagic);
+    psum += pb[i] - kMagicBits;
+  }
+  psum = QuadSumU(psum);
+  // B operand of P.V: b0(ks) byte i = token 16 tq + 4 i + 2 ks, b1(ks) = that + 1.
+  const std::uint32_t x0 = Pack4(pb[0], pb[4], pb[8], pb[12]);   // n-tiles 0, 2, 4, 6; e = 0
+  const std::uint32_t x1 = Pack4(pb[1], pb[5], pb[9], pb[13]);   // e = 1
+  const std::uint32_t y0 = Pack4(pb[2], pb[6], pb[10], pb[14]);  // n-tiles 1, 3, 5, 7
+  const std::uint32_t y1 = Pack4(pb[3], pb[7], pb[11], pb[15]);
+  const bool odd = (tq & 1) != 0;
+  const std::uint32_t b00 = odd ? y0 : x0, b01 = odd ? y1 : x1;
+  const std::uint32_t b10 = odd ? x0 : y0, b11 = odd ? x1 : y1;
+
+  // Per-head factors of the accumulator's two head columns (rows 2 tq and 2 tq + 1).
+  Rescale<D>(ws, alpha, tq);
+  const float sp_row = sp, spsum_row = sp * static_cast<float>(psum);
+  const float sp0 = __shfl_sync(kFull, sp_row, 8 * tq), sp1 = __shfl_sync(kFull, sp_row, 8 * tq + 4);
+  const float ss0 = __shfl_sync(kFull, spsum_row, 8 * tq);
+  const float ss1 = __shfl_sync(kFull, spsum_row, 8 * tq + 4);
+  const float mp0 = __shfl_sync(kFull, pmn, 8 * tq), mp1 = __shfl_sync(kFull, pmn, 8 * tq + 4);
+  __syncwarp();  // vtab written
+
+  // 5. O += P V, corrected: sp (vs dot + vm psum) + mp (vs vsum + P vm).
+#pragma unroll
+  for (std::uint32_t mt = 0; mt < G::MT; ++mt) {
+    const std::uint32_t d0 = 16 * mt + g, d1 = d0 + 8;
+    const std::uint32_t w0 = *reinterpret_cast<const std::uint32_t*>(st + G::kOffV + d0 * 16 + 4 * tq);
+    const std::uint32_t w1 = *reinterpret_cast<const std::uint32_t*>(st + G::kOffV + d1 * 16 + 4 * tq);
+    int c[4] = {0, 0, 0, 0};
+    MmaU8U8(c, w0 & kLow2, w1 & kLow2, (w0 >> 2) & kLow2, (w1 >> 2) & kLow2, b00, b01);
+    MmaU8U8(c, (w0 >> 4) & kLow2, (w1 >> 4) & kLow2, (w0 >> 6) & kLow2, (w1 >> 6) & kLow2, b10,
+            b11);
+    const float4 v0 = vtab[d0], v1 = vtab[d1];
+    ws.acc[mt][0] = fmaf(v0.z, mp0, fmaf(v0.y, ss0, fmaf(v0.x, sp0 * I2F(c[0]), ws.acc[mt][0])));
+    ws.acc[mt][1] = fmaf(v0.z, mp1, fmaf(v0.y, ss1, fmaf(v0.x, sp1 * I2F(c[1]), ws.acc[mt][1])));
+    ws.acc[mt][2] = fmaf(v1.z, mp0, fmaf(v1.y, ss0, fmaf(v1.x, sp0 * I2F(c[2]), ws.acc[mt][2])));
+    ws.acc[mt][3] = fmaf(v1.z, mp1, fmaf(v1.y, ss1, fmaf(v1.x, sp1 * I2F(c[3]), ws.acc[mt][3])));
+  }
+}
+
+// Unquantized tokens u in [u0, u1) (< 64 of them): exact q.k and p.v in float. `scratch` is the
+// warp's (idle) stage memory: q rows [8][D] then V rows [8][D] floats, and P [64][8] floats.
+template <int D>
+__device__ void ProcessUnquantized(const HackAttentionParams& p, const Layout& lay,
+                                   const void* tail, std::uint32_t kvh, std::uint32_t u0,
+                                   std::uint32_t u1, std::uint8_t* scratch,
+                                   const float (&qr)[Geo<D>::KW][16], WarpState<D>& ws,
+                                   std::uint32_t row_limit) {
+  constexpr std::uint32_t KW = Geo<D>::KW;
+  const std::uint32_t lane = threadIdx.x & 31u, g = lane >> 2, tq = lane & 3u;
+  float* qs = reinterpret_cast<float*>(scratch);
+  float* ps = reinterpret_cast<float*>(scratch + kRows * D * 4);
+  __syncwarp();
+#pragma unroll
+  for (std::uint32_t kw = 0; kw < KW; ++kw) {
+#pragma unroll
+    for (int l = 0; l < 16; ++l) qs[g * D + 64 * kw + 16 * tq + l] = qr[kw][l];
+  }
+  __syncwarp();
+  float s[16];
+  for (std::uint32_t k = 0; k < 16; ++k) {
+    const std::uint32_t u = u0 + tq + 4 * k;
+    s[k] = -INFINITY;
+    if (u < u1 && lay.unquantized_token(u) <= row_limit) {
+      const std::uint64_t base = lay.unquantized_offset(p.layer, 0, u, kvh, 0);
+      float dot = 0.0f;
+      for (std::uint32_t d = 0; d < static_cast<std::uint32_t>(D); d += 8) {
+        float kv[8];
+        LoadTail8(tail, p.tail_bf16, base + d, kv);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) dot = fmaf(qs[g * D + d + i], kv[i], dot);
+      }
+      s[k] = dot * p.scale_log2;
+    }
+  }
+  const float alpha = SoftmaxUpdate<D>(ws, s);
+  Rescale<D>(ws, alpha, tq);
+#pragma unroll
+  for (std::uint32_t k = 0; k < 16; ++k) ps[(tq + 4 * k) * kRows + g] = s[k];
+  __syncwarp();
+  float* vs = qs;  // q is no longer needed
+  for (std::uint32_t sub = 0; sub < 64 && u0 + sub < u1; sub += 8) {
+    for (std::uint32_t i = lane; i < 8 * D / 8; i += 32) {
+      const std::uint32_t t = i / (D / 8), c = i % (D / 8);
+      const std::uint32_t u = u0 + sub + t;
+      float v[8];
+      if (u < u1) {
+        LoadTail8(tail, p.tail_bf16, lay.unquantized_offset(p.layer, 1, u, kvh, 8 * c), v);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = 0.0f;
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) vs[t * D + 8 * c + e] = v[e];
+    }
+    __syncwarp();
+    for (std::uint32_t t = 0; t < 8; ++t) {
+      const float2 pp = *reinterpret_cast<const float2*>(ps + (sub + t) * kRows + 2 * tq);
+#pragma unroll
+      for (std::uint32_t mt = 0; mt < Geo<D>::MT; ++mt) {
+        const float v0 = vs[t * D + 16 * mt + g], v1 = vs[t * D + 16 * mt + g + 8];
+        ws.acc[mt][0] = fmaf(pp.x, v0, ws.acc[mt][0]);
+        ws.acc[mt][1] = fmaf(pp.y, v0, ws.acc[mt][1]);
+        ws.acc[mt][2] = fmaf(pp.x, v1, ws.acc[mt][2]);
+        ws.acc[mt][3] = fmaf(pp.y, v1, ws.acc[mt][3]);
+      }
+    }
+    __syncwarp();
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kMaxWarps * 32, 1)
+    HackAttentionKernel(const __grid_constant__ HackAttentionParams p) {
+  using G = Geo<D>;
+  constexpr std::uint32_t KW = G::KW;
+  extern __shared__ uint4 smem_raw[];
+  auto* smem = reinterpret_cast<std::uint8_t*>(smem_raw);
+  __shared__ std::uint32_t s_bad_rows;
+  __shared__ std::uint32_t s_last;
+  __shared__ float s_m[kMaxSplits][kRows];
+  __shared__ float s_l[kMaxSplits][kRows];
+  __shared__ float s_row_m[kRows];
+  __shared__ float s_row_l[kRows];
+
+  const std::uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u;
+  const std::uint32_t g = lane >> 2, tq = lane & 3u;
+  const std::uint32_t W = blockDim.x >> 5;
+  std::uint32_t cta = blockIdx.x;
+  const std::uint32_t split = cta % p.splits;
+  cta /= p.splits;
+  const std::uint32_t kvh = cta % p.kv_heads;
+  const std::uint32_t tile = cta / p.kv_heads;
+  const std::uint32_t pair = tile * p.kv_heads + kvh;
+  const std::uint32_t seq_index = p.prefill ? 0u : tile;
+  const HackAttentionSeq seq = p.prefill ? p.prefill_seq : p.seqs[seq_index];
+
+  // The sequence's layout; a bad descriptor gives no work and NaN outputs.
+  bool seq_ok = true;
+  std::uint32_t bad_kind = 0;
+  if (seq.tokens == 0 || seq.tokens > p.max_tokens) {
+    bad_kind = kErrTokens;
+  } else if (seq.sinks > seq.tokens) {
+    bad_kind = kErrSinks;
+  }
+  Layout lay;
+  lay.layers = p.layers;
+  lay.tokens = bad_kind == 0 ? seq.tokens : 0;
+  lay.heads = p.kv_heads;
+  lay.dim = D;
+  lay.partition = kP;
+  lay.sinks = bad_kind == 0 ? seq.sinks : 0;
+  lay.orientation = hack::kOrientChannel;
+  if (bad_kind == 0 && lay.blocks() > 0 && p.page_blocks == 0 &&
+      (seq.codes == nullptr || seq.scales == nullptr || seq.sums == nullptr ||
+       !Aligned16(seq.codes) || !Aligned16(seq.scales) || !Aligned16(seq.sums))) {
+    bad_kind = kErrSection;
+  }
+  if (bad_kind == 0 && lay.unquantized_tokens() > 0 &&
+      (seq.tail == nullptr || !Aligned16(seq.tail))) {
+    bad_kind = kErrTail;
+  }
+  if (bad_kind != 0) {
+    seq_ok = false;
+    if (tid == 0 && kvh == 0 && split == 0) ReportError(p, seq_index, bad_kind);
+  }
+
+  // Rows: row r = query (tile * qpt + r / group), head kvh * group + r % group.
+  const std::uint32_t qpt = p.queries_per_tile;
+  const std::uint32_t q_first = tile * qpt;
+  const std::uint32_t q_count = min(qpt, p.queries - q_first);
+  const std::uint32_t r_query = q_first + g / p.group;
+  const bool row_valid = g < q_count * p.group;
+  const std::uint32_t head = kvh * p.group + g % p.group;
+  const std::uint32_t max_pos =
+      seq_ok ? (p.prefill ? p.first_position + q_first + q_count - 1 : lay.tokens - 1) : 0;
+  const std::uint32_t row_limit =
+      row_valid && p.prefill ? p.first_position + r_query : max_pos;
+  const std::uint32_t min_limit = p.prefill ? p.first_position + q_first : max_pos;
+
+  // Units: visible quantized blocks, then runs of 64 visible unquantized tokens.
+  std::uint32_t nb = 0, u_vis = 0;
+  if (seq_ok) {
+    const std::uint32_t S = lay.sinks, B = lay.blocks(), tail_begin = lay.tail_begin();
+    nb = max_pos >= S ? min(B, (max_pos - S) / kP + 1) : 0;
+    const std::uint32_t U = lay.unquantized_tokens();
+    u_vis = max_pos + 1 >= tail_begin ? S + min(U - S, max_pos + 1 - tail_begin)
+                                      : min(S, max_pos + 1);
+  }
+  const std::uint32_t units = nb + (u_vis + kP - 1) / kP;
+  const std::uint32_t ub = min(units, split * p.units_per_split);
+  const std::uint32_t ue = min(units, ub + p.units_per_split);
+
+  // Per-warp shared memory: stages, V table, mbarriers.
+  std::uint8_t* wbase = smem + warp * G::kWarpBytes;
+  float4* vtab = reinterpret_cast<float4*>(wbase + kStages * G::kStageBytes);
+  const std::uint32_t bar0 = SmemAddr(wbase + kStages * G::kStageBytes + G::kVTable);
+  if (lane == 0) {
+    MbarInit(bar0);
+    MbarInit(bar0 + 8);
+    MbarInitFence();
+  }
+  if (tid == 0) s_bad_rows = seq_ok ? 0u : 0xffu;
+  __syncthreads();
+
+  // Prefetch this warp's first blocks.
+  const std::uint32_t first = ub + warp;
+  std::uint32_t issued = 0;
+  for (std::uint32_t k = 0; k < kStages; ++k) {
+    const std::uint32_t u = first + k * W;
+    if (u < ue && u < nb) {
+      const BlockSrc src = LocateBlock<D>(p, seq, lay, seq_index, kvh, u, lane == 0);
+      if (lane == 0) IssueBlock<D>(src, wbase + issued * G::kStageBytes, bar0 + 8 * issued);
+      ++issued;
+    }
+  }
+
+  // Row g's query on the lane's dims (zero for invalid or non-finite rows).
+  float qr[KW][16];
+  bool bad_q = false;
+#pragma unroll
+  for (std::uint32_t kw = 0; kw < KW; ++kw) {
+    const float* src = p.q + (std::uint64_t{r_query} * p.q_heads + head) * D + 64 * kw + 16 * tq;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      float4 v = make_float4(0, 0, 0, 0);
+      if (row_valid && seq_ok) v = *reinterpret_cast<const float4*>(src + 4 * c);
+      qr[kw][4 * c] = v.x;
+      qr[kw][4 * c + 1] = v.y;
+      qr[kw][4 * c + 2] = v.z;
+      qr[kw][4 * c + 3] = v.w;
+      bad_q |= !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
+    }
+  }
+  const bool row_bad = __shfl_sync(kFull, QuadSumU(bad_q ? 1u : 0u), lane) != 0;
+  if (row_bad) {
+#pragma unroll
+    for (std::uint32_t kw = 0; kw < KW; ++kw) {
+#pragma unroll
+      for (int l = 0; l < 16; ++l) qr[kw][l] = 0.0f;
+    }
+  }
+  if (warp == 0) {
+    const std::uint32_t rows = __ballot_sync(kFull, row_bad && tq == 0);
+    if (lane == 0 && rows != 0) {
+      std::uint32_t mask = 0;
+      for (std::uint32_t r = 0; r < kRows; ++r) mask |= ((rows >> (4 * r)) & 1u) << r;
+      atomicOr(&s_bad_rows, mask);
+    }
+  }
+
+  WarpState<D> ws;
+  ws.m = -INFINITY;
+  ws.lsum = 0.0f;
+#pragma unroll
+  for (std::uint32_t mt = 0; mt < G::MT; ++mt) {
+    ws.acc[mt][0] = ws.acc[mt][1] = ws.acc[mt][2] = ws.acc[mt][3] = 0.0f;
+  }
+
+  std::uint32_t consumed = 0;
+  for (std::uint32_t u = first; u < ue; u += W) {
+    if (u < nb) {
+      const std::uint32_t stage = consumed % kStages;
+      MbarWait(bar0 + 8 * stage, (consumed / kStages) & 1u);
+      const std::uint32_t pos0 = lay.sinks + u * kP;
+      const bool mask_needed = pos0 + kP - 1 > min_limit;
+      ProcessBlock<D>(wbase + stage * G::kStageBytes, vtab, qr, ws, p.scale_log2, pos0, row_limit,
+                      mask_needed);
+      ++consumed;
+      __syncwarp();
+      const std::uint32_t next = u + kStages * W;
+      if (next < ue && next < nb) {
+        const BlockSrc src = LocateBlock<D>(p, seq, lay, seq_index, kvh, next, lane == 0);
+        if (lane == 0) IssueBlock<D>(src, wbase + stage * G::kStageBytes, bar0 + 8 * stage);
+      }
+    } else {
+      const std::uint32_t u0 = (u - nb) * kP;
+      ProcessUnquantized<D>(p, lay, seq.tail, kvh, u0, min(u0 + kP, u_vis), wbase, qr, ws,
+                            row_limit);
+    }
+  }
+  ws.lsum = QuadSum(ws.lsum);
+
+  // CTA merge of the warps (shared memory reused: every warp is done with its stages).
+  __syncthreads();
+  float* mrg_m = reinterpret_cast<float*>(smem);           // [W][8]
+  float* mrg_l = mrg_m + W * kRows;                         // [W][8]
+  float* mrg_acc = mrg_l + W * kRows;                       // [W][8][D]
+  if (tq == 0) {
+    mrg_m[warp * kRows + g] = ws.m;
+    mrg_l[warp * kRows + g] = ws.lsum;
+  }
+  float* wacc = mrg_acc + warp * kRows * D;
+#pragma unroll
+  for (std::uint32_t mt = 0; mt < G::MT; ++mt) {
+    const std::uint32_t d0 = 16 * mt + g, d1 = d0 + 8;
+    wacc[(2 * tq) * D + d0] = ws.acc[mt][0];
+    wacc[(2 * tq + 1) * D + d0] = ws.acc[mt][1];
+    wacc[(2 * tq) * D + d1] = ws.acc[mt][2];
+    wacc[(2 * tq + 1) * D + d1] = ws.acc[mt][3];
+  }
+  __syncthreads();
+  if (tid < kRows) {
+    float M = -INFINITY;
+    for (std::uint32_t w = 0; w < W; ++w) M = fmaxf(M, mrg_m[w * kRows + tid]);
+    float L = 0.0f;
+    if (M != -INFINITY) {
+      for (std::uint32_t w = 0; w < W; ++w) L += mrg_l[w * kRows + tid] * Exp2(mrg_m[w * kRows + tid] - M);
+    }
+    s_row_m[tid] = M;
+    s_row_l[tid] = L;
+  }
+  __syncthreads();
+
+  const std::uint32_t qh = p.q_heads;
+  auto write_out = [&](std::uint32_t r, std::uint32_t d, float a, float M, float L) {
+    if (!(r < q_count * p.group)) return;
+    const std::uint32_t qi = q_first + r / p.group;
+    const std::uint32_t h = kvh * p.group + r % p.group;
+    const bool nan = ((s_bad_rows >> r) & 1u) != 0;
+    p.out[(std::uint64_t{qi} * qh + h) * D + d] = nan ? NAN : a / L;
+    if (d == 0 && p.lse != nullptr) {
+      p.lse[std::uint64_t{qi} * qh + h] = nan ? NAN : (M + log2f(L)) * 0.69314718055994531f;
+    }
+  };
+
+  if (p.splits == 1) {
+    for (std::uint32_t i = tid; i < kRows * D; i += blockDim.x) {
+      const std::uint32_t r = i / D, d = i % D;
+      const float M = s_row_m[r];
+      float a = 0.0f;
+      if (M != -INFINITY) {
+        for (std::uint32_t w = 0; w < W; ++w) {
+          a += mrg_acc[(w * kRows + r) * D + d] * Exp2(mrg_m[w * kRows + r] - M);
+        }
+      }
+      write_out(r, d, a, M, s_row_l[r]);
+    }
+    return;
+  }
+
+  // Split partial: [slot][8][D + 2] = accumulator, max, normaliser.
+  float* part = p.partials + (std::uint64_t{pair} * p.splits + split) * kRows * (D + 2);
+  for (std::uint32_t i = tid; i < kRows * D; i += blockDim.x) {
+    const std::uint32_t r = i / D, d = i % D;
+    const float M = s_row_m[r];
+    float a = 0.0f;
+    if (M != -INFINITY) {
+      for (std::uint32_t w = 0; w < W; ++w) {
+        a += mrg_acc[(w * kRows + r) * D + d] * Exp2(mrg_m[w * kRows + r] - M);
+      }
+    }
+    __stcg(part + r * (D + 2) + d, a);
+  }
+  if (tid < kRows) {
+    __stcg(part + tid * (D + 2) + D, s_row_m[tid]);
+    __stcg(part + tid * (D + 2) + D + 1, s_row_l[tid]);
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) s_last = atomicAdd(p.counters + pair, 1u) == p.splits - 1 ? 1u : 0u;
+  __syncthreads();
+  if (s_last == 0) return;
+  __threadfence();
+
+  // The last split to arrive merges all of them.
+  const float* parts = p.partials + std::uint64_t{pair} * p.splits * kRows * (D + 2);
+  for (std::uint32_t i = tid; i < p.splits * kRows; i += blockDim.x) {
+    const std::uint32_t sp = i / kRows, r = i % kRows;
+    s_m[sp][r] = __ldcg(parts + (sp * kRows + r) * (D + 2) + D);
+    s_l[sp][r] = __ldcg(parts + (sp * kRows + r) * (D + 2) + D + 1);
+  }
+  __syncthreads();
+  if (tid < kRows) {
+    float M = -INFINITY;
+    for (std::uint32_t sp = 0; sp < p.splits; ++sp) M = fmaxf(M, s_m[sp][tid]);
+    float L = 0.0f;
+    if (M != -INFINITY) {
+      for (std::uint32_t sp = 0; sp < p.splits; ++sp) L += s_l[sp][tid] * Exp2(s_m[sp][tid] - M);
+    }
+    s_row_m[tid] = M;
+    s_row_l[tid] = L;
+  }
+  __syncthreads();
+  for (std::uint32_t i = tid; i < kRows * D; i += blockDim.x) {
+    const std::uint32_t r = i / D, d = i % D;
+    const float M = s_row_m[r];
+    float a = 0.0f;
+    if (M != -INFINITY) {
+#pragma unroll 4
+      for (std::uint32_t sp = 0; sp < p.splits; ++sp) {
+        const float m = s_m[sp][r];
+        if (m != -INFINITY) a += __ldcg(parts + (sp * kRows + r) * (D + 2) + d) * Exp2(m - M);
+      }
+    }
+    write_out(r, d, a, M, s_row_l[r]);
+  }
+  if (tid == 0) p.counters[pair] = 0;  // ready for the next launch
+}
+
+// ---- host side ----
+
+template <typename Kernel>
+cudaError_t ConfigureSharedMemory(Kernel kernel, std::size_t smem,
+                                  std::atomic<std::size_t> (&configured)[kMaxDevices]) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached && configured[device].load(std::memory_order_relaxed) >= smem) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared);
+  if (err != cudaSuccess) return err;
+  if (cached) configured[device].store(smem, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
+std::atomic<std::size_t> g_attn_smem[2][kMaxDevices];
+
+constexpr std::size_t kErrorOffset = 0;
+constexpr std::size_t kCountersOffset = 256;
+
+bool Aligned(const void* p, std::uintptr_t n) {
+  return (reinterpret_cast<std::uintptr_t>(p) & (n - 1)) == 0;
+}
+
+// Checks shared by decode and prefill; fills the KV fields of `params`.
+Status CheckKv(const char* fn, const HackKvCache& kv, std::uint32_t q_heads, float softmax_scale,
+               HackAttentionParams& params) {
+  const std::string f(fn);
+  if (kv.dtype != DType::kFloat16 && kv.dtype != DType::kBFloat16) {
+    return Unimplemented(f + ": tail dtype must be fp16 or bf16");
+  }
+  if (kv.layers == 0 || kv.layers > kMaxLayers || kv.layer >= kv.layers) {
+    return InvalidArgument(f + ": layer " + std::to_string(kv.layer) + " of " +
+                           std::to_string(kv.layers) + " layers is out of range");
+  }
+  if (kv.kv_heads == 0 || kv.kv_heads > kMaxKvHeads) {
+    return InvalidArgument(f + ": kv_heads = " + std::to_string(kv.kv_heads) + " is out of range");
+  }
+  if (kv.head_dim != 64 && kv.head_dim != 128) {
+    return Unimplemented(f + ": head_dim = " + std::to_string(kv.head_dim) +
+                         " is not supported by the GPU kernels (64 or 128)");
+  }
+  if (!hack::IsValidPartition(kv.partition)) {
+    return InvalidArgument(f + ": partition = " + std::to_string(kv.partition) +
+                           " is invalid (32, 64 or 128)");
+  }
+  if (kv.partition != kP) {
+    return Unimplemented(f + ": partition = " + std::to_string(kv.partition) +
+                         " is not supported by the GPU kernels (64)");
+  }
+  if (q_heads == 0 || q_heads % kv.kv_heads != 0) {
+    return InvalidArgument(f + ": q_heads = " + std::to_string(q_heads) +
+                           " is not a positive multiple of kv_heads = " +
+                           std::to_string(kv.kv_heads));
+  }
+  const std::uint32_t group = q_heads / kv.kv_heads;
+  if (group > kRows) {
+    return Unimplemented(f + ": " + std::to_string(group) +
+                         " query heads per KV head; the GPU kernels support 1 to 8");
+  }
+  if (!std::isfinite(softmax_scale) || softmax_scale < 0) {
+    return InvalidArgument(f + ": softmax_scale must be finite and >= 0");
+  }
+  if (kv.page_blocks != 0) {
+    if (kv.num_pages == 0 || kv.page_codes == nullptr || kv.page_scales == nullptr ||
+        kv.page_sums == nullptr || kv.block_tables == nullptr || kv.max_pages_per_seq == 0) {
+      return InvalidArgument(f + ": paged layout needs pages, page sections and block tables");
+    }
+    Layout pl;
+    pl.layers = kv.layers;
+    pl.tokens = kv.page_blocks * kP;
+    pl.heads = kv.kv_heads;
+    pl.dim = kv.head_dim;
+    pl.partition = kP;
+    const HackSectionBytes need = HackSectionBytesFor(pl, kv.dtype);
+    if (kv.page_codes_bytes < need.codes || kv.page_scales_bytes < need.scales ||
+        kv.page_sums_bytes < need.sums || kv.page_codes_bytes % 16 != 0 ||
+        kv.page_scales_bytes % 16 != 0 || kv.page_sums_bytes % 16 != 0) {
+      return InvalidArgument(f + ": page strides must be multiples of 16 and hold a page's "
+                                 "sections (codes " + std::to_string(need.codes) + ", scales " +
+                             std::to_string(need.scales) + ", sums " + std::to_string(need.sums) +
+                             " bytes)");
+    }
+    if (!Aligned(kv.page_codes, 16) || !Aligned(kv.page_scales, 16) ||
+        !Aligned(kv.page_sums, 16) || !Aligned(kv.block_tables, 4)) {
+      return InvalidArgument(f + ": page sections must be 16-byte aligned");
+    }
+  }
+  params.layers = kv.layers;
+  params.layer = kv.layer;
+  params.kv_heads = kv.kv_heads;
+  params.q_heads = q_heads;
+  params.group = group;
+  params.tail_bf16 = kv.dtype == DType::kBFloat16 ? 1u : 0u;
+  params.page_blocks = kv.page_blocks;
+  params.num_pages = kv.num_pages;
+  params.max_pages_per_seq = kv.max_pages_per_seq;
+  params.block_tables = kv.block_tables;
+  params.page_codes = kv.page_codes;
+  params.page_scales = kv.page_scales;
+  params.page_sums = kv.page_sums;
+  params.page_codes_bytes = kv.page_codes_bytes;
+  params.page_scales_bytes = kv.page_scales_bytes;
+  params.page_sums_bytes = kv.page_sums_bytes;
+  const double scale = softmax_scale > 0 ? softmax_scale : 1.0 / std::sqrt(double{kv.head_dim});
+  params.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
+  return Status::Ok();
+}
+
+// Splits, units per split and warps for `tiles` tiles whose keys are at most `max_positions`.
+void SizeGrid(const HackAttentionWorkspace& ws, std::uint64_t max_positions,
+              HackAttentionParams& params) {
+  const std::uint64_t pairs = std::uint64_t{params.tiles} * params.kv_heads;
+  const std::uint64_t units = (max_positions + kP - 1) / kP + 1;
+  const auto sms = static_cast<std::uint64_t>(std::max(ws.sm_count(), 1));
+  std::uint64_t splits = 1;
+  if (pairs < sms) splits = std::min<std::uint64_t>({kMaxSplits, sms / pairs, units});
+  splits = std::max<std::uint64_t>(splits, 1);
+  const std::uint64_t ups = (units + splits - 1) / splits;
+  params.splits = static_cast<std::uint32_t>(splits);
+  params.units_per_split = static_cast<std::uint32_t>(ups);
+  params.warps = static_cast<std::uint32_t>(
+      std::clamp<std::uint64_t>((ups + kUnitsPerWarp - 1) / kUnitsPerWarp, 1, kMaxWarps));
+}
+
+Status Launch(const HackAttentionParams& params, std::uint32_t head_dim, cudaStream_t stream,
+              const char* fn) {
+  const cudaError_t err = head_dim == 64 ? LaunchHackAttention<64>(params, stream)
+                                         : LaunchHackAttention<128>(params, stream);
+  KVD_CUDA_RETURN_IF_ERROR(err, fn);
+  return Status::Ok();
+}
+
+std::string ErrorMessage(unsigned long long key) {
+  const auto kind = static_cast<std::uint32_t>(key & 0xffu);
+  const std::string seq = "sequence " + std::to_string(key >> 8);
+  switch (kind) {
+    case kErrTokens: return seq + ": tokens is 0 or exceeds max_tokens";
+    case kErrSinks: return seq + ": sinks exceeds tokens";
+    case kErrSection: return seq + ": codes / scales / sums pointer is null or not 16-byte aligned";
+    case kErrTail: return seq + ": tail pointer is null or not 16-byte aligned";
+    case kErrPage: return seq + ": block table entry is outside [0, num_pages)";
+    default: return seq + ": unknown error " + std::to_string(kind);
+  }
+}
+
+}  // namespace
+
+template <int HeadDim>
+std::size_t HackAttentionSharedBytes(std::uint32_t warps) {
+  return std::size_t{warps} * Geo<HeadDim>::kWarpBytes;
+}
+
+template <int HeadDim>
+cudaError_t LaunchHackAttention(const HackAttentionParams& params, cudaStream_t stream) {
+  static_assert(HeadDim == 64 || HeadDim == 128);
+  const std::size_t smem = HackAttentionSharedBytes<HeadDim>(params.warps);
+  cudaError_t err = ConfigureSharedMemory(HackAttentionKernel<HeadDim>,
+                                          HackAttentionSharedBytes<HeadDim>(kMaxWarps),
+                                          g_attn_smem[HeadDim == 64 ? 0 : 1]);
+  if (err != cudaSuccess) return err;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(params.tiles * params.kv_heads * params.splits);
+  config.blockDim = dim3(params.warps * 32);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  return cudaLaunchKernelEx(&config, HackAttentionKernel<HeadDim>, params);
+}
+
+template cudaError_t LaunchHackAttention<64>(const HackAttentionParams&, cudaStream_t);
+template cudaError_t LaunchHackAttention<128>(const HackAttentionParams&, cudaStream_t);
+template std::size_t HackAttentionSharedBytes<64>(std::uint32_t);
+template std::size_t HackAttentionSharedBytes<128>(std::uint32_t);
+
+Result<HackAttentionWorkspace> HackAttentionWorkspace::Create() {
+  int device = 0;
+  KVD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "HackAttentionWorkspace");
+  int sms = 0;
+  KVD_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                           "HackAttentionWorkspace");
+  HackAttentionWorkspace ws;
+  ws.sm_count_ = std::max(sms, 1);
+  ws.max_counters_ = static_cast<std::uint32_t>(ws.sm_count_);
+  const std::size_t partials = std::size_t{static_cast<std::uint32_t>(ws.sm_count_)} * kRows *
+                               (128 + 2) * sizeof(float);
+  const std::size_t partials_offset =
+      (kCountersOffset + ws.max_counters_ * sizeof(unsigned int) + 255) & ~std::size_t{255};
+  KVD_ASSIGN_OR_RETURN(ws.device_, DeviceBuffer::Allocate(partials_offset + partials));
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemset(ws.device_.data(), 0, partials_offset),
+                           "HackAttentionWorkspace: clear counters");
+  KVD_CUDA_RETURN_IF_ERROR(
+      cudaMemset(ws.device_.as<std::uint8_t>() + kErrorOffset, 0xff, sizeof(unsigned long long)),
+      "HackAttentionWorkspace: clear error word");
+  KVD_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "HackAttentionWorkspace");
+  return ws;
+}
+
+namespace {
+
+void BindWorkspace(HackAttentionWorkspace& ws, DeviceBuffer& buffer, std::uint32_t max_counters,
+                   HackAttentionParams& params) {
+  static_cast<void>(ws);
+  auto* base = buffer.as<std::uint8_t>();
+  params.error = reinterpret_cast<unsigned long long*>(base + kErrorOffset);
+  params.counters = reinterpret_cast<unsigned int*>(base + kCountersOffset);
+  const std::size_t partials_offset =
+      (kCountersOffset + max_counters * sizeof(unsigned int) + 255) & ~std::size_t{255};
+  params.partials = reinterpret_cast<float*>(base + partials_offset);
+}
+
+}  // namespace
+
+Status EnqueueHackDecodeAttention(const HackKvCache& kv, const HackDecodeArgs& args,
+                                  HackAttentionWorkspace& workspace, cudaStream_t stream) {
+  constexpr const char* kFn = "hack GPU decode attention";
+  HackAttentionParams params{};
+  KVD_RETURN_IF_ERROR(CheckKv(kFn, kv, args.q_heads, args.softmax_scale, params));
+  if (workspace.device_.data() == nullptr) {
+    return InvalidArgument(std::string(kFn) + ": workspace was not created");
+  }
+  if (args.num_seqs == 0 || args.seqs == nullptr || args.q == nullptr || args.out == nullptr) {
+    return InvalidArgument(std::string(kFn) + ": needs sequences, q and out");
+  }
+  if (args.max_tokens == 0) {
+    return InvalidArgument(std::string(kFn) + ": max_tokens must be >= 1");
+  }
+  if (!Aligned(args.q, 16) || !Aligned(args.seqs, 8) || !Aligned(args.out, 4)) {
+    return InvalidArgument(std::string(kFn) + ": q must be 16-byte aligned");
+  }
+  params.q = args.q;
+  params.out = args.out;
+  params.lse = args.lse;
+  params.seqs = args.seqs;
+  params.max_tokens = args.max_tokens;
+  params.tiles = args.num_seqs;
+  params.queries = args.num_seqs;
+  params.queries_per_tile = 1;
+  params.prefill = 0;
+  BindWorkspace(workspace, workspace.device_, workspace.max_counters_, params);
+  SizeGrid(workspace, args.max_tokens, params);
+  if (std::uint64_t{params.tiles} * params.kv_heads * params.splits > 0x7fffffffu) {
+    return InvalidArgument(std::string(kFn) + ": batch too large for one launch");
+  }
+  return Launch(params, kv.head_dim, stream, kFn);
+}
+
+Status EnqueueHackPrefillAttention(const HackKvCache& kv, const HackPrefillArgs& args,
+                                   HackAttentionWorkspace& workspace, cudaStream_t stream) {
+  constexpr const char* kFn = "hack GPU prefill attention";
+  HackAttentionParams params{};
+  KVD_RETURN_IF_ERROR(CheckKv(kFn, kv, args.q_heads, args.softmax_scale, params));
+  if (workspace.device_.data() == nullptr) {
+    return InvalidArgument(std::string(kFn) + ": workspace was not created");
+  }
+  const HackAttentionSeq& seq = args.seq;
+  if (seq.tokens == 0 || seq.sinks > seq.tokens) {
+    return InvalidArgument(std::string(kFn) + ": the sequence needs tokens >= 1 and sinks <= tokens");
+  }
+  if (args.queries == 0 || std::uint64_t{args.first_position} + args.queries > seq.tokens) {
+    return InvalidArgument(std::string(kFn) + ": " + std::to_string(args.queries) +
+                           " queries from position " + std::to_string(args.first_position) +
+                           " do not fit a sequence of " + std::to_string(seq.tokens) + " tokens");
+  }
+  Layout lay;
+  lay.layers = kv.layers;
+  lay.tokens = seq.tokens;
+  lay.heads = kv.kv_heads;
+  lay.dim = kv.head_dim;
+  lay.partition = kP;
+  lay.sinks = seq.sinks;
+  if (kv.page_blocks == 0 && lay.blocks() > 0 &&
+      (seq.codes == nullptr || seq.scales == nullptr || seq.sums == nullptr ||
+       !Aligned(seq.codes, 16) || !Aligned(seq.scales, 16) || !Aligned(seq.sums, 16))) {
+    return InvalidArgument(std::string(kFn) +
+                           ": codes / scales / sums must be non-null and 16-byte aligned");
+  }
+  if (lay.unquantized_tokens() > 0 && (seq.tail == nullptr || !Aligned(seq.tail, 16))) {
+    return InvalidArgument(std::string(kFn) + ": tail must be non-null and 16-byte aligned");
+  }
+  if (args.q == nullptr || args.out == nullptr || !Aligned(args.q, 16)) {
+    return InvalidArgument(std::string(kFn) + ": q (16-byte aligned) and out are needed");
+  }
+  params.q = args.q;
+  params.out = args.out;
+  params.lse = args.lse;
+  params.seqs = nullptr;
+  params.prefill_seq = seq;
+  params.max_tokens = seq.tokens;
+  params.queries = args.queries;
+  params.queries_per_tile = kRows / params.group;
+  params.tiles = (args.queries + params.queries_per_tile - 1) / params.queries_per_tile;
+  params.first_position = args.first_position;
+  params.prefill = 1;
+  BindWorkspace(workspace, workspace.device_, workspace.max_counters_, params);
+  SizeGrid(workspace, std::uint64_t{args.first_position} + args.queries, params);
+  if (std::uint64_t{params.tiles} * params.kv_heads * params.splits > 0x7fffffffu) {
+    return InvalidArgument(std::string(kFn) + ": too many queries for one launch");
+  }
+  return Launch(params, kv.head_dim, stream, kFn);
+}
+
+Status FinishHackAttention(HackAttentionWorkspace& workspace, cudaStream_t stream) {
+  if (workspace.device_.data() == nullptr) {
+    return InvalidArgument("FinishHackAttention: workspace was not created");
+  }
+  unsigned long long key = 0;
+  auto* err = workspace.device_.as<std::uint8_t>() + kErrorOffset;
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&key, err, sizeof(key), cudaMemcpyDeviceToHost, stream),
+                           "hack GPU attention: read error word");
+  KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "hack GPU attention");
+  if (key == ~0ull) return Status::Ok();
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(err, 0xff, sizeof(key), stream),
+                           "hack GPU attention: clear error word");
+  KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "hack GPU attention");
+  return InvalidArgument("hack GPU attention: " + ErrorMessage(key));
+}
+
+}  // namespace kvdepot::cuda

@@ -94,6 +94,9 @@ __device__ __forceinline__ std::uint32_t SmemAddr(const void* p) {
 __device__ __forceinline__ void MbarInit(std::uint32_t bar) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
 }
+__device__ __forceinline__ void MbarInval(std::uint32_t bar) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
 __device__ __forceinline__ void MbarInitFence() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
@@ -677,7 +680,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
       bad_q |= !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
     }
   }
-  const bool row_bad = __shfl_sync(kFull, QuadSumU(bad_q ? 1u : 0u), lane) != 0;
+  const bool row_bad = QuadSumU(bad_q ? 1u : 0u) != 0;
   if (row_bad) {
 #pragma unroll
     for (std::uint32_t kw = 0; kw < KW; ++kw) {
@@ -725,6 +728,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     }
   }
   ws.lsum = QuadSum(ws.lsum);
+  if (lane == 0) {  // every issued copy has been waited for; the memory is reused below
+    MbarInval(bar0);
+    MbarInval(bar0 + 8);
+  }
 
   // CTA merge of the warps (shared memory reused: every warp is done with its stages).
   __syncthreads();

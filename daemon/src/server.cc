@@ -96,13 +96,19 @@ class Server::Impl {
   const ServerOptions& options() const { return options_; }
   HostTier& tier() { return tier_; }
   std::string StatsJson() const;
-  void Register(const std::shared_ptr<ConnectionBase>& c) {
+  using Registration = std::list<std::weak_ptr<ConnectionBase>>::iterator;
+  // Tracks a live connection (for shutdown); its destructor calls Unregister with the result.
+  Registration Register(const std::shared_ptr<ConnectionBase>& c) {
     std::lock_guard lock(mu_);
-    connections_.push_back(c);
     ++open_;
     ++total_;
+    return connections_.insert(connections_.end(), c);
   }
-  void Unregister() { --open_; }
+  void Unregister(Registration it) {
+    std::lock_guard lock(mu_);
+    connections_.erase(it);
+    --open_;
+  }
   std::atomic<std::uint64_t> requests_{0}, protocol_errors_{0}, bytes_in_{0}, bytes_out_{0};
 
  private:
@@ -124,7 +130,7 @@ class Server::Impl {
   std::uint16_t tcp_port_ = 0;
   std::vector<std::thread> threads_;
   std::mutex mu_;
-  std::list<std::weak_ptr<ConnectionBase>> connections_;
+  std::list<std::weak_ptr<ConnectionBase>> connections_;  // live ones; guarded by mu_
   std::atomic<std::uint64_t> open_{0}, total_{0};
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   bool stopped_ = false;
@@ -138,7 +144,8 @@ class Connection : public ConnectionBase,
  public:
   Connection(Socket socket, Server::Impl& server)
       : socket_(std::move(socket)), server_(server), limits_(server.options().limits) {}
-  ~Connection() override { server_.Unregister(); }
+  ~Connection() override { server_.Unregister(registration_); }
+  void set_registration(Server::Impl::Registration r) { registration_ = r; }
 
   void Start() {
     asio::dispatch(socket_.get_executor(), [self = this->shared_from_this()] { self->ReadHeader(); });
@@ -495,6 +502,7 @@ class Connection : public ConnectionBase,
 
   Socket socket_;
   Server::Impl& server_;
+  Server::Impl::Registration registration_{};
   const protocol::Limits limits_;
   std::array<std::byte, protocol::kFrameHeaderBytes> header_{};
   std::vector<std::byte> body_;
@@ -531,7 +539,7 @@ void Server::Impl::Accept(Acceptor& acceptor) {
       socket.set_option(asio::ip::tcp::no_delay(true), ignored);
     }
     auto conn = std::make_shared<Connection<SocketType>>(std::move(socket), *this);
-    Register(conn);
+    conn->set_registration(Register(conn));
     conn->Start();
     Accept(acceptor);
   });
@@ -587,7 +595,6 @@ void Server::Impl::Stop() {
     for (auto& weak : connections_) {
       if (auto c = weak.lock()) live.push_back(std::move(c));
     }
-    connections_.clear();
   }
   for (auto& c : live) c->BeginShutdown();
   live.clear();
@@ -595,10 +602,14 @@ void Server::Impl::Stop() {
   auto timer = std::make_shared<asio::steady_timer>(io(), kDrainTimeout);
   timer->async_wait([this, timer](auto ec) {
     if (ec) return;
-    std::lock_guard lock(mu_);
-    for (auto& weak : connections_) {
-      if (auto c = weak.lock()) c->ForceClose();
+    std::vector<std::shared_ptr<ConnectionBase>> left;  // released outside the lock: a last
+    {                                                   // reference runs Unregister, which locks
+      std::lock_guard lock(mu_);
+      for (auto& weak : connections_) {
+        if (auto c = weak.lock()) left.push_back(std::move(c));
+      }
     }
+    for (auto& c : left) c->ForceClose();
   });
   // Without work guards each context returns once its connections are gone; the timer keeps
   // contexts_[0] busy until every connection is gone, then it is cancelled.

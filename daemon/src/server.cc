@@ -26,7 +26,6 @@ using protocol::Op;
 namespace {
 
 constexpr std::size_t kDiscardChunk = 64 * 1024;
-constexpr auto kDrainTimeout = std::chrono::seconds(10);
 
 // One response frame: header (+ a small inline prefix), then either an owned body or a stored
 // value (sent straight from the tier's buffer, kept alive until written).
@@ -598,8 +597,8 @@ void Server::Impl::Stop() {
   }
   for (auto& c : live) c->BeginShutdown();
   live.clear();
-  // Give connections kDrainTimeout to finish, then close whatever is left.
-  auto timer = std::make_shared<asio::steady_timer>(io(), kDrainTimeout);
+  // Give connections drain_timeout to finish, then close whatever is left.
+  auto timer = std::make_shared<asio::steady_timer>(io(), options_.drain_timeout);
   timer->async_wait([this, timer](auto ec) {
     if (ec) return;
     std::vector<std::shared_ptr<ConnectionBase>> left;  // released outside the lock: a last

@@ -35,7 +35,8 @@ class ServerTest : public ::testing::Test {
  protected:
   void StartServer(std::uint64_t capacity = 64ull << 20,
                    EvictionPolicy policy = EvictionPolicy::kSieve,
-                   std::uint64_t max_output = 64ull << 20) {
+                   std::uint64_t max_output = 64ull << 20,
+                   std::chrono::milliseconds drain_timeout = std::chrono::seconds(10)) {
     socket_path_ = (std::filesystem::temp_directory_path() /
                     ("kvdepot-test-" + std::to_string(::getpid()) + ".sock"))
                        .string();
@@ -47,6 +48,7 @@ class ServerTest : public ::testing::Test {
     o.limits.max_value_bytes = 16ull << 20;
     o.limits.max_body_bytes = 32ull << 20;
     o.max_output_bytes = max_output;
+    o.drain_timeout = drain_timeout;
     server_ = std::make_unique<Server>(o, *tier_);
     ASSERT_TRUE(server_->Start().ok());
   }
@@ -324,6 +326,21 @@ TEST_F(ServerTest, SlowReaderDoesNotGrowTheDaemon) {
     ASSERT_EQ(frame.size(), protocol::kGetItemPrefixBytes + (1u << 20));
   }
   EXPECT_TRUE(c->Ping().ok());
+}
+
+TEST_F(ServerTest, StopClosesAClientThatNeverReadsAfterTheDrainTimeout) {
+  StartServer(64ull << 20, EvictionPolicy::kLru, 1ull << 20, std::chrono::milliseconds(500));
+  auto c = Connect(Tcp());
+  ASSERT_TRUE(c->Put("big", Bytes(1 << 20, 8)).ok());
+  const std::string keys[] = {"big"};
+  const std::vector<std::byte> body = protocol::EncodeKeyList(keys);
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(c->SendRequest(protocol::Op::kGet, body).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto start = std::chrono::steady_clock::now();
+  server_->Stop();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, std::chrono::seconds(5)) << "Stop must not wait forever for a stuck client";
+  EXPECT_GE(took, std::chrono::milliseconds(400));
 }
 
 TEST_F(ServerTest, StopDrainsInFlightRequests) {

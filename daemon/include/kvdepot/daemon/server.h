@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,6 +30,8 @@ struct ServerOptions {
   std::uint32_t io_threads = 2;
   protocol::Limits limits;
   std::uint64_t max_output_bytes = 64ull << 20;  // per connection, before reading pauses
+  // Stop(): how long connections may take to finish before they are closed regardless.
+  std::chrono::milliseconds drain_timeout{10000};
 };
 
 struct ServerStats {

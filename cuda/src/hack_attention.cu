@@ -36,6 +36,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "kvdepot/cuda/hack.h"
 #include "kvdepot/cuda/status.h"
@@ -104,12 +105,18 @@ __device__ __forceinline__ void MbarExpectTx(std::uint32_t bar, std::uint32_t by
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                : "memory");
 }
+// Waits for the phase of `parity` to complete. A copy that never lands (which would be a bug)
+// traps after 2^26 polls (seconds) instead of hanging the device.
 __device__ __forceinline__ void MbarWait(std::uint32_t bar, std::uint32_t parity) {
   asm volatile(
-      "{\n\t.reg .pred P1;\n"
+      "{\n\t.reg .pred P1;\n\t.reg .u32 n;\n\t"
+      "mov.u32 n, 0;\n"
       "LAB_WAIT:\n\t"
       "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t"
       "@P1 bra DONE;\n\t"
+      "add.u32 n, n, 1;\n\t"
+      "setp.eq.u32 P1, n, 67108864;\n\t"
+      "@P1 trap;\n\t"
       "bra LAB_WAIT;\n"
       "DONE:\n\t}" ::"r"(bar),
       "r"(parity)
@@ -148,9 +155,11 @@ __device__ __forceinline__ float Exp2(float x) {
   return y;
 }
 
-// int -> float for |x| < 2^22 without the (quarter-rate) conversion unit.
-__device__ __forceinline__ float I2F(int x) {
-  return __int_as_float(static_cast<int>(kMagicBits) + x) - kMagic;
+// An MMA accumulator started at kMagicBits holds kMagicBits + dot, i.e. the float kMagic + dot
+// (|dot| < 2^22): one exact subtraction converts it, without the quarter-rate conversion unit.
+constexpr int kBiasInit = static_cast<int>(kMagicBits);
+__device__ __forceinline__ float Unbias(int biased) {
+  return __int_as_float(biased) - kMagic;
 }
 // Low bytes of four registers -> one word (byte i from x_i).
 __device__ __forceinline__ std::uint32_t Pack4(std::uint32_t a, std::uint32_t b, std::uint32_t c,
@@ -184,12 +193,16 @@ __device__ __forceinline__ std::uint32_t Sigma(std::uint32_t nt, std::uint32_t c
   return 16 * (c >> 1) + 4 * (nt >> 1) + ((2 * (nt & 1) + (c & 1) + 2 * ((c >> 1) & 1)) & 3);
 }
 
-__device__ __forceinline__ float LoadTailElem(const void* tail, std::uint32_t bf16,
-                                              std::uint64_t i) {
-  const unsigned short b = static_cast<const unsigned short*>(tail)[i];
-  return bf16 ? __uint_as_float(static_cast<std::uint32_t>(b) << 16) : H2F(b);
-}
 // 8 consecutive tail elements from a 16-byte aligned position.
+// Index of q[row r][dim d] in the CTA's query tile: lane (4 r + tq) finds its 16 dims
+// 64 kw + 16 tq + [0, 16) as 4 consecutive 16-byte chunks, XOR-swizzled so that the 8 lanes of a
+// shared-memory phase hit 8 distinct bank groups.
+__device__ __forceinline__ std::uint32_t QIndex(std::uint32_t r, std::uint32_t d) {
+  const std::uint32_t kw = d / 64, tq = (d % 64) / 16, c = (d % 16) / 4;
+  const std::uint32_t lane = 4 * r + tq;
+  return ((kw * 32 + lane) * 4 + (c ^ ((lane >> 1) & 3u))) * 4 + d % 4;
+}
+
 __device__ __forceinline__ void LoadTail8(const void* tail, std::uint32_t bf16, std::uint64_t i,
                                           float (&v)[8]) {
   const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const unsigned short*>(tail) + i);
@@ -330,7 +343,7 @@ __device__ __forceinline__ void IssueBlock(const BlockSrc& src, std::uint8_t* st
 // beyond some row's limit.
 template <int D>
 __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vtab,
-                                             const float (&qr)[Geo<D>::KW][16], WarpState<D>& ws,
+                                             const float* qsm, WarpState<D>& ws,
                                              float scale_log2, std::uint32_t pos0,
                                              std::uint32_t row_limit, bool mask_needed) {
   using G = Geo<D>;
@@ -362,25 +375,35 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
       ent[4 * c + 2] = v.z;
       ent[4 * c + 3] = v.w;
     }
+    float qv[16];
+#pragma unroll
+    for (std::uint32_t c = 0; c < 4; ++c) {
+      const float4 v = *reinterpret_cast<const float4*>(
+          qsm + ((kw * 32 + lane) * 4 + (c ^ ((lane >> 1) & 3u))) * 4);
+      qv[4 * c] = v.x;
+      qv[4 * c + 1] = v.y;
+      qv[4 * c + 2] = v.z;
+      qv[4 * c + 3] = v.w;
+    }
     float qp[16];
     float mn = 0, mx = 0;
 #pragma unroll
     for (int l = 0; l < 16; ++l) {
       const float ksc = H2F(ent[l] & 0xffffu), kmn = H2F(ent[l] >> 16);
-      qp[l] = qr[kw][l] * ksc;
-      mins = fmaf(qr[kw][l], kmn, mins);
+      qp[l] = __fmul_rn(qv[l], ksc);  // never contracted: the reference rounds q * scale
+      mins = fmaf(qv[l], kmn, mins);
       mn = l == 0 ? qp[l] : fminf(mn, qp[l]);
       mx = l == 0 ? qp[l] : fmaxf(mx, qp[l]);
     }
     mn = QuadMin(mn);
     mx = QuadMax(mx);
-    const float sc = (mx - mn) / static_cast<float>(hack::kMaxInt8Code);  // hack::Int8Params
+    const float sc = __fdiv_rn(__fsub_rn(mx, mn), static_cast<float>(hack::kMaxInt8Code));
     const float inv = sc > 0.0f ? __frcp_rn(sc) : 0.0f;
     const bool newton = inv < 1e37f;  // otherwise (tiny scale) divide exactly
     std::uint32_t cb[16];
 #pragma unroll
     for (int l = 0; l < 16; ++l) {
-      const float v = qp[l] - mn;
+      const float v = __fsub_rn(qp[l], mn);
       float t = v * inv;
       t = fmaf(fmaf(-sc, t, v), inv, t);  // correctly rounded v / sc
       if (!newton) t = sc > 0.0f ? __fdiv_rn(v, sc) : 0.0f;
@@ -415,12 +438,12 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
     float s0 = mins, s1 = mins;
 #pragma unroll
     for (std::uint32_t kw = 0; kw < KW; ++kw) {
-      int c[4] = {0, 0, 0, 0};
+      int c[4] = {kBiasInit, kBiasInit, kBiasInit, kBiasInit};
       MmaS8U8(c, aq[kw][0][0], kOnes, aq[kw][0][1], kOnes, w[kw] & kLow2, (w[kw] >> 2) & kLow2);
       MmaS8U8(c, aq[kw][1][0], kOnes, aq[kw][1][1], kOnes, (w[kw] >> 4) & kLow2,
               (w[kw] >> 6) & kLow2);
-      s0 = fmaf(sq[kw], I2F(c[0]), fmaf(cq[kw], I2F(c[2]), s0));
-      s1 = fmaf(sq[kw], I2F(c[1]), fmaf(cq[kw], I2F(c[3]), s1));
+      s0 = fmaf(sq[kw], Unbias(c[0]), fmaf(cq[kw], Unbias(c[2]), s0));
+      s1 = fmaf(sq[kw], Unbias(c[1]), fmaf(cq[kw], Unbias(c[3]), s1));
     }
     s[2 * nt] = s0 * scale_log2;
     s[2 * nt + 1] = s1 * scale_log2;
@@ -441,7 +464,7 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
   pmn = QuadMin(pmn);
   pmx = QuadMax(pmx);
   const float sp = (pmx - pmn) / static_cast<float>(hack::kMaxInt8Code);  // hack::Int8Params
-  const float pinv = sp > 0.0f ? __frcp_rn(sp) : 0.0f;
+  const float pinv = sp > 0.0f ? fminf(__frcp_rn(sp), 3.0e38f) : 0.0f;  // finite: no 0 * inf
   std::uint32_t pb[16];
   std::uint32_t psum = 0;
 #pragma unroll
@@ -474,49 +497,43 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
     const std::uint32_t d0 = 16 * mt + g, d1 = d0 + 8;
     const std::uint32_t w0 = *reinterpret_cast<const std::uint32_t*>(st + G::kOffV + d0 * 16 + 4 * tq);
     const std::uint32_t w1 = *reinterpret_cast<const std::uint32_t*>(st + G::kOffV + d1 * 16 + 4 * tq);
-    int c[4] = {0, 0, 0, 0};
+    int c[4] = {kBiasInit, kBiasInit, kBiasInit, kBiasInit};
     MmaU8U8(c, w0 & kLow2, w1 & kLow2, (w0 >> 2) & kLow2, (w1 >> 2) & kLow2, b00, b01);
     MmaU8U8(c, (w0 >> 4) & kLow2, (w1 >> 4) & kLow2, (w0 >> 6) & kLow2, (w1 >> 6) & kLow2, b10,
             b11);
     const float4 v0 = vtab[d0], v1 = vtab[d1];
-    ws.acc[mt][0] = fmaf(v0.z, mp0, fmaf(v0.y, ss0, fmaf(v0.x, sp0 * I2F(c[0]), ws.acc[mt][0])));
-    ws.acc[mt][1] = fmaf(v0.z, mp1, fmaf(v0.y, ss1, fmaf(v0.x, sp1 * I2F(c[1]), ws.acc[mt][1])));
-    ws.acc[mt][2] = fmaf(v1.z, mp0, fmaf(v1.y, ss0, fmaf(v1.x, sp0 * I2F(c[2]), ws.acc[mt][2])));
-    ws.acc[mt][3] = fmaf(v1.z, mp1, fmaf(v1.y, ss1, fmaf(v1.x, sp1 * I2F(c[3]), ws.acc[mt][3])));
+    ws.acc[mt][0] = fmaf(v0.z, mp0, fmaf(v0.y, ss0, fmaf(v0.x, sp0 * Unbias(c[0]), ws.acc[mt][0])));
+    ws.acc[mt][1] = fmaf(v0.z, mp1, fmaf(v0.y, ss1, fmaf(v0.x, sp1 * Unbias(c[1]), ws.acc[mt][1])));
+    ws.acc[mt][2] = fmaf(v1.z, mp0, fmaf(v1.y, ss0, fmaf(v1.x, sp0 * Unbias(c[2]), ws.acc[mt][2])));
+    ws.acc[mt][3] = fmaf(v1.z, mp1, fmaf(v1.y, ss1, fmaf(v1.x, sp1 * Unbias(c[3]), ws.acc[mt][3])));
   }
 }
 
 // Unquantized tokens u in [u0, u1) (< 64 of them): exact q.k and p.v in float. `scratch` is the
-// warp's (idle) stage memory: q rows [8][D] then V rows [8][D] floats, and P [64][8] floats.
+// warp's (idle) stage memory: V rows [8][D] floats, then P [64][8] floats.
 template <int D>
 __device__ void ProcessUnquantized(const HackAttentionParams& p, const Layout& lay,
                                    const void* tail, std::uint32_t kvh, std::uint32_t u0,
-                                   std::uint32_t u1, std::uint8_t* scratch,
-                                   const float (&qr)[Geo<D>::KW][16], WarpState<D>& ws,
-                                   std::uint32_t row_limit) {
-  constexpr std::uint32_t KW = Geo<D>::KW;
+                                   std::uint32_t u1, std::uint8_t* scratch, const float* qsm,
+                                   WarpState<D>& ws, std::uint32_t row_limit) {
   const std::uint32_t lane = threadIdx.x & 31u, g = lane >> 2, tq = lane & 3u;
-  float* qs = reinterpret_cast<float*>(scratch);
+  float* vs = reinterpret_cast<float*>(scratch);
   float* ps = reinterpret_cast<float*>(scratch + kRows * D * 4);
   __syncwarp();
-#pragma unroll
-  for (std::uint32_t kw = 0; kw < KW; ++kw) {
-#pragma unroll
-    for (int l = 0; l < 16; ++l) qs[g * D + 64 * kw + 16 * tq + l] = qr[kw][l];
-  }
-  __syncwarp();
   float s[16];
+#pragma unroll
   for (std::uint32_t k = 0; k < 16; ++k) {
     const std::uint32_t u = u0 + tq + 4 * k;
     s[k] = -INFINITY;
     if (u < u1 && lay.unquantized_token(u) <= row_limit) {
       const std::uint64_t base = lay.unquantized_offset(p.layer, 0, u, kvh, 0);
       float dot = 0.0f;
+#pragma unroll 1
       for (std::uint32_t d = 0; d < static_cast<std::uint32_t>(D); d += 8) {
         float kv[8];
         LoadTail8(tail, p.tail_bf16, base + d, kv);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) dot = fmaf(qs[g * D + d + i], kv[i], dot);
+        for (std::uint32_t i = 0; i < 8; ++i) dot = fmaf(qsm[QIndex(g, d + i)], kv[i], dot);
       }
       s[k] = dot * p.scale_log2;
     }
@@ -526,7 +543,6 @@ __device__ void ProcessUnquantized(const HackAttentionParams& p, const Layout& l
 #pragma unroll
   for (std::uint32_t k = 0; k < 16; ++k) ps[(tq + 4 * k) * kRows + g] = s[k];
   __syncwarp();
-  float* vs = qs;  // q is no longer needed
   for (std::uint32_t sub = 0; sub < 64 && u0 + sub < u1; sub += 8) {
     for (std::uint32_t i = lane; i < 8 * D / 8; i += 32) {
       const std::uint32_t t = i / (D / 8), c = i % (D / 8);
@@ -561,7 +577,6 @@ template <int D>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     HackAttentionKernel(const __grid_constant__ HackAttentionParams p) {
   using G = Geo<D>;
-  constexpr std::uint32_t KW = G::KW;
   extern __shared__ uint4 smem_raw[];
   auto* smem = reinterpret_cast<std::uint8_t*>(smem_raw);
   __shared__ std::uint32_t s_bad_rows;
@@ -619,7 +634,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   const std::uint32_t q_count = min(qpt, p.queries - q_first);
   const std::uint32_t r_query = q_first + g / p.group;
   const bool row_valid = g < q_count * p.group;
-  const std::uint32_t head = kvh * p.group + g % p.group;
   const std::uint32_t max_pos =
       seq_ok ? (p.prefill ? p.first_position + q_first + q_count - 1 : lay.tokens - 1) : 0;
   const std::uint32_t row_limit =
@@ -663,38 +677,25 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     }
   }
 
-  // Row g's query on the lane's dims (zero for invalid or non-finite rows).
-  float qr[KW][16];
-  bool bad_q = false;
-#pragma unroll
-  for (std::uint32_t kw = 0; kw < KW; ++kw) {
-    const float* src = p.q + (std::uint64_t{r_query} * p.q_heads + head) * D + 64 * kw + 16 * tq;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      float4 v = make_float4(0, 0, 0, 0);
-      if (row_valid && seq_ok) v = *reinterpret_cast<const float4*>(src + 4 * c);
-      qr[kw][4 * c] = v.x;
-      qr[kw][4 * c + 1] = v.y;
-      qr[kw][4 * c + 2] = v.z;
-      qr[kw][4 * c + 3] = v.w;
-      bad_q |= !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
+  // The tile's query rows in shared memory (zero for invalid rows; non-finite rows are zeroed
+  // and flagged, their outputs become NaN).
+  float* qsm = reinterpret_cast<float*>(smem + W * G::kWarpBytes);
+  for (std::uint32_t i = tid; i < kRows * D; i += blockDim.x) {
+    const std::uint32_t r = i / D, d = i % D;
+    float v = 0.0f;
+    if (seq_ok && r < q_count * p.group) {
+      const std::uint32_t qi = q_first + r / p.group, h = kvh * p.group + r % p.group;
+      v = p.q[(std::uint64_t{qi} * p.q_heads + h) * D + d];
+      if (!isfinite(v)) atomicOr(&s_bad_rows, 1u << r);
     }
+    qsm[QIndex(r, d)] = v;
   }
-  const bool row_bad = QuadSumU(bad_q ? 1u : 0u) != 0;
-  if (row_bad) {
-#pragma unroll
-    for (std::uint32_t kw = 0; kw < KW; ++kw) {
-#pragma unroll
-      for (int l = 0; l < 16; ++l) qr[kw][l] = 0.0f;
+  __syncthreads();
+  if (s_bad_rows != 0) {
+    for (std::uint32_t i = tid; i < kRows * D; i += blockDim.x) {
+      if ((s_bad_rows >> (i / D)) & 1u) qsm[QIndex(i / D, i % D)] = 0.0f;
     }
-  }
-  if (warp == 0) {
-    const std::uint32_t rows = __ballot_sync(kFull, row_bad && tq == 0);
-    if (lane == 0 && rows != 0) {
-      std::uint32_t mask = 0;
-      for (std::uint32_t r = 0; r < kRows; ++r) mask |= ((rows >> (4 * r)) & 1u) << r;
-      atomicOr(&s_bad_rows, mask);
-    }
+    __syncthreads();
   }
 
   WarpState<D> ws;
@@ -712,8 +713,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
       MbarWait(bar0 + 8 * stage, (consumed / kStages) & 1u);
       const std::uint32_t pos0 = lay.sinks + u * kP;
       const bool mask_needed = pos0 + kP - 1 > min_limit;
-      ProcessBlock<D>(wbase + stage * G::kStageBytes, vtab, qr, ws, p.scale_log2, pos0, row_limit,
-                      mask_needed);
+      ProcessBlock<D>(wbase + stage * G::kStageBytes, vtab, qsm, ws, p.scale_log2, pos0,
+                      row_limit, mask_needed);
       ++consumed;
       __syncwarp();
       const std::uint32_t next = u + kStages * W;
@@ -723,7 +724,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
       }
     } else {
       const std::uint32_t u0 = (u - nb) * kP;
-      ProcessUnquantized<D>(p, lay, seq.tail, kvh, u0, min(u0 + kP, u_vis), wbase, qr, ws,
+      ProcessUnquantized<D>(p, lay, seq.tail, kvh, u0, min(u0 + kP, u_vis), wbase, qsm, ws,
                             row_limit);
     }
   }
@@ -959,14 +960,15 @@ Status CheckKv(const char* fn, const HackKvCache& kv, std::uint32_t q_heads, flo
   params.page_codes_bytes = kv.page_codes_bytes;
   params.page_scales_bytes = kv.page_scales_bytes;
   params.page_sums_bytes = kv.page_sums_bytes;
-  const double scale = softmax_scale > 0 ? softmax_scale : 1.0 / std::sqrt(double{kv.head_dim});
+  const double scale = softmax_scale > 0 ? softmax_scale : 1.0 / std::sqrt(static_cast<double>(kv.head_dim));
   params.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   return Status::Ok();
 }
 
-// Splits, units per split and warps for `tiles` tiles whose keys are at most `max_positions`.
+// Splits, units per split and warps for `tiles` tiles whose keys are at most `max_positions`
+// (on average `mean_positions`: warps are sized for the average tile).
 void SizeGrid(const HackAttentionWorkspace& ws, std::uint64_t max_positions,
-              HackAttentionParams& params) {
+              std::uint64_t mean_positions, HackAttentionParams& params) {
   const std::uint64_t pairs = std::uint64_t{params.tiles} * params.kv_heads;
   const std::uint64_t units = (max_positions + kP - 1) / kP + 1;
   const auto sms = static_cast<std::uint64_t>(std::max(ws.sm_count(), 1));
@@ -974,10 +976,11 @@ void SizeGrid(const HackAttentionWorkspace& ws, std::uint64_t max_positions,
   if (pairs < sms) splits = std::min<std::uint64_t>({kMaxSplits, sms / pairs, units});
   splits = std::max<std::uint64_t>(splits, 1);
   const std::uint64_t ups = (units + splits - 1) / splits;
+  const std::uint64_t mean_ups = ((mean_positions + kP - 1) / kP + 1 + splits - 1) / splits;
   params.splits = static_cast<std::uint32_t>(splits);
   params.units_per_split = static_cast<std::uint32_t>(ups);
   params.warps = static_cast<std::uint32_t>(
-      std::clamp<std::uint64_t>((ups + kUnitsPerWarp - 1) / kUnitsPerWarp, 1, kMaxWarps));
+      std::clamp<std::uint64_t>((mean_ups + kUnitsPerWarp - 1) / kUnitsPerWarp, 1, kMaxWarps));
 }
 
 Status Launch(const HackAttentionParams& params, std::uint32_t head_dim, cudaStream_t stream,
@@ -1005,7 +1008,7 @@ std::string ErrorMessage(unsigned long long key) {
 
 template <int HeadDim>
 std::size_t HackAttentionSharedBytes(std::uint32_t warps) {
-  return std::size_t{warps} * Geo<HeadDim>::kWarpBytes;
+  return std::size_t{warps} * Geo<HeadDim>::kWarpBytes + kRows * HeadDim * sizeof(float);
 }
 
 template <int HeadDim>
@@ -1049,7 +1052,7 @@ Result<HackAttentionWorkspace> HackAttentionWorkspace::Create() {
       cudaMemset(ws.device_.as<std::uint8_t>() + kErrorOffset, 0xff, sizeof(unsigned long long)),
       "HackAttentionWorkspace: clear error word");
   KVD_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "HackAttentionWorkspace");
-  return ws;
+  return Result<HackAttentionWorkspace>(std::move(ws));
 }
 
 namespace {
@@ -1094,7 +1097,7 @@ Status EnqueueHackDecodeAttention(const HackKvCache& kv, const HackDecodeArgs& a
   params.queries_per_tile = 1;
   params.prefill = 0;
   BindWorkspace(workspace, workspace.device_, workspace.max_counters_, params);
-  SizeGrid(workspace, args.max_tokens, params);
+  SizeGrid(workspace, args.max_tokens, args.max_tokens, params);
   if (std::uint64_t{params.tiles} * params.kv_heads * params.splits > 0x7fffffffu) {
     return InvalidArgument(std::string(kFn) + ": batch too large for one launch");
   }
@@ -1149,7 +1152,8 @@ Status EnqueueHackPrefillAttention(const HackKvCache& kv, const HackPrefillArgs&
   params.first_position = args.first_position;
   params.prefill = 1;
   BindWorkspace(workspace, workspace.device_, workspace.max_counters_, params);
-  SizeGrid(workspace, std::uint64_t{args.first_position} + args.queries, params);
+  SizeGrid(workspace, std::uint64_t{args.first_position} + args.queries,
+           std::uint64_t{args.first_position} + (args.queries + 1) / 2, params);
   if (std::uint64_t{params.tiles} * params.kv_heads * params.splits > 0x7fffffffu) {
     return InvalidArgument(std::string(kFn) + ": too many queries for one launch");
   }

@@ -72,16 +72,19 @@ __device__ __forceinline__ std::uint32_t InvalidKind(std::uint32_t bits) {
   return D == DType::kFloat16 ? 0u : (abs >= 0x7f80u ? 0u : 1u);
 }
 
+// Reports the first invalid element of 8 consecutive ones (flat index first_index ..).
 template <DType D>
-__device__ void ReportInvalid(unsigned long long* error, std::uint64_t first_index,
-                              const std::uint16_t* elems, int n) {
-  for (int i = 0; i < n; ++i) {
-    const std::uint32_t bits = elems[i];
+__device__ void ReportInvalid(unsigned long long* error, std::uint64_t first_index, uint4 v) {
+  const std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  unsigned long long key = ~0ull;
+#pragma unroll
+  for (int i = 7; i >= 0; --i) {
+    const std::uint32_t bits = (w[i / 2] >> (16 * (i % 2))) & 0xffffu;
     if ((InvalidMask<D>(bits) & 0x8000u) != 0) {
-      atomicMin(error, static_cast<unsigned long long>((first_index + i) * 2 + InvalidKind<D>(bits)));
-      return;
+      key = (first_index + static_cast<std::uint64_t>(i)) * 2 + InvalidKind<D>(bits);
     }
   }
+  atomicMin(error, key);
 }
 
 // Zero-sign tracker: 0 no zero seen yet, 1 first zero was +0, 2 first zero was -0.
@@ -140,11 +143,7 @@ __device__ void CopyTailRow(const HackQuantizeParams& p, std::uint64_t row) {
     const uint4 v = __ldg(in + c);
     const std::uint32_t bad =
         InvalidMask<In>(v.x) | InvalidMask<In>(v.y) | InvalidMask<In>(v.z) | InvalidMask<In>(v.w);
-    if (bad != 0) {
-      std::uint16_t e[8];
-      std::memcpy(e, &v, sizeof(e));
-      ReportInvalid<In>(p.error, src + std::uint64_t{c} * 8, e, 8);
-    }
+    if (bad != 0) ReportInvalid<In>(p.error, src + std::uint64_t{c} * 8, v);
     out[c] = v;
   }
 }
@@ -208,11 +207,7 @@ __global__ void __launch_bounds__(kThreads) HackQuantizeKernel(const HackQuantiz
             const std::uint32_t t = c / row_chunks, cc = c % row_chunks;
             const std::uint32_t bad = InvalidMask<In>(v[k].x) | InvalidMask<In>(v[k].y) |
                                       InvalidMask<In>(v[k].z) | InvalidMask<In>(v[k].w);
-            if (bad != 0) {
-              std::uint16_t e[8];
-              std::memcpy(e, &v[k], sizeof(e));
-              ReportInvalid<In>(p.error, e_base + t * row_step + cc * 8, e, 8);
-            }
+            if (bad != 0) ReportInvalid<In>(p.error, e_base + t * row_step + cc * 8, v[k]);
             *reinterpret_cast<uint4*>(tile + t * rh + cc * 8) = v[k];
           }
         }
@@ -544,8 +539,14 @@ std::string Position(const KvShape& s, std::uint64_t i) {
   i /= s.kv_heads;
   const auto t = static_cast<std::uint32_t>(i % s.tokens);
   i /= s.tokens;
-  return "[" + std::to_string(i / 2) + ", " + std::to_string(i % 2) + ", " + std::to_string(t) +
-         ", " + std::to_string(h) + ", " + std::to_string(d) + "]";
+  std::string out = "[";
+  for (const std::uint64_t v : {i / 2, i % 2, std::uint64_t{t}, std::uint64_t{h}}) {
+    out += std::to_string(v);
+    out += ", ";
+  }
+  out += std::to_string(d);
+  out += ']';
+  return out;
 }
 
 // params section of a chunk (docs/hack.md), as EncodeHack writes it.
@@ -596,7 +597,7 @@ Result<SectionBuffers> AllocateSections(const Layout& lay, DType dtype) {
   KVD_ASSIGN_OR_RETURN(s.buffer, DeviceBuffer::Allocate(std::max<std::uint64_t>(total, 256)));
   auto* base = s.buffer.as<std::uint8_t>();
   s.sections = {base, base + o1, base + o2, base + o3};
-  return s;
+  return Result<SectionBuffers>(std::move(s));
 }
 
 }  // namespace

@@ -98,8 +98,7 @@ cudaError_t LaunchHackQuantize(const HackQuantizeParams& params, cudaStream_t st
 std::size_t HackQuantizeSharedBytes(const hack::Layout& layout);
 
 // Validates (dtype fp16 or bf16, ValidateShape, ValidateHackOptions, head_dim in {64, 128, 256},
-// non-null 16-byte aligned pointers, sections large enough is the caller's duty: sizes from
-// HackSectionBytesFor) and enqueues the quantization of the device tensor `d_input` into `out`,
+// non-null aligned pointers; section sizes are the caller's duty: HackSectionBytesFor) and enqueues the quantization of the device tensor `d_input` into `out`,
 // plus the reset of the device error word `d_error` (u64). Does not block.
 // Errors: kInvalidArgument naming the field; CUDA errors via StatusFromCuda.
 Status EnqueueQuantizeHack(DType dtype, const KvShape& shape, const HackOptions& options,
@@ -107,8 +106,9 @@ Status EnqueueQuantizeHack(DType dtype, const KvShape& shape, const HackOptions&
                            unsigned long long* d_error, cudaStream_t stream);
 
 // Synchronises `stream` and reads `d_error`: OK, or kInvalidArgument naming the first invalid input
-// element exactly as QuantizeHack words it (non-finite value, or |x| > 65504), or a CUDA error.
-// On error the sections hold partial data.
+// element (non-finite value, or |x| > 65504) at the same position "[layer, kv, token, head, dim]"
+// as QuantizeHack (its value is not quoted), or a CUDA error. On error the sections hold partial
+// data.
 Status FinishQuantizeHack(const KvShape& shape, const unsigned long long* d_error,
                           cudaStream_t stream);
 

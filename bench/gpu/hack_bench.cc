@@ -1,0 +1,729 @@
+// kvdepot_hack_bench: GPU HACK INT2 kernels (docs/hack-gpu.md) against a cudaMemcpy D2D ceiling.
+//
+//  * decode attention, Llama-3.1-70B heads (64 query heads, 8 KV heads, head_dim 128), batch 1 and
+//    16, KV lengths 4K, 32K and 128K (contiguous layout, P = 64, channel orientation);
+//  * causal prefill over 1K and 4K prompts (same heads), reported against torch SDPA bf16 by
+//    bench/gpu/torch_sdpa.py;
+//  * quantize and dequantize of Llama-3.1-8B and 70B-shaped chunks [32|80, 2, 256, 8, 128] fp16.
+//
+// Inputs are random (never zero); every variant rotates over enough copies of its inputs that the
+// copies together are at least 3x the L2 size (and at least 2), so no rep reads what the previous
+// one left in L2. Times are cudaEvent intervals around one Enqueue; the median over --reps (>= 50)
+// timed reps after --warmup reps is reported. "bytes" = what the kernel must move: for attention
+// the KV codes, scales, V sums, tail and queries it reads; for quantize the fp16 input plus the
+// sections written; for dequantize the sections read plus the output. GB/s = bytes / median time;
+// "% d2d" compares that rate with the D2D copy rate (read + write bytes). After timing, the
+// results are checked against the CPU reference (attention: relative L2 <= 1e-3 on sequence 0
+// where its length is <= 32K; quantize / dequantize: byte for byte); a mismatch fails the run.
+//
+// Usage: kvdepot_hack_bench [--json FILE] [--reps N] [--warmup N] [--device N]
+//                           [--only decode|prefill|quantize|dequantize] [--lengths 4096,...]
+//                           [--batches 1,16]
+// Exit status: 0 ok, 1 error or mismatch, 2 no GPU, 64 bad usage.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kvdepot/container.h"
+#include "kvdepot/cuda/device.h"
+#include "kvdepot/cuda/hack.h"
+#include "kvdepot/cuda/status.h"
+#include "kvdepot/hack.h"
+#include "kvdepot/hack_attention.h"
+#include "kvdepot/numeric.h"
+#include "kvdepot/status.h"
+#include "kvdepot/tensor.h"
+
+namespace kvdepot::cuda {
+namespace {
+
+constexpr std::uint32_t kQHeads = 64;
+constexpr std::uint32_t kKvHeads = 8;
+constexpr std::uint32_t kDim = 128;
+constexpr std::uint32_t kVerifyMaxTokens = 32768;
+
+struct Options {
+  std::string json_path;
+  int reps = 100;
+  int warmup = 5;
+  int device = 0;
+  std::string only;
+  std::vector<std::uint32_t> lengths = {4096, 32768, 131072};
+  std::vector<std::uint32_t> batches = {1, 16};
+  std::vector<std::uint32_t> prefill_lengths = {1024, 4096};
+};
+
+struct Row {
+  std::string op;
+  std::string shape;
+  std::uint32_t batch = 0;
+  std::uint32_t tokens = 0;
+  double median_us = 0;
+  double min_us = 0;
+  std::uint64_t bytes = 0;
+  double gbps = 0;
+  double pct_d2d = 0;
+  double tops = 0;  // prefill: 4 * q_heads * head_dim * causal pairs / time (multiply-adds x 2)
+  std::string config;
+};
+
+class EventPair {
+ public:
+  EventPair() = default;
+  ~EventPair() {
+    if (start_ != nullptr) static_cast<void>(cudaEventDestroy(start_));
+    if (stop_ != nullptr) static_cast<void>(cudaEventDestroy(stop_));
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+  Status Init() {
+    KVD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start_), "cudaEventCreate");
+    KVD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop_), "cudaEventCreate");
+    return Status::Ok();
+  }
+  cudaEvent_t start() const { return start_; }
+  cudaEvent_t stop() const { return stop_; }
+
+ private:
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Times `op(set)` (enqueues on `stream`), then runs `finish()` (synchronises) outside the timed
+// interval; rotates over `sets`.
+template <typename Op, typename Finish>
+Result<std::vector<double>> Time(const Options& opt, int sets, cudaStream_t stream, Op op,
+                                 Finish finish) {
+  EventPair ev;
+  KVD_RETURN_IF_ERROR(ev.Init());
+  std::vector<double> us;
+  for (int rep = 0; rep < opt.warmup + opt.reps; ++rep) {
+    KVD_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.start(), stream), "cudaEventRecord");
+    KVD_RETURN_IF_ERROR(op(rep % sets));
+    KVD_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.stop(), stream), "cudaEventRecord");
+    KVD_RETURN_IF_ERROR(finish());
+    float ms = 0;
+    KVD_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, ev.start(), ev.stop()),
+                             "cudaEventElapsedTime");
+    if (rep >= opt.warmup) us.push_back(static_cast<double>(ms) * 1000.0);
+  }
+  return us;
+}
+
+Result<double> MeasureD2d(cudaStream_t stream, const Options& opt) {
+  const std::size_t bytes = std::size_t{256} << 20;
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::Allocate(bytes));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(bytes));
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemset(a.data(), 1, bytes), "cudaMemset");
+  KVD_ASSIGN_OR_RETURN(
+      std::vector<double> us,
+      Time(
+          opt, 1, stream,
+          [&](int) -> Status {
+            KVD_CUDA_RETURN_IF_ERROR(
+                cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream),
+                "d2d");
+            return Status::Ok();
+          },
+          [&]() -> Status {
+            KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "sync");
+            return Status::Ok();
+          }));
+  return 2.0 * static_cast<double>(bytes) / (Median(us) * 1e3);
+}
+
+int SetsFor(std::uint64_t bytes_per_set, std::uint64_t l2) {
+  return static_cast<int>(std::max<std::uint64_t>(2, (3 * l2 + bytes_per_set - 1) / bytes_per_set));
+}
+
+std::uint64_t Align256(std::uint64_t n) {
+  return (n + 255) & ~std::uint64_t{255};
+}
+
+// ---- synthetic hack-int2 KV (random codes and quantizers; the sums match the codes) ----
+
+struct HostSeq {
+  hack::Layout lay;
+  std::vector<std::uint8_t> codes, scales, sums;
+  std::vector<std::uint16_t> tail;  // fp16
+};
+
+std::uint16_t RandomHalf(std::mt19937_64& rng, float lo, float hi) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  float v = u(rng);
+  if (v == 0.0f) v = 0.001f;
+  return FloatToHalfBits(v);
+}
+
+HostSeq MakeHostSeq(std::uint32_t tokens, std::uint64_t seed) {
+  HostSeq s;
+  s.lay = HackLayoutFor({1, tokens, kKvHeads, kDim}, {});
+  const hack::Layout& lay = s.lay;
+  const HackSectionBytes b = HackSectionBytesFor(lay, DType::kFloat16);
+  std::mt19937_64 rng(seed);
+  s.codes.resize(b.codes);
+  for (std::size_t i = 0; i < s.codes.size(); i += 8) {
+    const std::uint64_t r = rng();
+    std::memcpy(s.codes.data() + i, &r, std::min<std::size_t>(8, s.codes.size() - i));
+  }
+  s.scales.resize(b.scales);
+  for (std::size_t i = 0; i < s.scales.size() / 4; ++i) {
+    const std::uint16_t scale = RandomHalf(rng, 0.02f, 0.3f), mn = RandomHalf(rng, -1.0f, -0.1f);
+    std::memcpy(s.scales.data() + 4 * i, &scale, 2);
+    std::memcpy(s.scales.data() + 4 * i + 2, &mn, 2);
+  }
+  s.sums.assign(b.sums, 0);
+  auto code = [&](std::uint64_t i) { return (s.codes[i / 4] >> (2 * (i % 4))) & 3u; };
+  for (std::uint32_t kv = 0; kv < 2; ++kv) {
+    for (std::uint32_t h = 0; h < kKvHeads; ++h) {
+      for (std::uint32_t blk = 0; blk < lay.blocks(); ++blk) {
+        const std::uint64_t base = lay.code_base(lay.group(0, kv, h, blk));
+        const std::uint64_t sb = lay.sum_base(0, kv, h, blk);
+        for (std::uint32_t t = 0; t < lay.partition; ++t) {
+          for (std::uint32_t d = 0; d < kDim; ++d) {
+            s.sums[sb + lay.sum_offset(kv, t, d)] += static_cast<std::uint8_t>(
+                code(base + lay.code_offset(kv, t, d)));
+          }
+        }
+      }
+    }
+  }
+  s.tail.resize(lay.unquantized_elements());
+  for (std::uint16_t& x : s.tail) x = RandomHalf(rng, -1.0f, 1.0f);
+  return s;
+}
+
+HackChunk ToChunk(const HostSeq& s) {
+  HackChunk c;
+  c.dtype = DType::kFloat16;
+  c.shape = {1, s.lay.tokens, kKvHeads, kDim};
+  c.layout = s.lay;
+  c.codes.resize(s.lay.codes());
+  for (std::size_t i = 0; i < c.codes.size(); ++i) {
+    c.codes[i] = static_cast<std::uint8_t>((s.codes[i / 4] >> (2 * (i % 4))) & 3u);
+  }
+  c.quants.resize(s.lay.partitions());
+  for (std::size_t i = 0; i < c.quants.size(); ++i) {
+    std::uint16_t a, b;
+    std::memcpy(&a, s.scales.data() + 4 * i, 2);
+    std::memcpy(&b, s.scales.data() + 4 * i + 2, 2);
+    c.quants[i] = {HalfBitsToFloat(a), HalfBitsToFloat(b)};
+  }
+  c.sums.assign(s.sums.begin(), s.sums.end());
+  c.unquantized.resize(s.tail.size());
+  for (std::size_t i = 0; i < s.tail.size(); ++i) c.unquantized[i] = HalfBitsToFloat(s.tail[i]);
+  return c;
+}
+
+// Device copies: `sets` x `batch` sequences, each its four sections at 256-byte aligned offsets.
+struct DeviceKv {
+  DeviceBuffer buffer;
+  DeviceBuffer descs;  // [sets][batch] HackAttentionSeq
+  std::uint64_t seq_bytes = 0;
+  std::uint64_t read_bytes = 0;  // per sequence, what the kernel reads
+};
+
+Result<DeviceKv> Replicate(const HostSeq& s, int sets, std::uint32_t batch) {
+  DeviceKv kv;
+  const std::uint64_t o1 = Align256(s.codes.size());
+  const std::uint64_t o2 = o1 + Align256(s.scales.size());
+  const std::uint64_t o3 = o2 + Align256(s.sums.size());
+  kv.seq_bytes = o3 + Align256(s.tail.size() * 2);
+  const std::uint64_t vsums = std::uint64_t{s.lay.blocks()} * kKvHeads * kDim;
+  kv.read_bytes = s.codes.size() + s.scales.size() + vsums + s.tail.size() * 2 +
+                  std::uint64_t{kQHeads} * kDim * 4;
+  const std::uint64_t n = std::uint64_t(sets) * batch;
+  KVD_ASSIGN_OR_RETURN(kv.buffer, DeviceBuffer::Allocate(n * kv.seq_bytes));
+  auto* base = kv.buffer.as<std::uint8_t>();
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(base, s.codes.data(), s.codes.size(), cudaMemcpyHostToDevice),
+                           "upload codes");
+  KVD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(base + o1, s.scales.data(), s.scales.size(), cudaMemcpyHostToDevice),
+      "upload scales");
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(base + o2, s.sums.data(), s.sums.size(), cudaMemcpyHostToDevice),
+                           "upload sums");
+  if (!s.tail.empty()) {
+    KVD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(base + o3, s.tail.data(), s.tail.size() * 2, cudaMemcpyHostToDevice),
+        "upload tail");
+  }
+  for (std::uint64_t i = 1; i < n; ++i) {
+    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(base + i * kv.seq_bytes, base, kv.seq_bytes,
+                                        cudaMemcpyDeviceToDevice),
+                             "replicate");
+  }
+  std::vector<HackAttentionSeq> descs(n);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    std::uint8_t* p = base + i * kv.seq_bytes;
+    descs[i].codes = p;
+    descs[i].scales = p + o1;
+    descs[i].sums = p + o2;
+    descs[i].tail = s.tail.empty() ? nullptr : p + o3;
+    descs[i].tokens = s.lay.tokens;
+    descs[i].sinks = 0;
+  }
+  KVD_ASSIGN_OR_RETURN(kv.descs, DeviceBuffer::Allocate(n * sizeof(HackAttentionSeq)));
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(kv.descs.data(), descs.data(), n * sizeof(HackAttentionSeq),
+                                      cudaMemcpyHostToDevice),
+                           "upload descriptors");
+  KVD_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "replicate");
+  return Result<DeviceKv>(std::move(kv));
+}
+
+std::vector<float> RandomFloats(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) {
+    x = nd(rng);
+    if (x == 0.0f) x = 0.5f;
+  }
+  return v;
+}
+
+Status CheckClose(const std::vector<double>& ref, const std::vector<float>& got,
+                  const std::string& what) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double e = static_cast<double>(got[i]) - ref[i];
+    num += e * e;
+    den += ref[i] * ref[i];
+  }
+  const double rel = std::sqrt(num / std::max(den, 1e-300));
+  if (!(rel <= kHackAttentionRelL2Tolerance)) {
+    return Internal("verify: " + what + ": relative L2 " + std::to_string(rel) +
+                    " against the CPU reference exceeds " +
+                    std::to_string(kHackAttentionRelL2Tolerance));
+  }
+  return Status::Ok();
+}
+
+HackKvCache Kv() {
+  HackKvCache kv;
+  kv.dtype = DType::kFloat16;
+  kv.layers = 1;
+  kv.layer = 0;
+  kv.kv_heads = kKvHeads;
+  kv.head_dim = kDim;
+  return kv;
+}
+
+// The launch configuration SizeGrid picks, for the table (mirrors hack_attention.cu).
+std::string DecodeConfig(std::uint32_t pairs, std::uint64_t tokens, int sms) {
+  const std::uint64_t units = (tokens + 63) / 64 + 1;
+  std::uint64_t splits = 1;
+  if (pairs < static_cast<std::uint64_t>(sms)) {
+    splits = std::min<std::uint64_t>({16, sms / pairs, units});
+  }
+  const std::uint64_t ups = (units + splits - 1) / splits;
+  const std::uint64_t warps = std::clamp<std::uint64_t>((ups + 3) / 4, 1, 16);
+  return std::to_string(pairs * splits) + " CTAs x " + std::to_string(warps) + " warps";
+}
+
+Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, const DeviceInfo& info,
+                          HackAttentionWorkspace& ws, cudaStream_t stream, const Options& opt) {
+  const HostSeq host = MakeHostSeq(tokens, 1000 + tokens);
+  const std::uint64_t per_set_estimate =
+      std::uint64_t{batch} * (HackSectionBytesFor(host.lay, DType::kFloat16).codes * 5 / 4);
+  const int sets = SetsFor(per_set_estimate, info.l2_bytes);
+  KVD_ASSIGN_OR_RETURN(DeviceKv kv, Replicate(host, sets, batch));
+  const std::vector<float> q = RandomFloats(std::size_t{batch} * kQHeads * kDim, 7 + batch);
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_q, DeviceBuffer::Allocate(q.size() * 4));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_out, DeviceBuffer::Allocate(q.size() * 4));
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_q.data(), q.data(), q.size() * 4, cudaMemcpyHostToDevice),
+                           "upload q");
+  const HackKvCache cache = Kv();
+  KVD_ASSIGN_OR_RETURN(
+      std::vector<double> us,
+      Time(
+          opt, sets, stream,
+          [&](int s) {
+            HackDecodeArgs a;
+            a.seqs = kv.descs.as<HackAttentionSeq>() + std::size_t(s) * batch;
+            a.num_seqs = batch;
+            a.max_tokens = tokens;
+            a.q_heads = kQHeads;
+            a.q = d_q.as<float>();
+            a.out = d_out.as<float>();
+            return EnqueueHackDecodeAttention(cache, a, ws, stream);
+          },
+          [&]() { return FinishHackAttention(ws, stream); }));
+  if (tokens <= kVerifyMaxTokens) {
+    std::vector<float> got(std::size_t{kQHeads} * kDim);
+    KVD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(got.data(), d_out.data(), got.size() * 4, cudaMemcpyDeviceToHost), "download");
+    const HackChunk chunk = ToChunk(host);
+    AttentionOptions ao;
+    ao.q_heads = kQHeads;
+    KVD_ASSIGN_OR_RETURN(
+        AttentionResult ref,
+        HackDecodeAttention(HackSequence(&chunk, 1), 0,
+                            std::span<const float>(q.data(), std::size_t{kQHeads} * kDim), ao));
+    KVD_RETURN_IF_ERROR(CheckClose(ref.out, got, "decode " + std::to_string(tokens)));
+  }
+  Row row;
+  row.op = "decode";
+  row.batch = batch;
+  row.tokens = tokens;
+  row.shape = "q64 kv8 d128";
+  row.median_us = Median(us);
+  row.min_us = *std::min_element(us.begin(), us.end());
+  row.bytes = kv.read_bytes * batch;
+  row.gbps = static_cast<double>(row.bytes) / (row.median_us * 1e3);
+  row.config = DecodeConfig(batch * kKvHeads, tokens, info.sm_count);
+  return row;
+}
+
+Result<Row> MeasurePrefill(std::uint32_t tokens, const DeviceInfo& info,
+                           HackAttentionWorkspace& ws, cudaStream_t stream, const Options& opt) {
+  const HostSeq host = MakeHostSeq(tokens, 2000 + tokens);
+  const int sets = SetsFor(HackSectionBytesFor(host.lay, DType::kFloat16).codes * 5 / 4,
+                           info.l2_bytes);
+  KVD_ASSIGN_OR_RETURN(DeviceKv kv, Replicate(host, sets, 1));
+  std::vector<HackAttentionSeq> descs(static_cast<std::size_t>(sets));
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(descs.data(), kv.descs.data(),
+                                      descs.size() * sizeof(HackAttentionSeq),
+                                      cudaMemcpyDeviceToHost),
+                           "download descriptors");
+  const std::vector<float> q = RandomFloats(std::size_t{tokens} * kQHeads * kDim, 11);
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_q, DeviceBuffer::Allocate(q.size() * 4));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_out, DeviceBuffer::Allocate(q.size() * 4));
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_q.data(), q.data(), q.size() * 4, cudaMemcpyHostToDevice),
+                           "upload q");
+  const HackKvCache cache = Kv();
+  KVD_ASSIGN_OR_RETURN(
+      std::vector<double> us,
+      Time(
+          opt, sets, stream,
+          [&](int s) {
+            HackPrefillArgs a;
+            a.seq = descs[static_cast<std::size_t>(s)];
+            a.queries = tokens;
+            a.first_position = 0;
+            a.q_heads = kQHeads;
+            a.q = d_q.as<float>();
+            a.out = d_out.as<float>();
+            return EnqueueHackPrefillAttention(cache, a, ws, stream);
+          },
+          [&]() { return FinishHackAttention(ws, stream); }));
+  {  // verify the first 64 queries
+    std::vector<float> got(std::size_t{64} * kQHeads * kDim);
+    KVD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(got.data(), d_out.data(), got.size() * 4, cudaMemcpyDeviceToHost), "download");
+    const HackChunk chunk = ToChunk(host);
+    AttentionOptions ao;
+    ao.q_heads = kQHeads;
+    KVD_ASSIGN_OR_RETURN(AttentionResult ref,
+                         HackPrefillAttention(HackSequence(&chunk, 1), 0,
+                                              std::span<const float>(q.data(), got.size()), 0, ao));
+    KVD_RETURN_IF_ERROR(CheckClose(ref.out, got, "prefill " + std::to_string(tokens)));
+  }
+  Row row;
+  row.op = "prefill";
+  row.batch = 1;
+  row.tokens = tokens;
+  row.shape = "q64 kv8 d128 causal";
+  row.median_us = Median(us);
+  row.min_us = *std::min_element(us.begin(), us.end());
+  row.bytes = kv.read_bytes;
+  row.gbps = static_cast<double>(row.bytes) / (row.median_us * 1e3);
+  const double pairs = static_cast<double>(tokens) * (tokens + 1) / 2;
+  row.tops = 4.0 * kQHeads * kDim * pairs / (row.median_us * 1e6);
+  row.config = std::to_string(tokens) + " queries";
+  return row;
+}
+
+// Random fp16 KV [layers, 2, 256, 8, 128], never zero.
+KvTensor RandomChunk(std::uint32_t layers, std::uint64_t seed) {
+  KvTensor t = KvTensor::Zeros(DType::kFloat16, {layers, 256, kKvHeads, kDim});
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto* p = reinterpret_cast<std::uint16_t*>(t.data.data());
+  for (std::uint64_t i = 0; i < t.shape.elements(); ++i) {
+    float v = nd(rng);
+    if (v == 0.0f) v = 0.25f;
+    p[i] = FloatToHalfBits(v);
+  }
+  return t;
+}
+
+Result<Row> MeasureCodec(bool quantize, std::uint32_t layers, bool stochastic,
+                         const DeviceInfo& info, cudaStream_t stream, const Options& opt) {
+  const KvTensor t = RandomChunk(layers, 31 + layers);
+  HackOptions o;
+  if (stochastic) {
+    o.rounding = HackRounding::kStochastic;
+    o.seed = 12345;
+  }
+  const hack::Layout lay = HackLayoutFor(t.shape, o);
+  const HackSectionBytes sb = HackSectionBytesFor(lay, t.dtype);
+  const std::uint64_t o1 = Align256(sb.codes), o2 = o1 + Align256(sb.scales),
+                      o3 = o2 + Align256(sb.sums), sec_bytes = o3 + Align256(sb.tail) + 256;
+  const std::uint64_t in_bytes = t.data.size();
+  const int sets = SetsFor(quantize ? in_bytes : sec_bytes, info.l2_bytes);
+  // quantize: `sets` inputs, one set of sections; dequantize: `sets` section sets, one output.
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer tensors,
+                       DeviceBuffer::Allocate((quantize ? sets : 1) * in_bytes));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer sections,
+                       DeviceBuffer::Allocate((quantize ? 1 : sets) * sec_bytes));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer err, DeviceBuffer::Allocate(sizeof(unsigned long long)));
+  auto sec = [&](int s) {
+    std::uint8_t* b = sections.as<std::uint8_t>() + std::uint64_t(s) * sec_bytes;
+    return HackDeviceSections{b, b + o1, b + o2, b + o3};
+  };
+  for (int s = 0; s < (quantize ? sets : 1); ++s) {
+    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(tensors.as<std::uint8_t>() + std::uint64_t(s) * in_bytes,
+                                        t.data.data(), in_bytes, cudaMemcpyHostToDevice),
+                             "upload");
+  }
+  auto* e = err.as<unsigned long long>();
+  if (!quantize) {  // sections from the GPU quantizer, replicated
+    KVD_RETURN_IF_ERROR(EnqueueQuantizeHack(t.dtype, t.shape, o, tensors.data(), sec(0), e, stream));
+    KVD_RETURN_IF_ERROR(FinishQuantizeHack(t.shape, e, stream));
+    for (int s = 1; s < sets; ++s) {
+      KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(sec(s).codes, sec(0).codes, sec_bytes - 256,
+                                          cudaMemcpyDeviceToDevice),
+                               "replicate");
+    }
+  }
+  KVD_ASSIGN_OR_RETURN(
+      std::vector<double> us,
+      Time(
+          opt, sets, stream,
+          [&](int s) -> Status {
+            if (quantize) {
+              return EnqueueQuantizeHack(t.dtype, t.shape, o,
+                                         tensors.as<std::uint8_t>() + std::uint64_t(s) * in_bytes,
+                                         sec(0), e, stream);
+            }
+            const HackDeviceSections w = sec(s);
+            return EnqueueDequantizeHack(t.dtype, t.shape, o,
+                                         HackDeviceSectionsView{w.codes, w.scales, w.sums, w.tail},
+                                         t.dtype, tensors.data(), stream);
+          },
+          [&]() -> Status {
+            if (quantize) return FinishQuantizeHack(t.shape, e, stream);
+            KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "sync");
+            return Status::Ok();
+          }));
+  // Verify against the CPU byte for byte.
+  KVD_ASSIGN_OR_RETURN(std::vector<std::byte> cpu, EncodeHack(t.view(), o));
+  KVD_ASSIGN_OR_RETURN(ContainerView view, ParseContainer(cpu));
+  if (quantize) {
+    const HackDeviceSections w = sec(0);
+    const std::pair<SectionKind, const void*> parts[] = {{SectionKind::kCodes, w.codes},
+                                                         {SectionKind::kScales, w.scales},
+                                                         {SectionKind::kSums, w.sums}};
+    for (const auto& [kind, ptr] : parts) {
+      const SectionView* sv = view.Find(kind);
+      std::vector<std::byte> got(sv->length);
+      KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(got.data(), ptr, got.size(), cudaMemcpyDeviceToHost),
+                               "download");
+      if (std::memcmp(got.data(), sv->bytes.data(), got.size()) != 0) {
+        return Internal(std::string("verify: GPU quantize differs from EncodeHack in section ") +
+                        std::string(SectionKindName(static_cast<std::uint32_t>(kind))));
+      }
+    }
+  } else {
+    KVD_ASSIGN_OR_RETURN(HackChunk chunk, UnpackHack(view));
+    const KvTensor want = DequantizeHack(chunk, t.dtype);
+    std::vector<std::byte> got(in_bytes);
+    KVD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(got.data(), tensors.data(), in_bytes, cudaMemcpyDeviceToHost), "download");
+    if (got != want.data) return Internal("verify: GPU dequantize differs from DequantizeHack");
+  }
+  Row row;
+  row.op = std::string(quantize ? "quantize" : "dequantize") + (stochastic ? "-stoch" : "");
+  row.batch = 1;
+  row.tokens = 256;
+  row.shape = t.shape.ToString();
+  row.median_us = Median(us);
+  row.min_us = *std::min_element(us.begin(), us.end());
+  row.bytes = in_bytes + sb.codes + sb.scales + sb.sums + sb.tail;
+  row.gbps = static_cast<double>(row.bytes) / (row.median_us * 1e3);
+  row.config = "";
+  return row;
+}
+
+std::string JsonEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out;
+}
+
+bool ParseList(const char* value, std::vector<std::uint32_t>& out, long lo, long hi) {
+  out.clear();
+  std::stringstream ss(value);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    const long v = std::strtol(part.c_str(), nullptr, 10);
+    if (v < lo || v > hi) return false;
+    out.push_back(static_cast<std::uint32_t>(v));
+  }
+  return !out.empty();
+}
+
+int Usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--json FILE] [--reps N (>= 50, default 100)] [--warmup N (default 5)] "
+               "[--device N] [--only decode|prefill|quantize|dequantize] "
+               "[--lengths 4096,32768,131072] [--batches 1,16] [--prefill-lengths 1024,4096]\n",
+               argv0);
+  return 64;
+}
+
+int Main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    const char* value = nullptr;
+    if (arg == "--json" && (value = next())) {
+      opt.json_path = value;
+    } else if (arg == "--reps" && (value = next())) {
+      opt.reps = std::atoi(value);
+    } else if (arg == "--warmup" && (value = next())) {
+      opt.warmup = std::atoi(value);
+    } else if (arg == "--device" && (value = next())) {
+      opt.device = std::atoi(value);
+    } else if (arg == "--only" && (value = next())) {
+      opt.only = value;
+      if (opt.only != "decode" && opt.only != "prefill" && opt.only != "quantize" &&
+          opt.only != "dequantize") {
+        return Usage(argv[0]);
+      }
+    } else if (arg == "--lengths" && (value = next())) {
+      if (!ParseList(value, opt.lengths, 64, 1 << 20)) return Usage(argv[0]);
+    } else if (arg == "--batches" && (value = next())) {
+      if (!ParseList(value, opt.batches, 1, 256)) return Usage(argv[0]);
+    } else if (arg == "--prefill-lengths" && (value = next())) {
+      if (!ParseList(value, opt.prefill_lengths, 64, 65536)) return Usage(argv[0]);
+    } else {
+      return Usage(argv[0]);
+    }
+  }
+  if (opt.reps < 50 || opt.warmup < 1 || opt.device < 0) return Usage(argv[0]);
+  if (const Status gpu = GpuAvailable(); !gpu.ok()) {
+    std::fprintf(stderr, "kvdepot_hack_bench: no GPU: %s\n", gpu.message().c_str());
+    return 2;
+  }
+  if (const cudaError_t err = cudaSetDevice(opt.device); err != cudaSuccess) {
+    std::fprintf(stderr, "kvdepot_hack_bench: %s\n",
+                 StatusFromCuda(err, "cudaSetDevice").ToString().c_str());
+    return 1;
+  }
+  Result<DeviceInfo> info = QueryDevice(opt.device);
+  Result<Stream> stream = Stream::Create();
+  Result<HackAttentionWorkspace> ws = HackAttentionWorkspace::Create();
+  if (!info.ok() || !stream.ok() || !ws.ok()) {
+    std::fprintf(stderr, "kvdepot_hack_bench: %s\n",
+                 (!info.ok() ? info.status() : !stream.ok() ? stream.status() : ws.status())
+                     .ToString()
+                     .c_str());
+    return 1;
+  }
+  std::printf("device: %s\n", info->ToString().c_str());
+  Result<double> d2d = MeasureD2d(stream->get(), opt);
+  if (!d2d.ok()) {
+    std::fprintf(stderr, "kvdepot_hack_bench: d2d: %s\n", d2d.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("d2d ceiling %.1f GB/s (read + write); %d warm-up + %d timed reps, median\n", *d2d,
+              opt.warmup, opt.reps);
+  std::FILE* json = nullptr;
+  if (!opt.json_path.empty()) {
+    json = std::fopen(opt.json_path.c_str(), "w");
+    if (json == nullptr) {
+      std::fprintf(stderr, "kvdepot_hack_bench: %s\n",
+                   StatusFromErrno(errno, "open " + opt.json_path).ToString().c_str());
+      return 1;
+    }
+  }
+  std::printf("%-16s %-28s %5s %7s %11s %11s %13s %9s %7s %7s  %s\n", "op", "shape", "batch",
+              "tokens", "median us", "min us", "bytes", "GB/s", "% d2d", "TOPS", "config");
+  int rc = 0;
+  auto report = [&](Result<Row> row, const std::string& what) {
+    if (!row.ok()) {
+      std::fprintf(stderr, "kvdepot_hack_bench: %s: %s\n", what.c_str(),
+                   row.status().ToString().c_str());
+      rc = 1;
+      return;
+    }
+    row->pct_d2d = 100.0 * row->gbps / *d2d;
+    std::printf("%-16s %-28s %5u %7u %11.2f %11.2f %13llu %9.1f %6.1f%% %7.1f  %s\n",
+                row->op.c_str(), row->shape.c_str(), row->batch, row->tokens, row->median_us,
+                row->min_us, static_cast<unsigned long long>(row->bytes), row->gbps, row->pct_d2d,
+                row->tops, row->config.c_str());
+    std::fflush(stdout);
+    if (json != nullptr) {
+      std::fprintf(json,
+                   "{\"bench\":\"gpu_hack\",\"op\":\"%s\",\"shape\":\"%s\",\"batch\":%u,"
+                   "\"tokens\":%u,\"device\":\"%s\",\"median_us\":%.3f,\"min_us\":%.3f,"
+                   "\"bytes\":%llu,\"gbps\":%.2f,\"d2d_gbps\":%.2f,\"pct_of_d2d\":%.2f,"
+                   "\"tops\":%.2f,\"config\":\"%s\",\"reps\":%d}\n",
+                   row->op.c_str(), row->shape.c_str(), row->batch, row->tokens,
+                   JsonEscape(info->name).c_str(), row->median_us, row->min_us,
+                   static_cast<unsigned long long>(row->bytes), row->gbps, *d2d, row->pct_d2d,
+                   row->tops, row->config.c_str(), opt.reps);
+    }
+  };
+  const bool all = opt.only.empty();
+  if (all || opt.only == "decode") {
+    for (std::uint32_t batch : opt.batches) {
+      for (std::uint32_t tokens : opt.lengths) {
+        report(MeasureDecode(tokens, batch, *info, *ws, stream->get(), opt),
+               "decode batch " + std::to_string(batch) + " tokens " + std::to_string(tokens));
+      }
+    }
+  }
+  if (all || opt.only == "prefill") {
+    for (std::uint32_t tokens : opt.prefill_lengths) {
+      report(MeasurePrefill(tokens, *info, *ws, stream->get(), opt),
+             "prefill tokens " + std::to_string(tokens));
+    }
+  }
+  for (bool quantize : {true, false}) {
+    if (!all && opt.only != (quantize ? "quantize" : "dequantize")) continue;
+    for (std::uint32_t layers : {32u, 80u}) {
+      report(MeasureCodec(quantize, layers, false, *info, stream->get(), opt),
+             std::string(quantize ? "quantize" : "dequantize") + " layers " +
+                 std::to_string(layers));
+    }
+    if (quantize) {
+      report(MeasureCodec(true, 32, true, *info, stream->get(), opt), "quantize stochastic");
+    }
+  }
+  if (json != nullptr && std::fclose(json) != 0) {
+    std::fprintf(stderr, "kvdepot_hack_bench: %s\n",
+                 StatusFromErrno(errno, "close " + opt.json_path).ToString().c_str());
+    rc = 1;
+  }
+  return rc;
+}
+
+}  // namespace
+}  // namespace kvdepot::cuda
+
+int main(int argc, char** argv) {
+  return kvdepot::cuda::Main(argc, argv);
+}

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Times torch.nn.functional.scaled_dot_product_attention in bf16 for the shapes of
+kvdepot_hack_bench (docs/hack-gpu.md): the baseline the HACK INT2 kernels are compared with.
+
+  decode:  q [B, 64, 1, 128], k/v [B, 8, L, 128] (GQA: enable_gqa=True where torch has it, else
+           q reshaped to [B, 8, 8, 128] against the 8 KV heads, which is the same computation),
+           B in {1, 16}, L in {4K, 32K, 128K};
+  prefill: q [1, 64, L, 128], k/v [1, 8, L, 128], causal, L in {1K, 4K}.
+
+Random normal inputs, never zero. Each variant rotates over enough copies of K/V that together
+they are at least 3x the L2 size (and at least 2). Times are CUDA event intervals around one call;
+the median over --reps (>= 50) timed reps after --warmup reps is printed, one JSON object per line
+(also appended to --json FILE). "bytes" = the bf16 K and V read (plus q and the output).
+
+Exit status: 0 ok, 3 torch or CUDA unavailable, 64 bad usage.
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", default="", help="append JSON lines to this file")
+    ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--lengths", default="4096,32768,131072")
+    ap.add_argument("--batches", default="1,16")
+    ap.add_argument("--prefill-lengths", default="1024,4096")
+    args = ap.parse_args()
+    if args.reps < 50 or args.warmup < 1:
+        print("torch_sdpa: --reps must be >= 50 and --warmup >= 1", file=sys.stderr)
+        return 64
+    try:
+        import torch
+        import torch.nn.functional as F
+    except Exception as e:  # noqa: BLE001 - any import failure means "no torch here"
+        print(f"torch_sdpa: torch is not importable ({e}); skipping", file=sys.stderr)
+        return 3
+    if not torch.cuda.is_available():
+        print("torch_sdpa: no CUDA device; skipping", file=sys.stderr)
+        return 3
+
+    dev = torch.device("cuda")
+    props = torch.cuda.get_device_properties(dev)
+    l2 = getattr(props, "L2_cache_size", 64 << 20)
+    q_heads, kv_heads, dim = 64, 8, 128
+    group = q_heads // kv_heads
+    scale = 1.0 / math.sqrt(dim)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(1)
+
+    def randn(*shape):
+        x = torch.randn(*shape, device=dev, dtype=torch.float32, generator=gen)
+        x[x == 0] = 0.5
+        return x.to(torch.bfloat16)
+
+    try:
+        F.scaled_dot_product_attention(randn(1, 8, 1, 16), randn(1, 2, 4, 16), randn(1, 2, 4, 16),
+                                       enable_gqa=True)
+        has_gqa = True
+    except TypeError:
+        has_gqa = False
+
+    out_file = open(args.json, "a") if args.json else None
+
+    def timed(fn, sets):
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        us = []
+        for rep in range(args.warmup + args.reps):
+            start.record()
+            fn(rep % sets)
+            stop.record()
+            stop.synchronize()
+            if rep >= args.warmup:
+                us.append(start.elapsed_time(stop) * 1000.0)
+        return statistics.median(us), min(us)
+
+    def emit(row):
+        row.update({"bench": "torch_sdpa", "device": props.name, "torch": torch.__version__,
+                    "reps": args.reps})
+        line = json.dumps(row)
+        print(line, flush=True)
+        if out_file:
+            out_file.write(line + "\n")
+            out_file.flush()
+
+    with torch.inference_mode():
+        for batch in [int(b) for b in args.batches.split(",")]:
+            for length in [int(n) for n in args.lengths.split(",")]:
+                kv_bytes = 2 * batch * kv_heads * length * dim * 2
+                sets = max(2, math.ceil(3 * l2 / kv_bytes))
+                ks = [randn(batch, kv_heads, length, dim) for _ in range(sets)]
+                vs = [randn(batch, kv_heads, length, dim) for _ in range(sets)]
+                q = randn(batch, q_heads, 1, dim)
+                if has_gqa:
+                    def call(s, q=q, ks=ks, vs=vs):
+                        return F.scaled_dot_product_attention(q, ks[s], vs[s], scale=scale,
+                                                              enable_gqa=True)
+                    mode = "enable_gqa"
+                else:
+                    qg = q.view(batch, kv_heads, group, dim)
+
+                    def call(s, qg=qg, ks=ks, vs=vs):
+                        return F.scaled_dot_product_attention(qg, ks[s], vs[s], scale=scale)
+                    mode = "grouped-q"
+                med, mn = timed(call, sets)
+                read = kv_bytes + 2 * batch * q_heads * dim * 2
+                emit({"op": "decode", "batch": batch, "tokens": length, "gqa": mode,
+                      "median_us": round(med, 3), "min_us": round(mn, 3), "bytes": read,
+                      "gbps": round(read / (med * 1e3), 2)})
+                del ks, vs
+                torch.cuda.empty_cache()
+
+        for length in [int(n) for n in args.prefill_lengths.split(",")]:
+            kv_bytes = 2 * kv_heads * length * dim * 2
+            sets = max(2, math.ceil(3 * l2 / kv_bytes))
+            ks = [randn(1, kv_heads, length, dim) for _ in range(sets)]
+            vs = [randn(1, kv_heads, length, dim) for _ in range(sets)]
+            q = randn(1, q_heads, length, dim)
+            if has_gqa:
+                def call(s, q=q, ks=ks, vs=vs):
+                    return F.scaled_dot_product_attention(q, ks[s], vs[s], scale=scale,
+                                                          is_causal=True, enable_gqa=True)
+                mode = "enable_gqa"
+            else:
+                kr = [k.repeat_interleave(group, dim=1) for k in ks]
+                vr = [v.repeat_interleave(group, dim=1) for v in vs]
+
+                def call(s, q=q, kr=kr, vr=vr):
+                    return F.scaled_dot_product_attention(q, kr[s], vr[s], scale=scale,
+                                                          is_causal=True)
+                mode = "repeat_interleave"
+            med, mn = timed(call, sets)
+            pairs = length * (length + 1) / 2
+            emit({"op": "prefill", "batch": 1, "tokens": length, "gqa": mode,
+                  "median_us": round(med, 3), "min_us": round(mn, 3),
+                  "tops": round(4.0 * q_heads * dim * pairs / (med * 1e6), 2)})
+            del ks, vs
+            torch.cuda.empty_cache()
+    if out_file:
+        out_file.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

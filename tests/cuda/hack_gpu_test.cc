@@ -1,0 +1,723 @@
+// GPU HACK INT2 kernels vs the CPU reference: quantize and dequantize byte for byte
+// (kvdepot::EncodeHack / DequantizeHack), decode and prefill attention within the stated
+// tolerance of the float64 homomorphic references (kvdepot::HackDecodeAttentionBatch /
+// HackPrefillAttention with INT8 Q and P), paged == contiguous, NaN queries, argument errors.
+#include "kvdepot/cuda/hack.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "kvdepot/byte_order.h"
+#include "kvdepot/container.h"
+#include "kvdepot/cuda/device.h"
+#include "kvdepot/cuda/status.h"
+#include "kvdepot/hack.h"
+#include "kvdepot/hack_attention.h"
+#include "kvdepot/numeric.h"
+#include "kvdepot/synth.h"
+
+namespace kvdepot::cuda {
+namespace {
+
+KvTensor Synth(const KvShape& shape, DType dtype, std::uint64_t seed) {
+  Result<KvTensor> t = SynthesizeKv(SynthOptions{shape, seed, dtype});
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return std::move(t).value();
+}
+
+void StoreFloat(KvTensor& t, std::uint64_t i, float v) {
+  switch (t.dtype) {
+    case DType::kFloat16: StoreLE<std::uint16_t>(t.data.data() + i * 2, FloatToHalfBits(v)); break;
+    case DType::kBFloat16: StoreLE<std::uint16_t>(t.data.data() + i * 2, FloatToBf16Bits(v)); break;
+    case DType::kFloat32: StoreLE<float>(t.data.data() + i * 4, v); break;
+  }
+}
+
+std::string SectionAt(const std::vector<std::byte>& c, std::size_t at) {
+  Result<ContainerView> v = ParseContainer(c, ParseOptions{false});
+  if (!v.ok()) return "?";
+  for (const SectionView& s : v->sections) {
+    if (at >= s.offset && at < s.offset + s.length) {
+      return std::string(SectionKindName(s.kind)) + "+" + std::to_string(at - s.offset);
+    }
+  }
+  return "header/padding";
+}
+
+// GPU encode == CPU encode (bytes, or status code and message); GPU decode == CPU decode.
+void ExpectCodecParity(const KvTensor& t, const HackOptions& o, const std::string& label) {
+  SCOPED_TRACE(label + " " + t.shape.ToString() + " " + std::string(DTypeName(t.dtype)) + " P" +
+               std::to_string(o.partition) + " " + std::string(HackOrientationName(o.orientation)) +
+               " " + std::string(HackRoundingName(o.rounding)) + " sinks " +
+               std::to_string(o.sinks));
+  Result<std::vector<std::byte>> cpu = EncodeHack(t.view(), o);
+  Result<std::vector<std::byte>> gpu = EncodeHackGpu(t.view(), o);
+  ASSERT_EQ(cpu.ok(), gpu.ok()) << "cpu " << cpu.status().ToString() << " gpu "
+                                << gpu.status().ToString();
+  if (!cpu.ok()) {
+    EXPECT_EQ(cpu.status().code(), gpu.status().code());
+    // Same position (the CPU message also quotes the value).
+    const std::string m = cpu.status().message();
+    const std::string pos = m.substr(m.find('['), m.find(']') - m.find('[') + 1);
+    EXPECT_NE(gpu.status().message().find(pos), std::string::npos)
+        << cpu.status().ToString() << " vs " << gpu.status().ToString();
+    return;
+  }
+  if (*cpu != *gpu) {
+    std::size_t first = 0;
+    while (first < cpu->size() && first < gpu->size() && (*cpu)[first] == (*gpu)[first]) ++first;
+    ADD_FAILURE() << "GPU container (" << gpu->size() << " bytes) differs from the CPU's ("
+                  << cpu->size() << "), first at byte " << first << " (" << SectionAt(*cpu, first)
+                  << ")";
+    return;
+  }
+  Result<ContainerView> view = ParseContainer(*cpu);
+  ASSERT_TRUE(view.ok());
+  Result<HackChunk> chunk = UnpackHack(*view);
+  ASSERT_TRUE(chunk.ok()) << chunk.status().ToString();
+  for (DType out : {t.dtype, DType::kFloat32,
+                    t.dtype == DType::kFloat16 ? DType::kBFloat16 : DType::kFloat16}) {
+    const KvTensor want = DequantizeHack(*chunk, out);
+    Result<KvTensor> got = DecodeHackGpu(*cpu, out);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(got->shape, want.shape);
+    EXPECT_TRUE(got->data == want.data) << "dequantize to " << DTypeName(out) << " differs";
+  }
+}
+
+// ---- host-only parts ----
+
+TEST(NoDeviceHackGpu, SectionBytesMatchTheContainer) {
+  const KvTensor t = Synth({3, 200, 2, 64}, DType::kFloat16, 3);
+  for (std::uint32_t partition : {32u, 64u, 128u}) {
+    HackOptions o;
+    o.partition = partition;
+    o.sinks = 5;
+    const std::vector<std::byte> c = *EncodeHack(t.view(), o);
+    const HackSizes sizes = *HackSectionSizes(*ParseContainer(c));
+    const HackSectionBytes b = HackSectionBytesFor(HackLayoutFor(t.shape, o), t.dtype);
+    EXPECT_EQ(b.codes, sizes.codes);
+    EXPECT_EQ(b.scales, sizes.scales);
+    EXPECT_EQ(b.sums, sizes.sums);
+    EXPECT_EQ(b.tail, sizes.tail);
+  }
+}
+
+TEST(NoDeviceHackGpu, ArgumentErrorsBeforeTouchingTheDevice) {
+  HackDeviceSections out;
+  unsigned long long* err = nullptr;
+  // fp32 input and unsupported head_dim.
+  EXPECT_EQ(EnqueueQuantizeHack(DType::kFloat32, {1, 64, 1, 64}, {}, nullptr, out, err, nullptr)
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(EnqueueQuantizeHack(DType::kFloat16, {1, 64, 1, 80}, {}, nullptr, out, err, nullptr)
+                .code(),
+            StatusCode::kInvalidArgument);
+  HackOptions bad;
+  bad.partition = 48;
+  EXPECT_EQ(EnqueueQuantizeHack(DType::kFloat16, {1, 64, 1, 64}, bad, nullptr, out, err, nullptr)
+                .code(),
+            StatusCode::kInvalidArgument);
+
+  HackAttentionWorkspace ws;  // never created: the checks below come first
+  HackKvCache kv;
+  kv.layers = 1;
+  kv.kv_heads = 2;
+  kv.head_dim = 128;
+  HackDecodeArgs args;
+  args.q_heads = 8;
+  auto code = [&]() { return EnqueueHackDecodeAttention(kv, args, ws, nullptr).code(); };
+  kv.head_dim = 96;
+  EXPECT_EQ(code(), StatusCode::kUnimplemented);
+  kv.head_dim = 256;
+  EXPECT_EQ(code(), StatusCode::kUnimplemented);
+  kv.head_dim = 128;
+  kv.partition = 32;
+  EXPECT_EQ(code(), StatusCode::kUnimplemented);
+  kv.partition = 48;
+  EXPECT_EQ(code(), StatusCode::kInvalidArgument);
+  kv.partition = 64;
+  args.q_heads = 32;  // 16 query heads per KV head
+  EXPECT_EQ(code(), StatusCode::kUnimplemented);
+  args.q_heads = 7;
+  EXPECT_EQ(code(), StatusCode::kInvalidArgument);
+  args.q_heads = 8;
+  kv.dtype = DType::kFloat32;
+  EXPECT_EQ(code(), StatusCode::kUnimplemented);
+  kv.dtype = DType::kFloat16;
+  kv.layer = 1;
+  EXPECT_EQ(code(), StatusCode::kInvalidArgument);
+  kv.layer = 0;
+  args.softmax_scale = -1;
+  EXPECT_EQ(code(), StatusCode::kInvalidArgument);
+  args.softmax_scale = 0;
+  EXPECT_EQ(code(), StatusCode::kInvalidArgument);  // workspace not created, no sequences
+  kv.page_blocks = 4;  // paged without a pool
+  EXPECT_EQ(code(), StatusCode::kInvalidArgument);
+}
+
+// ---- quantize / dequantize ----
+
+TEST(HackGpu, QuantizeMatchesTheCpuOnAwkwardShapes) {
+  KVD_REQUIRE_GPU();
+  std::uint64_t seed = 100;
+  for (std::uint32_t tokens : {1u, 63u, 64u, 65u, 1000u}) {
+    for (std::uint32_t dim : {64u, 128u}) {
+      for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+        const KvTensor t = Synth({2, tokens, 2, dim}, dtype, seed++);
+        for (HackRounding rounding : {HackRounding::kNearest, HackRounding::kStochastic}) {
+          for (std::uint32_t sinks : {0u, 4u}) {
+            HackOptions o;
+            o.rounding = rounding;
+            o.seed = 0x1234567890abcdefull + seed;
+            o.sinks = sinks;
+            ExpectCodecParity(t, o, "synth");
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(HackGpu, QuantizeMatchesTheCpuForEveryPartitionAndOrientation) {
+  KVD_REQUIRE_GPU();
+  std::uint64_t seed = 300;
+  for (std::uint32_t partition : {32u, 64u, 128u}) {
+    for (HackOrientation orient : {HackOrientation::kChannel, HackOrientation::kToken}) {
+      for (std::uint32_t dim : {64u, 128u, 256u}) {
+        const KvTensor t = Synth({2, 300, 3, dim}, DType::kFloat16, seed++);
+        for (HackRounding rounding : {HackRounding::kNearest, HackRounding::kStochastic}) {
+          HackOptions o;
+          o.partition = partition;
+          o.orientation = orient;
+          o.rounding = rounding;
+          o.seed = seed * 7919;
+          o.sinks = seed % 3 == 0 ? 3 : 0;
+          ExpectCodecParity(t, o, "synth");
+        }
+      }
+    }
+  }
+}
+
+TEST(HackGpu, QuantizeMatchesTheCpuOnSpecialTensors) {
+  KVD_REQUIRE_GPU();
+  const KvShape shape{2, 150, 2, 64};
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (HackOrientation orient : {HackOrientation::kChannel, HackOrientation::kToken}) {
+      HackOptions o;
+      o.orientation = orient;
+      ExpectCodecParity(KvTensor::Zeros(dtype, shape), o, "zeros");
+      // Signed zeros (the first zero of a partition decides the sign of a zero min / max) among
+      // small values.
+      KvTensor zs = KvTensor::Zeros(dtype, shape);
+      std::mt19937 zr(9);
+      for (std::uint64_t i = 0; i < shape.elements(); ++i) {
+        const std::uint32_t r = zr() % 4;
+        StoreFloat(zs, i, r == 0 ? -0.0f : r == 1 ? 0.0f : r == 2 ? 0.5f : -0.25f);
+      }
+      ExpectCodecParity(zs, o, "signed zeros");
+      KvTensor pos_zero = KvTensor::Zeros(dtype, shape);  // min 0 or max 0 partitions
+      for (std::uint64_t i = 0; i < shape.elements(); ++i) {
+        StoreFloat(pos_zero, i, (i * 2654435761u) % 5 == 0 ? (i % 2 ? -0.0f : 0.0f) : 1.5f);
+      }
+      ExpectCodecParity(pos_zero, o, "zero minimum");
+      KvTensor constant = KvTensor::Zeros(dtype, shape);
+      for (std::uint64_t i = 0; i < shape.elements(); ++i) StoreFloat(constant, i, -3.25f);
+      ExpectCodecParity(constant, o, "constant");
+      KvTensor extreme = Synth(shape, dtype, 41);  // values near the fp16 limit and tiny ones
+      for (std::uint64_t i = 0; i < shape.elements(); i += 7) {
+        StoreFloat(extreme, i, i % 2 ? 65000.0f : -65000.0f);
+      }
+      for (std::uint64_t i = 3; i < shape.elements(); i += 11) StoreFloat(extreme, i, 1e-6f);
+      ExpectCodecParity(extreme, o, "extreme");
+      HackOptions st = o;
+      st.rounding = HackRounding::kStochastic;
+      st.seed = 77;
+      ExpectCodecParity(extreme, st, "extreme stochastic");
+    }
+  }
+}
+
+TEST(HackGpu, QuantizeRejectsWhatTheCpuRejects) {
+  KVD_REQUIRE_GPU();
+  const KvShape shape{2, 130, 2, 64};
+  const float bad_values[] = {std::numeric_limits<float>::quiet_NaN(),
+                              std::numeric_limits<float>::infinity(), -70000.0f};
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (float v : bad_values) {
+      for (std::uint64_t at : {std::uint64_t{5}, std::uint64_t{70 * 128 + 3},
+                               shape.elements() - 1}) {  // quantized, tail, last
+        KvTensor t = Synth(shape, dtype, 5);
+        StoreFloat(t, at, v);
+        StoreFloat(t, at + (at > 10 ? -3 : 9), v);  // a second bad value: the first one is named
+        HackOptions o;
+        o.sinks = 2;
+        ExpectCodecParity(t, o, "invalid");
+      }
+    }
+  }
+}
+
+// ---- attention ----
+
+std::vector<float> RandomQueries(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> q(n);
+  for (float& x : q) x = nd(rng);
+  return q;
+}
+
+template <typename T>
+Result<DeviceBuffer> Upload(const T* data, std::size_t count) {
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(std::max<std::size_t>(count * sizeof(T), 16)));
+  if (count > 0) {
+    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(b.data(), data, count * sizeof(T), cudaMemcpyHostToDevice),
+                             "upload");
+  }
+  return Result<DeviceBuffer>(std::move(b));
+}
+
+template <typename T>
+DeviceBuffer Dev(const T* data, std::size_t count) {
+  Result<DeviceBuffer> r = Upload(data, count);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return std::move(r).value();
+}
+
+DeviceBuffer DevAlloc(std::size_t bytes) {
+  Result<DeviceBuffer> r = DeviceBuffer::Allocate(std::max<std::size_t>(bytes, 16));
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return std::move(r).value();
+}
+
+// A sequence encoded as one hack-int2 chunk, its container on the device.
+struct GpuSeq {
+  HackChunk chunk;  // for the CPU reference
+  DeviceBuffer container;
+  HackAttentionSeq desc;
+};
+
+GpuSeq MakeSeq(const KvTensor& t, const HackOptions& o) {
+  GpuSeq s;
+  const std::vector<std::byte> c = *EncodeHack(t.view(), o);
+  const ContainerView view = *ParseContainer(c);
+  s.chunk = *UnpackHack(view);
+  s.container = Dev(c.data(), c.size());
+  const auto* base = s.container.as<std::uint8_t>();
+  s.desc.codes = base + view.Find(SectionKind::kCodes)->offset;
+  s.desc.scales = base + view.Find(SectionKind::kScales)->offset;
+  s.desc.sums = base + view.Find(SectionKind::kSums)->offset;
+  s.desc.tail = s.chunk.layout.unquantized_tokens() > 0
+                    ? base + view.Find(SectionKind::kTail)->offset
+                    : nullptr;
+  s.desc.tokens = t.shape.tokens;
+  s.desc.sinks = s.chunk.layout.sinks;
+  return s;
+}
+
+struct GpuResult {
+  Status status;
+  std::vector<float> out;
+  std::vector<float> lse;
+};
+
+GpuResult RunDecode(const HackKvCache& kv, const std::vector<HackAttentionSeq>& seqs,
+                    std::uint32_t max_tokens, const std::vector<float>& q, std::uint32_t q_heads) {
+  GpuResult r;
+  auto ws = HackAttentionWorkspace::Create();
+  EXPECT_TRUE(ws.ok()) << ws.status().ToString();
+  DeviceBuffer d_seqs = Dev(seqs.data(), seqs.size());
+  DeviceBuffer d_q = Dev(q.data(), q.size());
+  DeviceBuffer d_out = DevAlloc(q.size() * sizeof(float));
+  DeviceBuffer d_lse = DevAlloc(seqs.size() * q_heads * sizeof(float));
+  HackDecodeArgs a;
+  a.seqs = d_seqs.as<HackAttentionSeq>();
+  a.num_seqs = static_cast<std::uint32_t>(seqs.size());
+  a.max_tokens = max_tokens;
+  a.q_heads = q_heads;
+  a.q = d_q.as<float>();
+  a.out = d_out.as<float>();
+  a.lse = d_lse.as<float>();
+  r.status = EnqueueHackDecodeAttention(kv, a, *ws, nullptr);
+  if (r.status.ok()) r.status = FinishHackAttention(*ws, nullptr);
+  r.out.resize(q.size());
+  r.lse.resize(seqs.size() * q_heads);
+  EXPECT_EQ(cudaMemcpy(r.out.data(), d_out.data(), r.out.size() * 4, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(r.lse.data(), d_lse.data(), r.lse.size() * 4, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return r;
+}
+
+// Relative L2 over all outputs <= kHackAttentionRelL2Tolerance, and over each (query, head) <=
+// kHackAttentionHeadTolerance. Rows flagged in `skip` are not compared.
+void ExpectClose(const std::vector<double>& ref, const std::vector<float>& gpu, std::uint32_t dim,
+                 const std::string& label, const std::vector<bool>& skip = {}) {
+  ASSERT_EQ(ref.size(), gpu.size()) << label;
+  double num = 0, den = 0, worst = 0;
+  std::size_t worst_row = 0;
+  for (std::size_t row = 0; row * dim < ref.size(); ++row) {
+    if (!skip.empty() && skip[row]) continue;
+    double n = 0, d = 0;
+    for (std::uint32_t i = 0; i < dim; ++i) {
+      const double e = static_cast<double>(gpu[row * dim + i]) - ref[row * dim + i];
+      n += e * e;
+      d += ref[row * dim + i] * ref[row * dim + i];
+    }
+    num += n;
+    den += d;
+    const double rel = std::sqrt(n / std::max(d, 1e-300));
+    if (!(rel <= worst)) {
+      worst = rel;
+      worst_row = row;
+    }
+  }
+  const double rel = std::sqrt(num / std::max(den, 1e-300));
+  EXPECT_LE(rel, kHackAttentionRelL2Tolerance) << label;
+  EXPECT_LE(worst, kHackAttentionHeadTolerance) << label << " (query-head row " << worst_row << ")";
+  std::printf("[ info ] %s: rel L2 %.3g, worst (query, head) %.3g\n", label.c_str(), rel, worst);
+}
+
+HackKvCache KvFor(const KvTensor& t, DType dtype, std::uint32_t layer) {
+  HackKvCache kv;
+  kv.dtype = dtype;
+  kv.layers = t.shape.layers;
+  kv.layer = layer;
+  kv.kv_heads = t.shape.kv_heads;
+  kv.head_dim = t.shape.head_dim;
+  return kv;
+}
+
+void CheckDecodeBatch(std::uint32_t dim, std::uint32_t group, DType dtype,
+                      const std::vector<std::uint32_t>& lengths, std::uint32_t sinks,
+                      std::uint64_t seed) {
+  const std::uint32_t kv_heads = 2, q_heads = kv_heads * group, layers = 2, layer = 1;
+  std::vector<GpuSeq> seqs;
+  std::vector<HackAttentionSeq> descs;
+  std::vector<HackChunk> chunks;
+  std::uint32_t max_tokens = 0;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    const KvTensor t = Synth({layers, lengths[i], kv_heads, dim}, dtype, seed + i);
+    HackOptions o;
+    o.sinks = i % 2 == 0 ? sinks : 0;
+    seqs.push_back(MakeSeq(t, o));
+    max_tokens = std::max(max_tokens, lengths[i]);
+  }
+  for (const GpuSeq& s : seqs) {
+    descs.push_back(s.desc);
+    chunks.push_back(s.chunk);
+  }
+  std::vector<HackSequence> batch;
+  for (const HackChunk& c : chunks) batch.push_back(HackSequence(&c, 1));
+  const std::vector<float> q = RandomQueries(lengths.size() * q_heads * dim, seed * 31);
+  AttentionOptions ao;
+  ao.q_heads = q_heads;
+  Result<AttentionResult> ref = HackDecodeAttentionBatch(batch, layer, q, ao);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  const KvTensor shape_only = KvTensor::Zeros(dtype, {layers, 1, kv_heads, dim});
+  const GpuResult got = RunDecode(KvFor(shape_only, dtype, layer), descs, max_tokens, q, q_heads);
+  ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+  std::string label = "decode d";
+  for (const std::uint32_t v : {dim, group}) {
+    label += std::to_string(v);
+    label += " g";
+  }
+  label.resize(label.size() - 2);
+  label += ' ';
+  label += DTypeName(dtype);
+  label += " sinks ";
+  label += std::to_string(sinks);
+  label += " T";
+  for (std::uint32_t l : lengths) {
+    label += ' ';
+    label += std::to_string(l);
+  }
+  ExpectClose(ref->out, got.out, dim, label);
+  for (float v : got.lse) EXPECT_TRUE(std::isfinite(v)) << label;
+}
+
+TEST(HackGpu, DecodeMatchesTheCpuReference) {
+  KVD_REQUIRE_GPU();
+  const std::vector<std::uint32_t> lengths = {1, 63, 64, 65, 1000};
+  std::uint64_t seed = 1000;
+  for (std::uint32_t dim : {64u, 128u}) {
+    for (std::uint32_t group : {1u, 4u, 8u}) {
+      CheckDecodeBatch(dim, group, DType::kFloat16, lengths, 0, seed += 10);
+    }
+    CheckDecodeBatch(dim, 8, DType::kBFloat16, lengths, 4, seed += 10);
+    CheckDecodeBatch(dim, 4, DType::kFloat16, {130, 64, 7, 300}, 70, seed += 10);  // many sinks
+  }
+}
+
+TEST(HackGpu, LongDecodeUsesSplitKv) {
+  KVD_REQUIRE_GPU();
+  CheckDecodeBatch(128, 8, DType::kFloat16, {20000}, 0, 77);
+  CheckDecodeBatch(128, 8, DType::kBFloat16, {20000, 3000}, 4, 78);
+  CheckDecodeBatch(64, 4, DType::kFloat16, {12345}, 0, 79);
+}
+
+TEST(HackGpu, DecodeLseIsTheLogNormaliser) {
+  KVD_REQUIRE_GPU();
+  // One sequence of identical keys: every score equals q.k, so lse = ln(T) + scale * q.k exactly
+  // in exact arithmetic; check it against the plain attention's normaliser computed here.
+  const std::uint32_t dim = 64, T = 200;
+  KvTensor t = KvTensor::Zeros(DType::kFloat16, {1, T, 1, dim});
+  for (std::uint32_t tok = 0; tok < T; ++tok) {
+    for (std::uint32_t d = 0; d < dim; ++d) {
+      StoreFloat(t, std::uint64_t{tok} * dim + d, 0.0f);  // K = 0
+      StoreFloat(t, (std::uint64_t{T} + tok) * dim + d, 0.5f);
+    }
+  }
+  const GpuSeq s = MakeSeq(t, {});
+  const std::vector<float> q = RandomQueries(dim, 5);
+  const GpuResult got = RunDecode(KvFor(t, DType::kFloat16, 0), {s.desc}, T, q, 1);
+  ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+  EXPECT_NEAR(got.lse[0], std::log(static_cast<double>(T)), 1e-4);
+  for (float v : got.out) EXPECT_NEAR(v, 0.5f, 1e-5f);
+}
+
+// Copies group (layer, kv, head, block b) of `src` (layout `sl`, sections of `c`) into slot `slot`
+// of a page (layout `pl`) whose sections start at codes / scales / sums.
+void CopyGroup(const std::vector<std::byte>& c, const hack::Layout& sl, std::uint32_t b,
+               const hack::Layout& pl, std::uint32_t slot, std::uint8_t* codes,
+               std::uint8_t* scales, std::uint8_t* sums) {
+  const ContainerView v = *ParseContainer(c);
+  const std::byte* sc = v.Find(SectionKind::kCodes)->bytes.data();
+  const std::byte* ss = v.Find(SectionKind::kScales)->bytes.data();
+  const std::byte* su = v.Find(SectionKind::kSums)->bytes.data();
+  for (std::uint32_t l = 0; l < sl.layers; ++l) {
+    for (std::uint32_t kv = 0; kv < 2; ++kv) {
+      for (std::uint32_t h = 0; h < sl.heads; ++h) {
+        std::memcpy(codes + pl.code_base(pl.group(l, kv, h, slot)) / 4,
+                    sc + sl.code_base(sl.group(l, kv, h, b)) / 4, sl.codes_per_group() / 4);
+        std::memcpy(scales + pl.partition_base(l, kv, h, slot) * 4,
+                    ss + sl.partition_base(l, kv, h, b) * 4, sl.partitions_per_group(kv) * 4);
+        std::memcpy(sums + pl.sum_base(l, kv, h, slot), su + sl.sum_base(l, kv, h, b),
+                    sl.sums_per_group(kv));
+      }
+    }
+  }
+}
+
+TEST(HackGpu, PagedWithShuffledBlockTableEqualsContiguous) {
+  KVD_REQUIRE_GPU();
+  for (std::uint32_t dim : {64u, 128u}) {
+    const std::uint32_t layers = 2, kv_heads = 2, group = 4, q_heads = kv_heads * group;
+    const std::uint32_t page_blocks = 4, page_tokens = page_blocks * 64;
+    const std::vector<std::uint32_t> lengths = {1000, 600, 40};
+    std::vector<KvTensor> tensors;
+    std::vector<GpuSeq> contiguous;
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      tensors.push_back(Synth({layers, lengths[i], kv_heads, dim}, DType::kFloat16, 500 + i));
+      contiguous.push_back(MakeSeq(tensors.back(), {}));
+    }
+    // The page pool: every page of every sequence, at shuffled positions.
+    hack::Layout pl = HackLayoutFor({layers, page_tokens, kv_heads, dim}, {});
+    const HackSectionBytes pb = HackSectionBytesFor(pl, DType::kFloat16);
+    std::uint32_t max_pages = 0, total_pages = 0;
+    for (std::uint32_t l : lengths) {
+      const std::uint32_t pages = ((l / 64) + page_blocks - 1) / page_blocks;
+      max_pages = std::max(max_pages, std::max(pages, 1u));
+      total_pages += pages;
+    }
+    const std::uint32_t num_pages = total_pages + 3;  // some unused pages
+    std::vector<std::uint32_t> perm(num_pages);
+    std::iota(perm.begin(), perm.end(), 0u);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(dim));
+    std::vector<std::uint8_t> codes(num_pages * pb.codes), scales(num_pages * pb.scales),
+        sums(num_pages * pb.sums);
+    std::vector<std::int32_t> table(lengths.size() * max_pages, -1);
+    std::uint32_t next = 0;
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      const std::vector<std::byte> c = *EncodeHack(tensors[i].view(), {});
+      const hack::Layout sl = contiguous[i].chunk.layout;
+      for (std::uint32_t b = 0; b < sl.blocks(); ++b) {
+        if (b % page_blocks == 0) table[i * max_pages + b / page_blocks] = static_cast<std::int32_t>(perm[next++]);
+        const auto page = static_cast<std::uint32_t>(table[i * max_pages + b / page_blocks]);
+        CopyGroup(c, sl, b, pl, b % page_blocks, codes.data() + page * pb.codes,
+                  scales.data() + page * pb.scales, sums.data() + page * pb.sums);
+      }
+    }
+    DeviceBuffer d_codes = Dev(codes.data(), codes.size());
+    DeviceBuffer d_scales = Dev(scales.data(), scales.size());
+    DeviceBuffer d_sums = Dev(sums.data(), sums.size());
+    DeviceBuffer d_table = Dev(table.data(), table.size());
+    HackKvCache kv = KvFor(tensors[0], DType::kFloat16, 1);
+    std::vector<HackAttentionSeq> contig_descs, paged_descs;
+    for (const GpuSeq& s : contiguous) {
+      contig_descs.push_back(s.desc);
+      HackAttentionSeq p = s.desc;
+      p.codes = p.scales = p.sums = nullptr;  // found through the block table
+      paged_descs.push_back(p);
+    }
+    const std::vector<float> q = RandomQueries(lengths.size() * q_heads * dim, 99 + dim);
+    const GpuResult want = RunDecode(kv, contig_descs, 1000, q, q_heads);
+    ASSERT_TRUE(want.status.ok()) << want.status.ToString();
+    kv.page_blocks = page_blocks;
+    kv.num_pages = num_pages;
+    kv.page_codes = d_codes.as<std::uint8_t>();
+    kv.page_scales = d_scales.as<std::uint8_t>();
+    kv.page_sums = d_sums.as<std::uint8_t>();
+    kv.page_codes_bytes = pb.codes;
+    kv.page_scales_bytes = pb.scales;
+    kv.page_sums_bytes = pb.sums;
+    kv.block_tables = d_table.as<std::int32_t>();
+    kv.max_pages_per_seq = max_pages;
+    const GpuResult got = RunDecode(kv, paged_descs, 1000, q, q_heads);
+    ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+    EXPECT_EQ(std::memcmp(got.out.data(), want.out.data(), got.out.size() * 4), 0)
+        << "paged output differs from contiguous (d " << dim << ")";
+    // And both agree with the CPU over the sequences cut into 256-token chunks.
+    std::vector<std::vector<HackChunk>> chunked(lengths.size());
+    std::vector<HackSequence> batch;
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      for (std::uint32_t start = 0; start < lengths[i]; start += page_tokens) {
+        const std::uint32_t n = std::min(page_tokens, lengths[i] - start);
+        KvTensor part = KvTensor::Zeros(DType::kFloat16, {layers, n, kv_heads, dim});
+        const std::size_t row = std::size_t{kv_heads} * dim * 2;
+        for (std::uint32_t lk = 0; lk < layers * 2; ++lk) {
+          std::memcpy(part.data.data() + lk * n * row,
+                      tensors[i].data.data() + (std::size_t{lk} * lengths[i] + start) * row, n * row);
+        }
+        chunked[i].push_back(*UnpackHack(*ParseContainer(*EncodeHack(part.view(), {}))));
+      }
+      batch.push_back(chunked[i]);
+    }
+    AttentionOptions ao;
+    ao.q_heads = q_heads;
+    Result<AttentionResult> ref = HackDecodeAttentionBatch(batch, 1, q, ao);
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+    ExpectClose(ref->out, got.out, dim, "paged d" + std::to_string(dim));
+
+    // A table entry outside the pool is reported.
+    table[max_pages + 1] = static_cast<std::int32_t>(num_pages);
+    DeviceBuffer d_bad = Dev(table.data(), table.size());
+    kv.block_tables = d_bad.as<std::int32_t>();
+    const GpuResult bad = RunDecode(kv, paged_descs, 1000, q, q_heads);
+    EXPECT_EQ(bad.status.code(), StatusCode::kInvalidArgument) << bad.status.ToString();
+    EXPECT_NE(bad.status.message().find("sequence 1"), std::string::npos) << bad.status.ToString();
+  }
+}
+
+TEST(HackGpu, PrefillMatchesTheCpuReference) {
+  KVD_REQUIRE_GPU();
+  std::uint64_t seed = 2000;
+  for (std::uint32_t dim : {64u, 128u}) {
+    for (std::uint32_t group : {1u, 4u, 8u}) {
+      for (std::uint32_t sinks : {0u, 4u}) {
+        const std::uint32_t T = 300, kv_heads = 2, q_heads = kv_heads * group;
+        const KvTensor t = Synth({2, T, kv_heads, dim}, DType::kFloat16, seed++);
+        HackOptions o;
+        o.sinks = sinks;
+        const GpuSeq s = MakeSeq(t, o);
+        struct Range {
+          std::uint32_t first, n;
+        };
+        for (const Range r : {Range{0, T}, Range{223, 77}, Range{64, 1}}) {
+          const std::vector<float> q = RandomQueries(std::size_t{r.n} * q_heads * dim, seed * 13);
+          AttentionOptions ao;
+          ao.q_heads = q_heads;
+          Result<AttentionResult> ref =
+              HackPrefillAttention(HackSequence(&s.chunk, 1), 1, q, r.first, ao);
+          ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+          auto ws = HackAttentionWorkspace::Create();
+          ASSERT_TRUE(ws.ok());
+          DeviceBuffer d_q = Dev(q.data(), q.size());
+          DeviceBuffer d_out = DevAlloc(q.size() * 4);
+          HackPrefillArgs a;
+          a.seq = s.desc;
+          a.queries = r.n;
+          a.first_position = r.first;
+          a.q_heads = q_heads;
+          a.q = d_q.as<float>();
+          a.out = d_out.as<float>();
+          Status st = EnqueueHackPrefillAttention(KvFor(t, DType::kFloat16, 1), a, *ws, nullptr);
+          ASSERT_TRUE(st.ok()) << st.ToString();
+          st = FinishHackAttention(*ws, nullptr);
+          ASSERT_TRUE(st.ok()) << st.ToString();
+          std::vector<float> out(q.size());
+          ASSERT_EQ(cudaMemcpy(out.data(), d_out.data(), out.size() * 4, cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+          ExpectClose(ref->out, out, dim,
+                      "prefill d" + std::to_string(dim) + " g" + std::to_string(group) +
+                          " sinks " + std::to_string(sinks) + " first " +
+                          std::to_string(r.first) + " n " + std::to_string(r.n));
+        }
+        // Prefill past the sequence end is an argument error.
+        auto ws = HackAttentionWorkspace::Create();
+        HackPrefillArgs a;
+        a.seq = s.desc;
+        a.queries = 10;
+        a.first_position = T - 5;
+        a.q_heads = q_heads;
+        a.q = reinterpret_cast<const float*>(s.desc.codes);
+        a.out = reinterpret_cast<float*>(0x100);
+        EXPECT_EQ(EnqueueHackPrefillAttention(KvFor(t, DType::kFloat16, 1), a, *ws, nullptr).code(),
+                  StatusCode::kInvalidArgument);
+      }
+    }
+  }
+}
+
+TEST(HackGpu, NonFiniteQueryHeadsGiveNanOutputs) {
+  KVD_REQUIRE_GPU();
+  const std::uint32_t dim = 128, kv_heads = 2, group = 4, q_heads = kv_heads * group;
+  const KvTensor t = Synth({1, 500, kv_heads, dim}, DType::kFloat16, 61);
+  const GpuSeq s = MakeSeq(t, {});
+  std::vector<float> q = RandomQueries(q_heads * dim, 62);
+  q[1 * dim + 17] = std::numeric_limits<float>::quiet_NaN();
+  q[6 * dim + 0] = -std::numeric_limits<float>::infinity();
+  const GpuResult got = RunDecode(KvFor(t, DType::kFloat16, 0), {s.desc}, 500, q, q_heads);
+  ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+  std::vector<float> clean = q;
+  std::vector<bool> skip(q_heads, false);
+  for (std::uint32_t h : {1u, 6u}) {
+    skip[h] = true;
+    std::fill(clean.begin() + h * dim, clean.begin() + (h + 1) * dim, 0.0f);
+    for (std::uint32_t d = 0; d < dim; ++d) EXPECT_TRUE(std::isnan(got.out[h * dim + d]));
+    EXPECT_TRUE(std::isnan(got.lse[h]));
+  }
+  AttentionOptions ao;
+  ao.q_heads = q_heads;
+  Result<AttentionResult> ref = HackDecodeAttention(HackSequence(&s.chunk, 1), 0, clean, ao);
+  ASSERT_TRUE(ref.ok());
+  ExpectClose(ref->out, got.out, dim, "nan heads", skip);
+}
+
+TEST(HackGpu, BadSequenceDescriptorsAreReported) {
+  KVD_REQUIRE_GPU();
+  const std::uint32_t dim = 64, kv_heads = 1;
+  const KvTensor t = Synth({1, 300, kv_heads, dim}, DType::kFloat16, 71);
+  const GpuSeq s = MakeSeq(t, {});
+  const std::vector<float> q = RandomQueries(2 * dim, 72);
+  const HackKvCache kv = KvFor(t, DType::kFloat16, 0);
+  // tokens beyond max_tokens: reported (the first bad sequence is named), outputs NaN.
+  GpuResult r = RunDecode(kv, {s.desc, s.desc}, 299, q, 1);
+  EXPECT_EQ(r.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status.message().find("sequence 0"), std::string::npos) << r.status.ToString();
+  EXPECT_TRUE(std::isnan(r.out[0]));
+  HackAttentionSeq no_tail = s.desc;
+  no_tail.tail = nullptr;
+  r = RunDecode(kv, {s.desc, no_tail}, 300, q, 1);
+  EXPECT_EQ(r.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status.message().find("sequence 1: tail"), std::string::npos) << r.status.ToString();
+  EXPECT_FALSE(std::isnan(r.out[0]));
+  EXPECT_TRUE(std::isnan(r.out[dim]));
+  r = RunDecode(kv, {s.desc, s.desc}, 300, q, 1);
+  EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+}
+
+}  // namespace
+}  // namespace kvdepot::cuda

@@ -371,6 +371,16 @@ namespace {
 
 Status Bad(const std::string& what) { return Corruption("cachegen decode: " + what); }
 
+// Scale pair i of a scales section in `scale_dtype`. Precondition: the section is long enough.
+ChannelScale LoadScale(std::span<const std::byte> scales, std::uint8_t scale_dtype,
+                       std::size_t i) {
+  if (scale_dtype == cachegen::kScaleFp16) {
+    return {HalfBitsToFloat(LoadLE<std::uint16_t>(scales.data() + i * 4)),
+            HalfBitsToFloat(LoadLE<std::uint16_t>(scales.data() + i * 4 + 2))};
+  }
+  return {LoadLE<float>(scales.data() + i * 8), LoadLE<float>(scales.data() + i * 8 + 4)};
+}
+
 // The parsed, validated sections of a cachegen container.
 struct Parsed {
   Layout layout;
@@ -399,27 +409,30 @@ Result<const SectionView*> Need(const ContainerView& view, SectionKind kind) {
   return s;
 }
 
-Result<Parsed> ParseSections(const ContainerView& view) {
+}  // namespace
+
+Result<CacheGenSections> ValidateCacheGenSections(const ContainerView& view) {
   if (view.header.codec != CodecId::kCacheGen) {
     return InvalidArgument("cachegen decode: container codec is '" +
                            std::string(CodecName(view.header.codec)) + "'");
   }
   const KvShape& shape = view.header.shape;
-  KVD_ASSIGN_OR_RETURN(const SectionView* params, Need(view, SectionKind::kParams));
-  KVD_ASSIGN_OR_RETURN(const SectionView* tables, Need(view, SectionKind::kTables));
-  KVD_ASSIGN_OR_RETURN(const SectionView* scales, Need(view, SectionKind::kScales));
-  KVD_ASSIGN_OR_RETURN(const SectionView* index, Need(view, SectionKind::kIndex));
-  KVD_ASSIGN_OR_RETURN(const SectionView* codes, Need(view, SectionKind::kCodes));
+  CacheGenSections out;
+  KVD_ASSIGN_OR_RETURN(out.params, Need(view, SectionKind::kParams));
+  KVD_ASSIGN_OR_RETURN(out.tables, Need(view, SectionKind::kTables));
+  KVD_ASSIGN_OR_RETURN(out.scales, Need(view, SectionKind::kScales));
+  KVD_ASSIGN_OR_RETURN(out.index, Need(view, SectionKind::kIndex));
+  KVD_ASSIGN_OR_RETURN(out.codes, Need(view, SectionKind::kCodes));
 
   const std::uint64_t want_params = kParamsFixedBytes + std::uint64_t{shape.layers} * 2;
-  if (params->length != want_params) {
-    return Bad("params section is " + std::to_string(params->length) + " bytes, expected " +
+  if (out.params->length != want_params) {
+    return Bad("params section is " + std::to_string(out.params->length) + " bytes, expected " +
                std::to_string(want_params));
   }
-  const std::byte* p = params->bytes.data();
+  const std::byte* p = out.params->bytes.data();
   const auto version = std::to_integer<std::uint8_t>(p[0]);
   const auto prob_bits = std::to_integer<std::uint8_t>(p[1]);
-  const auto scale_dtype = std::to_integer<std::uint8_t>(p[2]);
+  out.scale_dtype = std::to_integer<std::uint8_t>(p[2]);
   const auto cpl = std::to_integer<std::uint8_t>(p[3]);
   if (version != cachegen::kParamsVersion) {
     return Status(StatusCode::kUnimplemented, "cachegen decode: params version " +
@@ -428,82 +441,88 @@ Result<Parsed> ParseSections(const ContainerView& view) {
   if (prob_bits != cachegen::kProbBits) {
     return Bad("params field 'prob_bits' = " + std::to_string(prob_bits) + ", expected 12");
   }
-  if (scale_dtype != cachegen::kScaleFp16 && scale_dtype != cachegen::kScaleFp32) {
-    return Bad("params field 'scale_dtype' = " + std::to_string(scale_dtype) + " is invalid");
+  if (out.scale_dtype != cachegen::kScaleFp16 && out.scale_dtype != cachegen::kScaleFp32) {
+    return Bad("params field 'scale_dtype' = " + std::to_string(out.scale_dtype) +
+               " is invalid");
   }
   if (cpl != cachegen::ChannelsPerLane(shape.tokens)) {
     return Bad("params field 'channels_per_lane' = " + std::to_string(cpl) + ", expected " +
                std::to_string(cachegen::ChannelsPerLane(shape.tokens)));
   }
   if (LoadLE<std::uint32_t>(p + 4) != 0) return Bad("params field 'reserved' is not zero");
-  std::vector<std::uint8_t> bins(shape.layers * 2);
-  std::memcpy(bins.data(), p + kParamsFixedBytes, bins.size());
-  for (std::size_t i = 0; i < bins.size(); ++i) {
-    if (bins[i] < cachegen::kMinBins || bins[i] > cachegen::kMaxBins) {
+  out.bins.resize(std::size_t{shape.layers} * 2);
+  std::memcpy(out.bins.data(), p + kParamsFixedBytes, out.bins.size());
+  for (std::size_t i = 0; i < out.bins.size(); ++i) {
+    if (out.bins[i] < cachegen::kMinBins || out.bins[i] > cachegen::kMaxBins) {
       return Bad("params: bins of layer " + std::to_string(i / 2) + (i % 2 ? " V" : " K") +
-                 " = " + std::to_string(bins[i]) + " is out of range [2, 64]");
+                 " = " + std::to_string(out.bins[i]) + " is out of range [2, 64]");
     }
   }
-  Parsed out;
-  out.layout = MakeLayout(shape, std::move(bins), scale_dtype);
-  const Layout& lay = out.layout;
-
-  if (tables->length != lay.table_entries() * 2) {
-    return Bad("tables section is " + std::to_string(tables->length) + " bytes, expected " +
+  const Layout lay = MakeLayout(shape, out.bins, out.scale_dtype);
+  out.table_entries = lay.table_entries();
+  if (out.tables->length != lay.table_entries() * 2) {
+    return Bad("tables section is " + std::to_string(out.tables->length) + " bytes, expected " +
                std::to_string(lay.table_entries() * 2));
-  }
-  out.freq.resize(lay.table_entries());
-  for (std::size_t i = 0; i < out.freq.size(); ++i) {
-    out.freq[i] = LoadLE<std::uint16_t>(tables->bytes.data() + i * 2);
   }
   for (std::uint32_t lk = 0; lk < lay.lk_count(); ++lk) {
     std::uint32_t sum = 0;
-    for (std::uint32_t s = 0; s < lay.bins[lk]; ++s) sum += out.freq[lay.table_start[lk] + s];
+    for (std::uint32_t s = 0; s < lay.bins[lk]; ++s) {
+      sum += LoadLE<std::uint16_t>(out.tables->bytes.data() + (lay.table_start[lk] + s) * 2);
+    }
     if (sum != kProbScale) {
       return Bad("frequency table of layer " + std::to_string(lk / 2) + (lk % 2 ? " V" : " K") +
                  " sums to " + std::to_string(sum) + ", expected 4096");
     }
   }
-  if (scales->length != lay.scale_bytes()) {
-    return Bad("scales section is " + std::to_string(scales->length) + " bytes, expected " +
+  if (out.scales->length != lay.scale_bytes()) {
+    return Bad("scales section is " + std::to_string(out.scales->length) + " bytes, expected " +
                std::to_string(lay.scale_bytes()));
   }
   const std::size_t n_scales = std::size_t{lay.lk_count()} * lay.channels;
-  out.scales.resize(n_scales);
   for (std::size_t i = 0; i < n_scales; ++i) {
-    ChannelScale& sc = out.scales[i];
-    if (scale_dtype == cachegen::kScaleFp16) {
-      sc.lo = HalfBitsToFloat(LoadLE<std::uint16_t>(scales->bytes.data() + i * 4));
-      sc.step = HalfBitsToFloat(LoadLE<std::uint16_t>(scales->bytes.data() + i * 4 + 2));
-    } else {
-      sc.lo = LoadLE<float>(scales->bytes.data() + i * 8);
-      sc.step = LoadLE<float>(scales->bytes.data() + i * 8 + 4);
-    }
+    const ChannelScale sc = LoadScale(out.scales->bytes, out.scale_dtype, i);
     if (!cachegen::IsFiniteFloat(sc.lo) || !cachegen::IsFiniteFloat(sc.step) || !(sc.step > 0)) {
       return Bad("scale of channel " + std::to_string(i % lay.channels) + " of layer " +
                  std::to_string(i / lay.channels / 2) + " is not finite and positive");
     }
   }
-  if (index->length != std::uint64_t{lay.groups()} * 4) {
-    return Bad("index section is " + std::to_string(index->length) + " bytes, expected " +
+  if (out.index->length != std::uint64_t{lay.groups()} * 4) {
+    return Bad("index section is " + std::to_string(out.index->length) + " bytes, expected " +
                std::to_string(std::uint64_t{lay.groups()} * 4));
   }
-  if (codes->length % 2 != 0) return Bad("codes section has an odd length");
-  out.index = index->bytes;
-  out.codes = codes->bytes;
+  if (out.codes->length % 2 != 0) return Bad("codes section has an odd length");
   std::uint32_t prev = 0;
   for (std::uint32_t g = 0; g < lay.groups(); ++g) {
-    const auto end = LoadLE<std::uint32_t>(out.index.data() + std::size_t{g} * 4);
-    if (end < prev || end > codes->length / 2) {
+    const auto end = LoadLE<std::uint32_t>(out.index->bytes.data() + std::size_t{g} * 4);
+    if (end < prev || end > out.codes->length / 2) {
       return Bad("index entry " + std::to_string(g) + " = " + std::to_string(end) +
                  " is out of order or past the codes section");
     }
     prev = end;
   }
-  if (prev != codes->length / 2) {
+  if (prev != out.codes->length / 2) {
     return Bad("index ends at word " + std::to_string(prev) + " but the codes section holds " +
-               std::to_string(codes->length / 2));
+               std::to_string(out.codes->length / 2));
   }
+  return out;
+}
+
+namespace {
+
+Result<Parsed> ParseSections(const ContainerView& view) {
+  KVD_ASSIGN_OR_RETURN(CacheGenSections sections, ValidateCacheGenSections(view));
+  Parsed out;
+  out.layout = MakeLayout(view.header.shape, sections.bins, sections.scale_dtype);
+  out.freq.resize(sections.table_entries);
+  for (std::size_t i = 0; i < out.freq.size(); ++i) {
+    out.freq[i] = LoadLE<std::uint16_t>(sections.tables->bytes.data() + i * 2);
+  }
+  out.scales.resize(std::size_t{out.layout.lk_count()} * out.layout.channels);
+  for (std::size_t i = 0; i < out.scales.size(); ++i) {
+    out.scales[i] = LoadScale(sections.scales->bytes, sections.scale_dtype, i);
+  }
+  out.index = sections.index->bytes;
+  out.codes = sections.codes->bytes;
   return out;
 }
 

@@ -383,35 +383,6 @@ cudaError_t ConfigureSharedMemory(Kernel kernel, std::size_t smem,
   return cudaSuccess;
 }
 
-Status Bad(const std::string& what) {
-  return Corruption("cachegen decode: " + what);
-}
-
-Result<const SectionView*> Need(const ContainerView& view, SectionKind kind) {
-  const SectionView* s = nullptr;
-  for (const SectionView& sec : view.sections) {
-    if (sec.kind == static_cast<std::uint32_t>(kind)) {
-      if (s != nullptr) {
-        return Bad("more than one " + std::string(SectionKindName(sec.kind)) + " section");
-      }
-      s = &sec;
-    } else if (sec.kind > kMaxKnownSectionKind) {
-      continue;
-    } else if (sec.kind != 1 && sec.kind != 3 && sec.kind != 4 && sec.kind != 5 && sec.kind != 8 &&
-               (sec.flags & kSectionFlagOptional) == 0) {
-      return Bad("unexpected " + std::string(SectionKindName(sec.kind)) + " section");
-    }
-  }
-  if (s == nullptr) {
-    return Bad("no " + std::string(SectionKindName(static_cast<std::uint32_t>(kind))) + " section");
-  }
-  return s;
-}
-
-std::string LkName(std::size_t lk) {
-  return "layer " + std::to_string(lk / 2) + (lk % 2 ? " V" : " K");
-}
-
 std::string DecodeErrorMessage(unsigned long long key) {
   const auto code = static_cast<std::uint32_t>(key & 15u);
   const auto group = static_cast<std::uint32_t>((key >> 4) & ((1ull << 30) - 1));
@@ -440,119 +411,18 @@ bool Aligned(const void* p, std::uintptr_t n) {
 Result<CacheGenContainerInfo> ParseCacheGenContainer(std::span<const std::byte> container,
                                                      const ParseOptions& options) {
   KVD_ASSIGN_OR_RETURN(const ContainerView view, ParseContainer(container, options));
-  if (view.header.codec != CodecId::kCacheGen) {
-    return InvalidArgument("cachegen decode: container codec is '" +
-                           std::string(CodecName(view.header.codec)) + "'");
-  }
-  const KvShape& shape = view.header.shape;
-  KVD_ASSIGN_OR_RETURN(const SectionView* params, Need(view, SectionKind::kParams));
-  KVD_ASSIGN_OR_RETURN(const SectionView* tables, Need(view, SectionKind::kTables));
-  KVD_ASSIGN_OR_RETURN(const SectionView* scales, Need(view, SectionKind::kScales));
-  KVD_ASSIGN_OR_RETURN(const SectionView* index, Need(view, SectionKind::kIndex));
-  KVD_ASSIGN_OR_RETURN(const SectionView* codes, Need(view, SectionKind::kCodes));
-
-  const std::uint64_t lks = std::uint64_t{shape.layers} * 2;
-  if (params->length != kParamsFixedBytes + lks) {
-    return Bad("params section is " + std::to_string(params->length) + " bytes, expected " +
-               std::to_string(kParamsFixedBytes + lks));
-  }
-  const std::byte* p = params->bytes.data();
-  const auto version = std::to_integer<std::uint8_t>(p[0]);
-  const auto prob_bits = std::to_integer<std::uint8_t>(p[1]);
-  const auto scale_dtype = std::to_integer<std::uint8_t>(p[2]);
-  const auto cpl = std::to_integer<std::uint8_t>(p[3]);
-  if (version != cachegen::kParamsVersion) {
-    return Status(StatusCode::kUnimplemented, "cachegen decode: params version " +
-                                                  std::to_string(version) + " is not supported");
-  }
-  if (prob_bits != cachegen::kProbBits) {
-    return Bad("params field 'prob_bits' = " + std::to_string(prob_bits) + ", expected 12");
-  }
-  if (scale_dtype != cachegen::kScaleFp16 && scale_dtype != cachegen::kScaleFp32) {
-    return Bad("params field 'scale_dtype' = " + std::to_string(scale_dtype) + " is invalid");
-  }
-  if (cpl != cachegen::ChannelsPerLane(shape.tokens)) {
-    return Bad("params field 'channels_per_lane' = " + std::to_string(cpl) + ", expected " +
-               std::to_string(cachegen::ChannelsPerLane(shape.tokens)));
-  }
-  if (LoadLE<std::uint32_t>(p + 4) != 0) return Bad("params field 'reserved' is not zero");
-  std::uint64_t entries = 0;
-  std::vector<std::uint64_t> table_start(lks + 1, 0);
-  for (std::uint64_t i = 0; i < lks; ++i) {
-    const auto bins = std::to_integer<std::uint8_t>(p[kParamsFixedBytes + i]);
-    if (bins < cachegen::kMinBins || bins > cachegen::kMaxBins) {
-      return Bad("params: bins of " + LkName(i) + " = " + std::to_string(bins) +
-                 " is out of range [2, 64]");
-    }
-    entries += bins;
-    table_start[i + 1] = entries;
-  }
-  if (tables->length != entries * 2) {
-    return Bad("tables section is " + std::to_string(tables->length) + " bytes, expected " +
-               std::to_string(entries * 2));
-  }
-  for (std::uint64_t lk = 0; lk < lks; ++lk) {
-    std::uint32_t sum = 0;
-    for (std::uint64_t s = table_start[lk]; s < table_start[lk + 1]; ++s) {
-      sum += LoadLE<std::uint16_t>(tables->bytes.data() + s * 2);
-    }
-    if (sum != kProbScale) {
-      return Bad("frequency table of " + LkName(lk) + " sums to " + std::to_string(sum) +
-                 ", expected 4096");
-    }
-  }
-  const std::uint64_t channels = std::uint64_t{shape.kv_heads} * shape.head_dim;
-  const std::uint64_t pair_bytes = scale_dtype == cachegen::kScaleFp16 ? 4 : 8;
-  if (scales->length != lks * channels * pair_bytes) {
-    return Bad("scales section is " + std::to_string(scales->length) + " bytes, expected " +
-               std::to_string(lks * channels * pair_bytes));
-  }
-  for (std::uint64_t i = 0; i < lks * channels; ++i) {
-    float lo, step;
-    if (scale_dtype == cachegen::kScaleFp16) {
-      lo = HalfBitsToFloat(LoadLE<std::uint16_t>(scales->bytes.data() + i * 4));
-      step = HalfBitsToFloat(LoadLE<std::uint16_t>(scales->bytes.data() + i * 4 + 2));
-    } else {
-      lo = LoadLE<float>(scales->bytes.data() + i * 8);
-      step = LoadLE<float>(scales->bytes.data() + i * 8 + 4);
-    }
-    if (!cachegen::IsFiniteFloat(lo) || !cachegen::IsFiniteFloat(step) || !(step > 0)) {
-      return Bad("scale of channel " + std::to_string(i % channels) + " of layer " +
-                 std::to_string(i / channels / 2) + " is not finite and positive");
-    }
-  }
-  const std::uint32_t cpl32 = cachegen::ChannelsPerLane(shape.tokens);
-  const std::uint64_t groups =
-      lks * cachegen::GroupsPerLayerKv(static_cast<std::uint32_t>(channels), cpl32);
-  if (index->length != groups * 4) {
-    return Bad("index section is " + std::to_string(index->length) + " bytes, expected " +
-               std::to_string(groups * 4));
-  }
-  if (codes->length % 2 != 0) return Bad("codes section has an odd length");
-  std::uint32_t prev = 0;
-  for (std::uint64_t g = 0; g < groups; ++g) {
-    const auto end = LoadLE<std::uint32_t>(index->bytes.data() + g * 4);
-    if (end < prev || end > codes->length / 2) {
-      return Bad("index entry " + std::to_string(g) + " = " + std::to_string(end) +
-                 " is out of order or past the codes section");
-    }
-    prev = end;
-  }
-  if (prev != codes->length / 2) {
-    return Bad("index ends at word " + std::to_string(prev) + " but the codes section holds " +
-               std::to_string(codes->length / 2));
-  }
+  KVD_ASSIGN_OR_RETURN(const CacheGenSections sections, ValidateCacheGenSections(view));
   CacheGenContainerInfo info;
   info.dtype = view.header.dtype;
-  info.shape = shape;
-  info.scale_dtype = scale_dtype;
-  info.params_offset = params->offset;
-  info.tables_offset = tables->offset;
-  info.tables_entries = entries;
-  info.scales_offset = scales->offset;
-  info.index_offset = index->offset;
-  info.codes_offset = codes->offset;
-  info.codes_words = codes->length / 2;
+  info.shape = view.header.shape;
+  info.scale_dtype = sections.scale_dtype;
+  info.params_offset = sections.params->offset;
+  info.tables_offset = sections.tables->offset;
+  info.tables_entries = sections.table_entries;
+  info.scales_offset = sections.scales->offset;
+  info.index_offset = sections.index->offset;
+  info.codes_offset = sections.codes->offset;
+  info.codes_words = sections.codes->length / 2;
   info.total_bytes = view.header.total_bytes;
   return info;
 }

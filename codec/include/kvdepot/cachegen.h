@@ -56,6 +56,24 @@ Result<KvTensor> CacheGenQuantizeDequantize(const KvTensorView& tensor,
 Result<double> CacheGenSymbolEntropyBits(const KvTensorView& tensor,
                                          const CacheGenOptions& options = {});
 
+// A cachegen container's sections after every structural check that does not need the rANS
+// streams themselves: params (version, prob_bits, scale dtype, channels per lane, bins), table
+// sizes and sums, finite positive scales, an index in order that ends at the codes' end. Used by
+// the CPU decoder and by the GPU decoder's host side. The pointers point into `view`.
+struct CacheGenSections {
+  std::uint8_t scale_dtype = 0;  // cachegen::kScaleFp16 or kScaleFp32
+  std::vector<std::uint8_t> bins;  // [layer * 2 + kv]
+  std::uint64_t table_entries = 0;  // sum of the bins: u16 frequencies in the tables section
+  const SectionView* params = nullptr;
+  const SectionView* tables = nullptr;
+  const SectionView* scales = nullptr;
+  const SectionView* index = nullptr;
+  const SectionView* codes = nullptr;
+};
+// kInvalidArgument for another codec, kUnimplemented for another params version, kCorruption for
+// anything else, with a message naming the field.
+Result<CacheGenSections> ValidateCacheGenSections(const ContainerView& view);
+
 // Byte counts of a cachegen container, for `inspect` and benchmarks.
 struct CacheGenSizes {
   std::uint64_t params = 0;

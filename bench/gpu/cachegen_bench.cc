@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "kvdepot/cachegen.h"
+#include "bench_util.h"
 #include "kvdepot/cuda/cachegen.h"
 #include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/status.h"
@@ -38,6 +39,12 @@
 
 namespace kvdepot::cuda {
 namespace {
+
+using bench::JsonEscape;
+using bench::Median;
+using bench::MeasureD2d;
+using bench::SetsFor;
+using bench::Time;
 
 constexpr KvShape kShape{32, 256, 8, 128};
 constexpr int kDistinct = 4;  // distinct synthetic chunks, replicated over the buffers
@@ -63,84 +70,11 @@ struct Row {
   double pct_ceiling = 0;
 };
 
-class EventPair {
- public:
-  EventPair() = default;
-  ~EventPair() {
-    if (start_ != nullptr) static_cast<void>(cudaEventDestroy(start_));
-    if (stop_ != nullptr) static_cast<void>(cudaEventDestroy(stop_));
-  }
-  EventPair(const EventPair&) = delete;
-  EventPair& operator=(const EventPair&) = delete;
-  Status Init() {
-    KVD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start_), "cudaEventCreate");
-    KVD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop_), "cudaEventCreate");
-    return Status::Ok();
-  }
-  cudaEvent_t start() const { return start_; }
-  cudaEvent_t stop() const { return stop_; }
-
- private:
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t stop_ = nullptr;
-};
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 == 1 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-// Times `op` (which enqueues on `stream`) and `finish` (which synchronises), rotating `sets`.
-template <typename Op, typename Finish>
-Result<std::vector<double>> Time(const Options& opt, int sets, cudaStream_t stream, Op op,
-                                 Finish finish) {
-  EventPair ev;
-  KVD_RETURN_IF_ERROR(ev.Init());
-  std::vector<double> us;
-  for (int rep = 0; rep < opt.warmup + opt.reps; ++rep) {
-    KVD_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.start(), stream), "cudaEventRecord");
-    KVD_RETURN_IF_ERROR(op(rep % sets));
-    KVD_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.stop(), stream), "cudaEventRecord");
-    KVD_RETURN_IF_ERROR(finish());
-    float ms = 0;
-    KVD_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, ev.start(), ev.stop()),
-                             "cudaEventElapsedTime");
-    if (rep >= opt.warmup) us.push_back(static_cast<double>(ms) * 1000.0);
-  }
-  return us;
-}
-
 struct Fixture {
   std::vector<KvTensor> host;               // kDistinct chunks
   std::vector<std::vector<std::byte>> cpu;  // their CPU containers
   std::uint64_t container_bytes_avg = 0;
 };
-
-Result<double> MeasureD2d(cudaStream_t stream, const Options& opt) {
-  const std::size_t bytes = std::size_t{256} << 20;
-  KVD_ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::Allocate(bytes));
-  KVD_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(bytes));
-  KVD_CUDA_RETURN_IF_ERROR(cudaMemset(a.data(), 1, bytes), "cudaMemset");
-  KVD_ASSIGN_OR_RETURN(
-      std::vector<double> us,
-      Time(
-          opt, 1, stream,
-          [&](int) -> Status {
-            KVD_CUDA_RETURN_IF_ERROR(
-                cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream),
-                "d2d");
-            return Status::Ok();
-          },
-          [&]() -> Status {
-            KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "sync");
-            return Status::Ok();
-          }));
-  return 2.0 * static_cast<double>(bytes) / (Median(us) * 1e3);
-}
-
-int SetsFor(std::uint64_t bytes_per_set, std::uint64_t l2) {
-  return static_cast<int>(std::max<std::uint64_t>(2, (3 * l2 + bytes_per_set - 1) / bytes_per_set));
-}
 
 Result<Row> MeasureEncode(const Fixture& fx, std::uint32_t batch, std::uint64_t l2,
                           cudaStream_t stream, const Options& opt) {
@@ -295,14 +229,6 @@ Result<Row> MeasureDecode(const Fixture& fx, std::uint32_t batch, bool paged, st
   return row;
 }
 
-std::string JsonEscape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out;
-}
 
 int Usage(const char* argv0) {
   std::fprintf(stderr,

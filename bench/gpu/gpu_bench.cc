@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bench_util.h"
 #include "kvdepot/cuda/convert.h"
 #include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/status.h"
@@ -29,6 +30,9 @@
 
 namespace kvdepot::cuda {
 namespace {
+
+using bench::EventPair;
+using bench::JsonEscape;
 
 constexpr int kSets = 2;
 
@@ -57,30 +61,6 @@ struct Row {
 };
 
 // RAII pair of events.
-class EventPair {
- public:
-  EventPair() = default;
-  ~EventPair() {
-    if (start_ != nullptr) static_cast<void>(cudaEventDestroy(start_));
-    if (stop_ != nullptr) static_cast<void>(cudaEventDestroy(stop_));
-  }
-  EventPair(const EventPair&) = delete;
-  EventPair& operator=(const EventPair&) = delete;
-  Status Init() {
-    KVD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start_), "cudaEventCreate");
-    KVD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop_), "cudaEventCreate");
-    return Status::Ok();
-  }
-  cudaEvent_t start() const { return start_; }
-  cudaEvent_t stop() const { return stop_; }
-
- private:
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t stop_ = nullptr;
-};
-
-// Random, never-zero inputs shaped like KV activations: |x| in [2^-10, 2^4) with random sign and
-// mantissa, written as `dtype` bits (rounded by the reference functions). Deterministic.
 std::vector<std::byte> RandomInput(DType dtype, std::uint64_t bytes, std::uint64_t seed) {
   std::vector<std::byte> out(bytes);
   std::mt19937_64 rng(seed);
@@ -180,14 +160,6 @@ Result<Row> Measure(const Variant& v, const Options& opt, cudaStream_t stream) {
   return row;
 }
 
-std::string JsonEscape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out;
-}
 
 int Usage(const char* argv0) {
   std::fprintf(stderr,

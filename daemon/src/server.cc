@@ -282,6 +282,7 @@ class Connection : public ConnectionBase,
                                Corruption("put: value " + std::to_string(put_.index) +
                                           " runs past the frame body"));
         }
+        put_.remaining -= put_.value_length;
         if (put_.value_length > limits_.max_value_bytes) {
           put_.results.push_back(StatusCode::kOutOfRange);
           return Discard(put_.value_length);
@@ -292,7 +293,6 @@ class Connection : public ConnectionBase,
           return Discard(put_.value_length);
         }
         put_.value = std::move(*value);
-        put_.remaining -= put_.value_length;
         asio::async_read(socket_, asio::buffer(put_.value->mutable_bytes().data(),
                                                put_.value_length),
                          [self = this->shared_from_this()](auto ec, std::size_t n) {
@@ -307,9 +307,9 @@ class Connection : public ConnectionBase,
     });
   }
 
-  // Reads and drops `n` body bytes (a value that was refused), then continues with the next item.
+  // Reads and drops the `n` bytes left of a refused value (already taken off put_.remaining),
+  // then continues with the next item.
   void Discard(std::uint64_t n) {
-    put_.remaining -= n;
     if (n == 0) {
       ++put_.index;
       return PutNextItem();
@@ -320,7 +320,6 @@ class Connection : public ConnectionBase,
                      [self = this->shared_from_this(), left = n - step](auto ec, std::size_t r) {
                        self->server_.bytes_in_ += r;
                        if (ec) return self->Close();
-                       self->put_.remaining += left;  // Discard subtracts it again
                        self->Discard(left);
                      });
   }

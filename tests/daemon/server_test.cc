@@ -256,6 +256,16 @@ TEST_F(ServerTest, CapacityHoldsAndEvictionFollowsThePolicy) {
   const auto huge = Bytes(6 << 20, 6);
   EXPECT_EQ(c->Put("huge", huge).code(), StatusCode::kOutOfRange);
   EXPECT_TRUE(c->Ping().ok());
+  // In a multi-item PUT the refused value is read and dropped; the items around it are stored.
+  const auto small = Bytes(10, 7);
+  const protocol::PutItemView items[] = {{"before", small}, {"huge", huge}, {"after", small}};
+  auto codes = c->Put(items);
+  ASSERT_TRUE(codes.ok()) << codes.status().ToString();
+  EXPECT_EQ(*codes, (std::vector<StatusCode>{StatusCode::kOk, StatusCode::kOutOfRange,
+                                             StatusCode::kOk}));
+  auto after = c->Get("after");
+  ASSERT_TRUE(after.ok() && after->has_value());
+  EXPECT_TRUE(**after == small);
 }
 
 TEST_F(ServerTest, MalformedFramesCloseOnlyThatConnection) {

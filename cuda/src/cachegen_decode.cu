@@ -8,6 +8,7 @@
 // stream exceeds the staging budget) and runs the group's steps: slot lookup, advance, one ballot
 // of the lanes that renormalise, each reading the word at pos + popc(ballot & lanemask_lt).
 #include "kvdepot/cuda/cachegen.h"
+#include "launch.h"
 
 #include <algorithm>
 #include <atomic>
@@ -24,6 +25,9 @@
 namespace kvdepot::cuda {
 
 namespace {
+
+using internal::ConfigureSharedMemory;
+using internal::kMaxDevices;
 
 using cachegen::kLanes;
 using cachegen::kProbScale;
@@ -361,27 +365,6 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
 
 // ---- Host-side parsing (mirrors the CPU decoder's ParseSections) ----
 
-constexpr int kMaxDevices = 64;
-
-// Raises `kernel`'s dynamic shared memory limit to `smem` bytes and prefers shared memory over L1
-// on the current device, once per device (cudaFuncSetAttribute costs microseconds per launch).
-template <typename Kernel>
-cudaError_t ConfigureSharedMemory(Kernel kernel, std::size_t smem,
-                                  std::atomic<std::size_t> (&configured)[kMaxDevices]) {
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  const bool cached = device >= 0 && device < kMaxDevices;
-  if (cached && configured[device].load(std::memory_order_relaxed) >= smem) return cudaSuccess;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
-  if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                             cudaSharedmemCarveoutMaxShared);
-  if (err != cudaSuccess) return err;
-  if (cached) configured[device].store(smem, std::memory_order_relaxed);
-  return cudaSuccess;
-}
 
 std::string DecodeErrorMessage(unsigned long long key) {
   const auto code = static_cast<std::uint32_t>(key & 15u);

@@ -18,6 +18,7 @@
 //   6. Compact: one block per group: copies its words into the codes section (and, for fp32
 //      scales, its channels' scale pairs into the scales section).
 #include "kvdepot/cuda/cachegen.h"
+#include "launch.h"
 
 #include <algorithm>
 #include <atomic>
@@ -36,6 +37,9 @@
 namespace kvdepot::cuda {
 
 namespace {
+
+using internal::ConfigureSharedMemory;
+using internal::kMaxDevices;
 
 using cachegen::kLanes;
 using cachegen::kMaxBins;
@@ -768,27 +772,6 @@ __global__ void __launch_bounds__(kCompactThreads)
   }
 }
 
-constexpr int kMaxDevices = 64;
-
-// Raises `kernel`'s dynamic shared memory limit to `smem` bytes and prefers shared memory over L1
-// on the current device, once per device (cudaFuncSetAttribute costs microseconds per launch).
-template <typename Kernel>
-cudaError_t ConfigureSharedMemory(Kernel kernel, std::size_t smem,
-                                  std::atomic<std::size_t> (&configured)[kMaxDevices]) {
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  const bool cached = device >= 0 && device < kMaxDevices;
-  if (cached && configured[device].load(std::memory_order_relaxed) >= smem) return cudaSuccess;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
-  if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                             cudaSharedmemCarveoutMaxShared);
-  if (err != cudaSuccess) return err;
-  if (cached) configured[device].store(smem, std::memory_order_relaxed);
-  return cudaSuccess;
-}
 
 cudaError_t Launch(const void* kernel, unsigned blocks, unsigned threads, std::size_t smem,
                    const CacheGenEncodeParams& params, cudaStream_t stream) {

@@ -39,12 +39,16 @@
 #include <utility>
 
 #include "kvdepot/cuda/hack.h"
+#include "launch.h"
 #include "kvdepot/cuda/status.h"
 #include "kvdepot/hack_format.h"
 
 namespace kvdepot::cuda {
 
 namespace {
+
+using internal::ConfigureSharedMemory;
+using internal::kMaxDevices;
 
 using hack::Layout;
 
@@ -59,7 +63,6 @@ constexpr std::uint32_t kOnes = 0x01010101u;
 constexpr std::uint32_t kLow2 = 0x03030303u;
 constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: x + kMagic holds rint(x) in its low bits
 constexpr std::uint32_t kMagicBits = 0x4b400000u;
-constexpr int kMaxDevices = 64;
 
 // Error kinds (low byte of the error key; the sequence index above it).
 enum AttnError : std::uint32_t {
@@ -852,24 +855,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
 }
 
 // ---- host side ----
-
-template <typename Kernel>
-cudaError_t ConfigureSharedMemory(Kernel kernel, std::size_t smem,
-                                  std::atomic<std::size_t> (&configured)[kMaxDevices]) {
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  const bool cached = device >= 0 && device < kMaxDevices;
-  if (cached && configured[device].load(std::memory_order_relaxed) >= smem) return cudaSuccess;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
-  if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                             cudaSharedmemCarveoutMaxShared);
-  if (err != cudaSuccess) return err;
-  if (cached) configured[device].store(smem, std::memory_order_relaxed);
-  return cudaSuccess;
-}
 
 std::atomic<std::size_t> g_attn_smem[2][kMaxDevices];
 

@@ -38,13 +38,15 @@ namespace kvdepot::cuda {
 
 namespace {
 
+using internal::ConfigureSharedMemory;
+using internal::kMaxDevices;
+
 using hack::Layout;
 using hack::Quant;
 
 constexpr int kThreads = 128;
 constexpr std::uint32_t kTilePad = 8;  // 16-byte pad per staged row (conflict-free row walks)
 constexpr unsigned kFull = 0xffffffffu;
-constexpr int kMaxDevices = 64;
 
 // ---- element access ----
 
@@ -482,22 +484,6 @@ __global__ void __launch_bounds__(kThreads) HackDequantizeKernel(const HackDequa
     }
     __syncthreads();
   }
-}
-
-// Raises `kernel`'s dynamic shared memory limit once per device and size.
-template <typename Kernel>
-cudaError_t ConfigureSharedMemory(Kernel kernel, std::size_t smem,
-                                  std::atomic<std::size_t> (&configured)[kMaxDevices]) {
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  const bool cached = device >= 0 && device < kMaxDevices;
-  if (cached && configured[device].load(std::memory_order_relaxed) >= smem) return cudaSuccess;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
-  if (err != cudaSuccess) return err;
-  if (cached) configured[device].store(smem, std::memory_order_relaxed);
-  return cudaSuccess;
 }
 
 template <typename Kernel, typename Params>

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -32,6 +33,31 @@ cudaError_t GridStrideBlocks(Kernel kernel, std::uint64_t work_items, int thread
   const auto threads = static_cast<std::uint64_t>(threads_per_block);
   const std::uint64_t needed = (work_items + threads - 1) / threads;
   *blocks = static_cast<unsigned>(std::max<std::uint64_t>(1, std::min(resident, needed)));
+  return cudaSuccess;
+}
+
+// Devices whose shared-memory configuration ConfigureSharedMemory caches.
+inline constexpr int kMaxDevices = 64;
+
+// Raises `kernel`'s dynamic shared memory limit to `smem` bytes and prefers shared memory over L1
+// on the current device, once per device and size (`configured` remembers what was set;
+// cudaFuncSetAttribute costs microseconds per launch). Devices beyond kMaxDevices are configured
+// every time.
+template <typename Kernel>
+cudaError_t ConfigureSharedMemory(Kernel kernel, std::size_t smem,
+                                  std::atomic<std::size_t> (&configured)[kMaxDevices]) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached && configured[device].load(std::memory_order_relaxed) >= smem) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared);
+  if (err != cudaSuccess) return err;
+  if (cached) configured[device].store(smem, std::memory_order_relaxed);
   return cudaSuccess;
 }
 

@@ -16,6 +16,7 @@
 #include "kvdepot/daemon/log.h"
 #include "kvdepot/daemon/platform_probe.h"
 #include "kvdepot/daemon/server.h"
+#include "kvdepot/daemon/store.h"
 
 namespace kvdepot::daemon {
 namespace {
@@ -119,7 +120,8 @@ int DaemonMain(int argc, char** argv) {
                                                                          ")") +
                            ", rocksdb " + platform.rocksdb_version);
   HostTier host(config.host);
-  Server server(config.server, host);
+  Store store(host, nullptr);
+  Server server(config.server, store);
   if (Status s = server.Start(); !s.ok()) return Fail(1, s.message());
   std::string where;
   if (!config.server.listen.empty()) {

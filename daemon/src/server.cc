@@ -28,12 +28,16 @@ namespace {
 constexpr std::size_t kDiscardChunk = 64 * 1024;
 
 // One response frame: header (+ a small inline prefix), then either an owned body or a stored
-// value (sent straight from the tier's buffer, kept alive until written).
+// value (sent straight from the tier's buffer, kept alive until written). A frame whose content
+// comes from an asynchronous store operation is queued first as a placeholder (`ready` false,
+// identified by `slot`) so that frames go out in the order their requests were read.
 struct Outgoing {
   std::array<std::byte, protocol::kFrameHeaderBytes + protocol::kGetItemPrefixBytes> head{};
   std::size_t head_len = protocol::kFrameHeaderBytes;
   std::vector<std::byte> body;
   ValueRef value;
+  bool ready = true;
+  std::uint64_t slot = 0;
 
   std::size_t size() const { return head_len + body.size() + (value ? value->bytes().size() : 0); }
 };
@@ -67,14 +71,24 @@ class ConnectionBase {
 
 class Server::Impl {
  public:
-  Impl(const ServerOptions& options, HostTier& tier)
-      : options_(options), tier_(tier) {
+  Impl(const ServerOptions& options, Store& store)
+      : options_(options), store_(store) {
     // One io_context per I/O thread, each connection bound to one of them: a connection's
     // handlers always run on the same thread (no cross-thread wake-ups, no strand needed).
     for (std::uint32_t i = 0; i < std::max<std::uint32_t>(options.io_threads, 1); ++i) {
       contexts_.push_back(std::make_unique<asio::io_context>(1));
       guards_.emplace_back(asio::make_work_guard(*contexts_.back()));
     }
+  }
+
+  // Handlers still queued hold connections, whose destructors unregister here: destroy the
+  // contexts while the rest of the server is alive.
+  ~Impl() {
+    Stop();
+    tcp_.reset();
+    unix_.reset();
+    guards_.clear();
+    contexts_.clear();
   }
 
   Status Start();
@@ -93,7 +107,7 @@ class Server::Impl {
 
   // Called by connections.
   const ServerOptions& options() const { return options_; }
-  HostTier& tier() { return tier_; }
+  Store& store() { return store_; }
   std::string StatsJson() const;
   using Registration = std::list<std::weak_ptr<ConnectionBase>>::iterator;
   // Tracks a live connection (for shutdown); its destructor calls Unregister with the result.
@@ -115,7 +129,7 @@ class Server::Impl {
   void Accept(Acceptor& acceptor);
 
   ServerOptions options_;
-  HostTier& tier_;
+  Store& store_;
   asio::io_context& io() { return *contexts_[0]; }  // acceptors and timers
   asio::io_context::executor_type NextExecutor() {
     return contexts_[next_context_++ % contexts_.size()]->get_executor();
@@ -228,12 +242,20 @@ class Connection : public ConnectionBase,
   }
 
   // ---- PUT: items are read one by one straight into their final buffers ---------------------
+  // The results of one PUT frame; shared with the store callbacks of its items, which may finish
+  // (durable writes) after the next request has started.
+  struct PutResults {
+    std::vector<StatusCode> codes;
+    std::uint32_t pending = 0;  // items handed to the store whose callback has not run
+    bool all_read = false;      // the frame has been read to its end
+    std::uint64_t slot = 0;     // the response's placeholder, once all_read
+  };
   struct PutState {
     FrameHeader header;
     std::uint32_t count = 0;
     std::uint32_t index = 0;
     std::uint64_t remaining = 0;  // body bytes not yet read
-    std::vector<StatusCode> results;
+    std::shared_ptr<PutResults> results;
     std::string key;
     std::uint64_t value_length = 0;
     std::shared_ptr<Value> value;
@@ -241,6 +263,7 @@ class Connection : public ConnectionBase,
 
   void StartPut(const FrameHeader& h) {
     put_ = PutState{};
+    put_.results = std::make_shared<PutResults>();
     put_.header = h;
     put_.remaining = h.body_length;
     ReadSmall(4, [this] {
@@ -251,7 +274,7 @@ class Connection : public ConnectionBase,
                                         " is out of range [1, " +
                                         std::to_string(limits_.max_batch) + "]"));
       }
-      put_.results.reserve(put_.count);
+      put_.results->codes.reserve(put_.count);
       PutNextItem();
     });
   }
@@ -263,7 +286,9 @@ class Connection : public ConnectionBase,
                              Corruption("put: " + std::to_string(put_.remaining) +
                                         " trailing body bytes"));
       }
-      SendBody(put_.header, StatusCode::kOk, protocol::EncodeStatusList(put_.results));
+      put_.results->all_read = true;
+      put_.results->slot = ReserveSlot();
+      MaybeFinishPut(put_.header, *put_.results);
       return ReadHeader();
     }
     ReadSmall(2, [this] {
@@ -284,12 +309,12 @@ class Connection : public ConnectionBase,
         }
         put_.remaining -= put_.value_length;
         if (put_.value_length > limits_.max_value_bytes) {
-          put_.results.push_back(StatusCode::kOutOfRange);
+          put_.results->codes.push_back(StatusCode::kOutOfRange);
           return Discard(put_.value_length);
         }
-        auto value = server_.tier().Allocate(put_.key, put_.value_length);
+        auto value = server_.store().Allocate(put_.key, put_.value_length);
         if (!value.ok()) {
-          put_.results.push_back(value.status().code());
+          put_.results->codes.push_back(value.status().code());
           return Discard(put_.value_length);
         }
         put_.value = std::move(*value);
@@ -298,13 +323,42 @@ class Connection : public ConnectionBase,
                          [self = this->shared_from_this()](auto ec, std::size_t n) {
                            self->server_.bytes_in_ += n;
                            if (ec) return self->Close();
-                           self->server_.tier().Insert(self->put_.key, std::move(self->put_.value));
-                           self->put_.results.push_back(StatusCode::kOk);
+                           self->StoreItem();
                            ++self->put_.index;
                            self->PutNextItem();
                          });
       });
     });
+  }
+
+  // Hands the item just read to the store; its status arrives through the callback.
+  void StoreItem() {
+    const std::size_t item = put_.results->codes.size();
+    put_.results->codes.push_back(StatusCode::kOk);
+    ++put_.results->pending;
+    server_.store().Put(put_.key, std::move(put_.value),
+                        [self = this->shared_from_this(), results = put_.results,
+                         header = put_.header, item](Status status) {
+                          self->OnOwnThread([self, results, header, item, status] {
+                            results->codes[item] = status.code();
+                            --results->pending;
+                            self->MaybeFinishPut(header, *results);
+                          });
+                        });
+  }
+
+  void MaybeFinishPut(const FrameHeader& header, const PutResults& results) {
+    if (!results.all_read || results.pending != 0) return;
+    FillSlot(results.slot, BodyFrame(header, StatusCode::kOk,
+                                     protocol::EncodeStatusList(results.codes)));
+  }
+
+  // Runs `fn` on this connection's thread: now when already there (an inline store callback),
+  // else posted (a callback from an SSD thread).
+  template <typename Fn>
+  void OnOwnThread(Fn fn) {
+    if (socket_.get_executor().running_in_this_thread()) return fn();
+    asio::post(socket_.get_executor(), std::move(fn));
   }
 
   // Reads and drops the `n` bytes left of a refused value (already taken off put_.remaining),
@@ -362,22 +416,33 @@ class Connection : public ConnectionBase,
     auto keys = protocol::DecodeKeyList(body_, limits_);
     if (!keys.ok()) return RequestError(h, keys.status());
     for (std::uint32_t i = 0; i < keys->size(); ++i) {
-      Outgoing out;
-      ValueRef value = server_.tier().Get((*keys)[i]);
-      FrameHeader r;
-      r.type = h.type | protocol::kResponseBit;
-      r.request_id = h.request_id;
-      r.flags = i + 1 < keys->size() ? protocol::kFlagMore : 0;
-      r.status = static_cast<std::uint16_t>(value ? StatusCode::kOk : StatusCode::kNotFound);
-      r.body_length = static_cast<std::uint32_t>(protocol::kGetItemPrefixBytes +
-                                                 (value ? value->bytes().size() : 0));
-      protocol::EncodeFrameHeader(r, out.head.data());
-      protocol::EncodeGetItemPrefix(i, value ? protocol::Tier::kHost : protocol::Tier::kNone,
-                                    out.head.data() + protocol::kFrameHeaderBytes);
-      out.head_len = protocol::kFrameHeaderBytes + protocol::kGetItemPrefixBytes;
-      out.value = std::move(value);
-      Enqueue(std::move(out));
+      const std::uint64_t slot = ReserveSlot();
+      const bool last = i + 1 == keys->size();
+      server_.store().Get((*keys)[i], [self = this->shared_from_this(), h, i, last,
+                                       slot](Result<Found> found) {
+        self->OnOwnThread([self, h, i, last, slot, found = std::move(found)]() mutable {
+          self->FillSlot(slot, GetItemFrame(h, i, last, std::move(found)));
+        });
+      });
     }
+  }
+
+  static Outgoing GetItemFrame(const FrameHeader& h, std::uint32_t index, bool last,
+                               Result<Found> found) {
+    Outgoing out;
+    FrameHeader r;
+    r.type = h.type | protocol::kResponseBit;
+    r.request_id = h.request_id;
+    r.flags = last ? 0 : protocol::kFlagMore;
+    r.status = static_cast<std::uint16_t>(found.ok() ? StatusCode::kOk : found.status().code());
+    r.body_length = static_cast<std::uint32_t>(protocol::kGetItemPrefixBytes +
+                                               (found.ok() ? found->value->bytes().size() : 0));
+    protocol::EncodeFrameHeader(r, out.head.data());
+    protocol::EncodeGetItemPrefix(index, found.ok() ? found->tier : protocol::Tier::kNone,
+                                  out.head.data() + protocol::kFrameHeaderBytes);
+    out.head_len = protocol::kFrameHeaderBytes + protocol::kGetItemPrefixBytes;
+    if (found.ok()) out.value = std::move(found->value);
+    return out;
   }
 
   void HandleLookup(const FrameHeader& h) {
@@ -386,8 +451,9 @@ class Connection : public ConnectionBase,
     protocol::LookupResult result;
     bool prefix = true;
     for (std::string_view key : *keys) {
-      const bool present = server_.tier().Contains(key);
-      result.tiers.push_back(present ? protocol::Tier::kHost : protocol::Tier::kNone);
+      const protocol::Tier tier = server_.store().Locate(key);
+      result.tiers.push_back(tier);
+      const bool present = tier != protocol::Tier::kNone;
       prefix = prefix && present;
       if (prefix) ++result.prefix_length;
     }
@@ -399,7 +465,7 @@ class Connection : public ConnectionBase,
     if (!keys.ok()) return RequestError(h, keys.status());
     std::vector<StatusCode> codes;
     for (std::string_view key : *keys) {
-      codes.push_back(server_.tier().Erase(key) ? StatusCode::kOk : StatusCode::kNotFound);
+      codes.push_back(server_.store().Erase(key) ? StatusCode::kOk : StatusCode::kNotFound);
     }
     SendBody(h, StatusCode::kOk, protocol::EncodeStatusList(codes));
   }
@@ -407,10 +473,8 @@ class Connection : public ConnectionBase,
   void HandleScan(const FrameHeader& h) {
     auto q = protocol::DecodeScanRequest(body_, limits_);
     if (!q.ok()) return RequestError(h, q.status());
-    protocol::ScanResult result;
-    if (q->tier == protocol::Tier::kNone || q->tier == protocol::Tier::kHost) {
-      result = server_.tier().Scan(q->prefix, q->cursor, q->limit);
-    }
+    const protocol::ScanResult result =
+        server_.store().Scan(q->prefix, q->cursor, q->limit, q->tier);
     SendBody(h, StatusCode::kOk, protocol::EncodeScanResult(result));
   }
 
@@ -433,6 +497,11 @@ class Connection : public ConnectionBase,
 
   // ---- writing --------------------------------------------------------------------------------
   void SendBody(const FrameHeader& request, StatusCode status, std::vector<std::byte> body) {
+    Enqueue(BodyFrame(request, status, std::move(body)));
+  }
+
+  static Outgoing BodyFrame(const FrameHeader& request, StatusCode status,
+                            std::vector<std::byte> body) {
     Outgoing out;
     FrameHeader r;
     r.type = request.type | protocol::kResponseBit;
@@ -441,7 +510,7 @@ class Connection : public ConnectionBase,
     r.body_length = static_cast<std::uint32_t>(body.size());
     protocol::EncodeFrameHeader(r, out.head.data());
     out.body = std::move(body);
-    Enqueue(std::move(out));
+    return out;
   }
 
   void Enqueue(Outgoing out) {
@@ -451,8 +520,28 @@ class Connection : public ConnectionBase,
     if (!writing_) WriteSome();
   }
 
+  // Queues a placeholder for a frame that an asynchronous store operation will produce.
+  std::uint64_t ReserveSlot() {
+    Outgoing placeholder;
+    placeholder.ready = false;
+    placeholder.slot = ++last_slot_;
+    if (!closed_) queue_.push_back(std::move(placeholder));
+    return last_slot_;
+  }
+
+  // Replaces placeholder `slot` with `out` (nothing when the connection closed meanwhile).
+  void FillSlot(std::uint64_t slot, Outgoing out) {
+    for (Outgoing& o : queue_) {
+      if (o.ready || o.slot != slot) continue;
+      o = std::move(out);
+      queued_bytes_ += o.size();
+      if (!writing_) WriteSome();
+      return;
+    }
+  }
+
   void WriteSome() {
-    if (queue_.empty() || closed_) {
+    if (queue_.empty() || !queue_.front().ready || closed_) {
       writing_ = false;
       MaybeClose();
       return;
@@ -461,7 +550,8 @@ class Connection : public ConnectionBase,
     // Gather up to 64 queued frames into one write.
     buffers_.clear();
     in_flight_ = 0;
-    for (auto it = queue_.begin(); it != queue_.end() && in_flight_ < 64; ++it, ++in_flight_) {
+    for (auto it = queue_.begin(); it != queue_.end() && it->ready && in_flight_ < 64;
+         ++it, ++in_flight_) {
       buffers_.emplace_back(it->head.data(), it->head_len);
       if (!it->body.empty()) buffers_.emplace_back(it->body.data(), it->body.size());
       if (it->value && !it->value->bytes().empty()) {
@@ -511,6 +601,7 @@ class Connection : public ConnectionBase,
   std::vector<asio::const_buffer> buffers_;
   std::size_t in_flight_ = 0;
   std::uint64_t queued_bytes_ = 0;
+  std::uint64_t last_slot_ = 0;
   bool writing_ = false;
   bool read_paused_ = false;
   bool stop_reading_ = false;
@@ -623,7 +714,7 @@ void Server::Impl::Stop() {
 }
 
 std::string Server::Impl::StatsJson() const {
-  const HostTierStats h = tier_.stats();
+  const HostTierStats h = store_.host().stats();
   const ServerStats s = stats();
   const auto uptime = std::chrono::duration_cast<std::chrono::seconds>(
                           std::chrono::steady_clock::now() - started_)
@@ -648,7 +739,7 @@ std::string Server::Impl::StatsJson() const {
   field("evictions", h.evictions);
   field("inserts", h.inserts);
   field("rejected", h.rejected);
-  out += "\"policy\":\"" + std::string(EvictionPolicyName(tier_.policy())) + "\"}},";
+  out += "\"policy\":\"" + std::string(EvictionPolicyName(store_.host().policy())) + "\"}},";
   out += "\"namespaces\":[";
   static constexpr char kHex[] = "0123456789abcdef";
   for (std::size_t i = 0; i < h.namespaces.size(); ++i) {
@@ -665,8 +756,8 @@ std::string Server::Impl::StatsJson() const {
   return out;
 }
 
-Server::Server(const ServerOptions& options, HostTier& host_tier)
-    : impl_(std::make_unique<Impl>(options, host_tier)) {}
+Server::Server(const ServerOptions& options, Store& store)
+    : impl_(std::make_unique<Impl>(options, store)) {}
 Server::~Server() { Stop(); }
 Status Server::Start() { return impl_->Start(); }
 std::uint16_t Server::tcp_port() const { return impl_->tcp_port(); }

@@ -4,6 +4,7 @@
 
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/server.h"
+#include "kvdepot/daemon/store.h"
 
 extern "C" int kvdepot_c_api_smoke(const char* address);
 
@@ -14,7 +15,8 @@ TEST(CApiTest, EveryCallWorksFromC) {
   daemon::HostTier tier(daemon::HostTierOptions::With(64ull << 20, daemon::EvictionPolicy::kLru));
   daemon::ServerOptions o;
   o.listen = "127.0.0.1:0";
-  daemon::Server server(o, tier);
+  daemon::Store store(tier, nullptr);
+  daemon::Server server(o, store);
   ASSERT_TRUE(server.Start().ok());
   const std::string addr = "127.0.0.1:" + std::to_string(server.tcp_port());
   EXPECT_EQ(kvdepot_c_api_smoke(addr.c_str()), 0) << "failed check at c_api_smoke.c line";

@@ -49,7 +49,8 @@ class ServerTest : public ::testing::Test {
     o.limits.max_body_bytes = 32ull << 20;
     o.max_output_bytes = max_output;
     o.drain_timeout = drain_timeout;
-    server_ = std::make_unique<Server>(o, *tier_);
+    store_ = std::make_unique<Store>(*tier_, nullptr);
+    server_ = std::make_unique<Server>(o, *store_);
     ASSERT_TRUE(server_->Start().ok());
   }
   void TearDown() override {
@@ -73,6 +74,7 @@ class ServerTest : public ::testing::Test {
   }
   std::string socket_path_;
   std::unique_ptr<HostTier> tier_;
+  std::unique_ptr<Store> store_;
   std::unique_ptr<Server> server_;
 };
 

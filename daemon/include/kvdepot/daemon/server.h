@@ -8,8 +8,11 @@
 // its requests until the client has read enough (backpressure: a slow reader cannot grow the
 // daemon's memory). A malformed frame gets one error frame and closes that connection only.
 //
+// Responses to one connection go out in the order its requests were read; a response that waits
+// for the SSD tier holds back the ones after it (a GET's frames must stay in key order anyway).
+//
 // Thread-safety: Start/Stop/Wait from one controlling thread; the handlers run on the I/O threads
-// and never block on I/O (store operations are in-memory and short).
+// and never block on I/O (disk reads and writes go through the store's asynchronous calls).
 #pragma once
 
 #include <atomic>
@@ -18,7 +21,7 @@
 #include <memory>
 #include <string>
 
-#include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/daemon/store.h"
 #include "kvdepot/protocol.h"
 #include "kvdepot/status.h"
 
@@ -45,7 +48,8 @@ struct ServerStats {
 
 class Server {
  public:
-  Server(const ServerOptions& options, HostTier& host_tier);
+  // `store` must outlive the server.
+  Server(const ServerOptions& options, Store& store);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

@@ -1,0 +1,81 @@
+// The store: the daemon's tiers (host memory, then SSD when configured) behind one interface that
+// every front end (the native protocol server, the lm:// listener) uses.
+//
+// Asynchrony: Put() and Get() report through a callback, which runs either inline (before the
+// call returns: a host-tier hit, a memory-only PUT) or later on one of the SSD tier's threads.
+// Callers that must continue on their own thread post from the callback (e.g. asio::post to a
+// connection's executor); a callback must be short and must not block or call back into the
+// store synchronously with a lock held.
+//
+// Thread-safety: every method may be called concurrently from any thread. No method blocks on
+// disk I/O: SSD reads and writes are queued to the SSD tier's own threads.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/protocol.h"
+#include "kvdepot/status.h"
+
+namespace kvdepot::daemon {
+
+class SsdTier;
+
+// A value found by Get(), and the tier that served it.
+struct Found {
+  ValueRef value;
+  protocol::Tier tier = protocol::Tier::kNone;
+};
+
+class Store {
+ public:
+  using PutCallback = std::function<void(Status)>;
+  using GetCallback = std::function<void(Result<Found>)>;
+
+  // `ssd` may be null (no SSD tier). Both tiers must outlive the store.
+  Store(HostTier& host, SsdTier* ssd);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // A writable buffer for a value arriving for `key`, charged to the host tier (see
+  // HostTier::Allocate for the errors). Fill it, then Put() it.
+  Result<std::shared_ptr<Value>> Allocate(std::string_view key, std::size_t size);
+
+  // Publishes `value` under `key` (replacing any previous value in every tier). `done` runs once
+  // the value is as durable as configured: at once for memory-only or write-back, after the
+  // payload and its index entry reached the disk under `ssd.durability: sync`. A durable write
+  // that fails reports its error; the value stays served from memory either way.
+  void Put(std::string_view key, ValueRef value, PutCallback done);
+
+  // Finds `key`: a host hit calls `done` inline; an SSD hit reads the value (verifying its
+  // checksum) and calls `done` from the SSD tier's thread. NotFound when absent in every tier or
+  // when the SSD copy failed verification (that copy is then removed and counted).
+  void Get(std::string_view key, GetCallback done);
+
+  // The highest tier holding `key`, or kNone; counts nothing and moves nothing (LOOKUP).
+  protocol::Tier Locate(std::string_view key) const;
+
+  // Removes `key` from every tier; false when no tier had it.
+  bool Erase(std::string_view key);
+
+  // Keys starting with `prefix` after `cursor`, in byte order, across the tiers selected by
+  // `tier` (kNone: all; a key in several tiers is listed once, with its highest tier).
+  protocol::ScanResult Scan(std::string_view prefix, std::string_view cursor, std::uint32_t limit,
+                            protocol::Tier tier) const;
+
+  HostTier& host() { return host_; }
+  const HostTier& host() const { return host_; }
+  SsdTier* ssd() { return ssd_; }
+  const SsdTier* ssd() const { return ssd_; }
+
+ private:
+  HostTier& host_;
+  SsdTier* ssd_;
+};
+
+}  // namespace kvdepot::daemon

@@ -89,6 +89,59 @@ const std::vector<KeySpec>& Specs() {
          c.host.shards = static_cast<std::uint32_t>(n);
          return Status::Ok();
        }},
+      {"ssd.dir", "SSD tier directory (empty: no SSD tier)",
+       [](std::string_view v, Config& c) {
+         c.ssd.dir = std::string(v);
+         return Status::Ok();
+       }},
+      {"ssd.capacity", "SSD tier capacity (segment files in all), e.g. 500GiB",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.ssd.capacity_bytes, ParseSizeIn(v, 2 << 20, 1ull << 56));
+         return Status::Ok();
+       }},
+      {"ssd.durability", "none, async or sync (docs/durability.md)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.ssd.durability, ParseSsdDurability(v));
+         return Status::Ok();
+       }},
+      {"ssd.write_policy", "write-back (demote on eviction) or write-through",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.ssd.write_policy, ParseSsdWritePolicy(v));
+         return Status::Ok();
+       }},
+      {"ssd.promotion", "SSD hits copied into the host tier: always, never or second-hit",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.ssd.promotion, ParseSsdPromotion(v));
+         return Status::Ok();
+       }},
+      {"ssd.io", "SSD I/O path: auto, io_uring or pread",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.ssd.io_path, ParseSsdIoPath(v));
+         return Status::Ok();
+       }},
+      {"ssd.segment_size", "SSD segment file size, e.g. 256MiB",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.ssd.segment_bytes, ParseSizeIn(v, 1 << 20, 1ull << 40));
+         if (c.ssd.segment_bytes % 4096 != 0) return InvalidArgument("must be a multiple of 4096");
+         return Status::Ok();
+       }},
+      {"ssd.write_buffer", "memory for evicted values waiting for their SSD write, e.g. 256MiB",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.ssd.write_buffer_bytes, ParseSizeIn(v, 1 << 20, 1ull << 40));
+         return Status::Ok();
+       }},
+      {"ssd.queue_depth", "io_uring queue depth (4-4096)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 4, 4096));
+         c.ssd.queue_depth = static_cast<std::uint32_t>(n);
+         return Status::Ok();
+       }},
+      {"ssd.sync_interval_ms", "durability async: sync period in ms (1-60000)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 1, 60000));
+         c.ssd.sync_interval_ms = static_cast<std::uint32_t>(n);
+         return Status::Ok();
+       }},
       {"limits.max_key_bytes", "longest key accepted (1-1024)",
        [](std::string_view v, Config& c) -> Status {
          KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 1, 1024));
@@ -259,6 +312,15 @@ Status ValidateConfig(const Config& config) {
   if (config.server.limits.max_value_bytes > config.host.capacity_bytes) {
     return InvalidArgument("limits.max_value_bytes exceeds host.capacity: such values could "
                            "never be stored");
+  }
+  if (!config.ssd.dir.empty()) {
+    if (config.ssd.capacity_bytes < 2 * config.ssd.segment_bytes) {
+      return InvalidArgument("ssd.capacity must hold at least two segments of ssd.segment_size");
+    }
+    if (config.server.limits.max_value_bytes + 4096 > config.ssd.segment_bytes) {
+      return InvalidArgument("ssd.segment_size must exceed limits.max_value_bytes by 4 KiB: "
+                             "every value must fit one segment");
+    }
   }
   return Status::Ok();
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "kvdepot/daemon/log.h"
 #include "kvdepot/daemon/platform_probe.h"
 #include "kvdepot/daemon/server.h"
+#include "kvdepot/daemon/ssd_tier.h"
 #include "kvdepot/daemon/store.h"
 
 namespace kvdepot::daemon {
@@ -120,7 +122,13 @@ int DaemonMain(int argc, char** argv) {
                                                                          ")") +
                            ", rocksdb " + platform.rocksdb_version);
   HostTier host(config.host);
-  Store store(host, nullptr);
+  std::unique_ptr<SsdTier> ssd;
+  if (!config.ssd.dir.empty()) {
+    auto opened = SsdTier::Open(config.ssd);
+    if (!opened.ok()) return Fail(1, opened.status().message());
+    ssd = std::move(*opened);
+  }
+  Store store(host, ssd.get());
   Server server(config.server, store);
   if (Status s = server.Start(); !s.ok()) return Fail(1, s.message());
   std::string where;
@@ -134,12 +142,17 @@ int DaemonMain(int argc, char** argv) {
   Log(LogLevel::kInfo, "listening on " + where + "; host tier " +
                            std::to_string(config.host.capacity_bytes >> 20) + " MiB (" +
                            std::string(EvictionPolicyName(config.host.policy)) + "), " +
+                           (ssd ? "ssd tier " + std::to_string(config.ssd.capacity_bytes >> 20) +
+                                      " MiB in " + config.ssd.dir + " (" +
+                                      ssd->stats().io_path + "), "
+                                : std::string("no ssd tier, ")) +
                            std::to_string(config.server.io_threads) + " I/O threads");
   int signo = 0;
   sigwait(&stop_signals, &signo);
   Log(LogLevel::kInfo, std::string("received ") + (signo == SIGTERM ? "SIGTERM" : "SIGINT") +
                            ": draining in-flight requests");
   server.Stop();
+  if (ssd) ssd->Close();  // completes queued writes; the server has answered every request
   const ServerStats st = server.stats();
   Log(LogLevel::kInfo, "stopped after " + std::to_string(st.requests) + " requests");
   return 0;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <list>
 #include <string>
 #include <unordered_map>
@@ -26,11 +28,29 @@ Value::Value(std::shared_ptr<std::atomic<std::uint64_t>> used,
       namespace_used_(std::move(namespace_used)),
       charge_(charge),
       size_(size),
-      data_(new std::byte[size == 0 ? 1 : size]) {}
+      data_(static_cast<std::byte*>(std::aligned_alloc(kAlignment, std::max(padded_size(),
+                                                                           kAlignment)))) {
+  if (data_ == nullptr) throw std::bad_alloc();
+  std::memset(data_ + size_, 0, std::max(padded_size(), kAlignment) - size_);
+}
 
 Value::~Value() {
+  std::free(data_);
   used_->fetch_sub(charge_, std::memory_order_acq_rel);
   if (namespace_used_) namespace_used_->fetch_sub(charge_, std::memory_order_acq_rel);
+}
+
+bool Value::TransferCharge(const std::shared_ptr<std::atomic<std::uint64_t>>& counter,
+                           std::uint64_t limit) const {
+  std::uint64_t cur = counter->load(std::memory_order_acquire);
+  do {
+    if (cur + charge_ > limit) return false;
+  } while (!counter->compare_exchange_weak(cur, cur + charge_, std::memory_order_acq_rel));
+  used_->fetch_sub(charge_, std::memory_order_acq_rel);
+  if (namespace_used_) namespace_used_->fetch_sub(charge_, std::memory_order_acq_rel);
+  namespace_used_.reset();
+  used_ = counter;
+  return true;
 }
 
 std::string_view KeyNamespace(std::string_view key) {
@@ -62,6 +82,16 @@ struct HostTier::Shard {
   std::unordered_map<std::string, Entry> index;
   std::list<std::string> order;
   std::list<std::string>::iterator hand = order.end();  // SIEVE only; end() = start at the back
+
+  // Adds an entry as the newest. Precondition: `key` is absent.
+  void Link(std::string_view key, ValueRef value) {
+    order.emplace_front(key);
+    Entry e;
+    e.value = std::move(value);
+    e.pos = order.begin();
+    e.last_access_ms = NowMs();
+    index.emplace(std::string(key), std::move(e));
+  }
 
   // Removes an entry; a SIEVE hand on it moves one step toward the front.
   void Unlink(std::unordered_map<std::string, Entry>::iterator it) {
@@ -95,6 +125,7 @@ bool HostTier::EvictOne(std::string_view ns, bool namespace_only) {
   for (std::uint32_t tries = 0; tries < n; ++tries) {
     Shard& s = *shards_[evict_cursor_.fetch_add(1, std::memory_order_relaxed) & (n - 1)];
     ValueRef victim;  // released after the lock
+    std::string victim_key;
     {
       std::lock_guard lock(s.mu);
       if (s.index.empty()) continue;
@@ -124,9 +155,11 @@ bool HostTier::EvictOne(std::string_view ns, bool namespace_only) {
       }
       auto it = s.index.find(*pos);
       victim = std::move(it->second.value);
+      victim_key = it->first;
       s.Unlink(it);
     }
     evictions_.fetch_add(1, std::memory_order_relaxed);
+    if (eviction_listener_) eviction_listener_(victim_key, std::move(victim));
     return true;
   }
   return false;
@@ -145,7 +178,7 @@ bool HostTier::Reserve(std::atomic<std::uint64_t>& counter, std::uint64_t limit,
 }
 
 Result<std::shared_ptr<Value>> HostTier::Allocate(std::string_view key, std::size_t size) {
-  const std::uint64_t charge = size + key.size() + kEntryOverhead;
+  const std::uint64_t charge = ChargeFor(key.size(), size);
   const std::string_view ns = KeyNamespace(key);
   const auto quota = ns.empty() ? quotas_.end() : quotas_.find(ns);
   const std::uint64_t limit = quota == quotas_.end() ? capacity_ : std::min(capacity_, quota->second.limit);
@@ -190,14 +223,20 @@ void HostTier::Insert(std::string_view key, ValueRef value) {
       old = std::move(it->second.value);
       s.Unlink(it);
     }
-    s.order.emplace_front(key);
-    Shard::Entry e;
-    e.value = std::move(value);
-    e.pos = s.order.begin();
-    e.last_access_ms = NowMs();
-    s.index.emplace(std::string(key), std::move(e));
+    s.Link(key, std::move(value));
   }
   inserts_.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool HostTier::InsertIfAbsent(std::string_view key, ValueRef value) {
+  Shard& s = ShardFor(key);
+  {
+    std::lock_guard lock(s.mu);
+    if (s.index.count(std::string(key)) != 0) return false;
+    s.Link(key, std::move(value));
+  }
+  inserts_.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 ValueRef HostTier::Get(std::string_view key) {

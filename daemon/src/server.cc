@@ -2,6 +2,8 @@
 
 #include "kvdepot/daemon/server.h"
 
+#include "kvdepot/daemon/ssd_tier.h"
+
 #include "kvdepot/byte_order.h"
 
 #include <sys/stat.h>
@@ -739,7 +741,32 @@ std::string Server::Impl::StatsJson() const {
   field("evictions", h.evictions);
   field("inserts", h.inserts);
   field("rejected", h.rejected);
-  out += "\"policy\":\"" + std::string(EvictionPolicyName(store_.host().policy())) + "\"}},";
+  out += "\"policy\":\"" + std::string(EvictionPolicyName(store_.host().policy())) + "\"}";
+  if (const SsdTier* ssd = store_.ssd(); ssd != nullptr) {
+    const SsdTierStats d = ssd->stats();
+    out += ",\"ssd\":{";
+    field("bytes", d.bytes);
+    field("live_bytes", d.live_bytes);
+    field("capacity", d.capacity);
+    field("chunks", d.chunks);
+    field("segments", d.segments);
+    field("hits", d.hits);
+    field("misses", d.misses);
+    field("evictions", d.evictions);
+    field("demotions", d.demotions);
+    field("demotions_dropped", d.demotions_dropped);
+    field("promotions", d.promotions);
+    field("reads", d.reads);
+    field("writes", d.writes);
+    field("read_errors", d.read_errors);
+    field("write_errors", d.write_errors);
+    field("checksum_failures", d.checksum_failures);
+    field("write_buffer_bytes", d.write_buffer_bytes);
+    field("recovered_chunks", d.recovered_chunks);
+    out += "\"durability\":\"" + std::string(SsdDurabilityName(ssd->options().durability)) +
+           "\",\"io_path\":\"" + d.io_path + "\"}";
+  }
+  out += "}},";
   out += "\"namespaces\":[";
   static constexpr char kHex[] = "0123456789abcdef";
   for (std::size_t i = 0; i < h.namespaces.size(); ++i) {

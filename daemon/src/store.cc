@@ -1,36 +1,96 @@
 #include "kvdepot/daemon/store.h"
 
+#include <algorithm>
 #include <utility>
+
+#include "kvdepot/daemon/ssd_tier.h"
 
 namespace kvdepot::daemon {
 
-Store::Store(HostTier& host, SsdTier* ssd) : host_(host), ssd_(ssd) {}
-Store::~Store() = default;
+Store::Store(HostTier& host, SsdTier* ssd) : host_(host), ssd_(ssd) {
+  if (ssd_ != nullptr) {
+    host_.SetEvictionListener([ssd](std::string_view key, ValueRef value) {
+      ssd->Demote(key, std::move(value));
+    });
+  }
+}
+
+Store::~Store() {
+  if (ssd_ != nullptr) host_.SetEvictionListener(nullptr);
+}
 
 Result<std::shared_ptr<Value>> Store::Allocate(std::string_view key, std::size_t size) {
   return host_.Allocate(key, size);
 }
 
 void Store::Put(std::string_view key, ValueRef value, PutCallback done) {
-  host_.Insert(key, std::move(value));
+  if (ssd_ == nullptr) {
+    host_.Insert(key, std::move(value));
+    return done(Status::Ok());
+  }
+  const SsdTierOptions& o = ssd_->options();
+  const bool through = o.write_policy == SsdWritePolicy::kWriteThrough ||
+                       o.durability == SsdDurability::kSync;
+  host_.Insert(key, value);
+  if (!through) {
+    ssd_->Erase(key);  // an older copy there is stale now; the new one is demoted on eviction
+    return done(Status::Ok());
+  }
+  if (o.durability == SsdDurability::kSync) return ssd_->Write(key, std::move(value), std::move(done));
+  ssd_->Write(key, std::move(value), nullptr);
   done(Status::Ok());
 }
 
 void Store::Get(std::string_view key, GetCallback done) {
   if (ValueRef v = host_.Get(key)) return done(Found{std::move(v), protocol::Tier::kHost});
-  done(NotFound("key not found"));
+  if (ssd_ == nullptr) return done(NotFound("key not found"));
+  ssd_->Read(
+      key, [this, k = std::string(key)](std::size_t size) { return host_.Allocate(k, size); },
+      [this, k = std::string(key), done = std::move(done)](Result<ValueRef> value) {
+        if (!value.ok()) return done(value.status());
+        // A promotion never replaces a value PUT while the read was in flight.
+        if (ssd_->ShouldPromote(k) && host_.InsertIfAbsent(k, *value)) ssd_->CountPromotion();
+        done(Found{std::move(*value), protocol::Tier::kSsd});
+      });
 }
 
 protocol::Tier Store::Locate(std::string_view key) const {
-  return host_.Contains(key) ? protocol::Tier::kHost : protocol::Tier::kNone;
+  if (host_.Contains(key)) return protocol::Tier::kHost;
+  if (ssd_ != nullptr && ssd_->Contains(key)) return protocol::Tier::kSsd;
+  return protocol::Tier::kNone;
 }
 
-bool Store::Erase(std::string_view key) { return host_.Erase(key); }
+bool Store::Erase(std::string_view key) {
+  const bool in_host = host_.Erase(key);
+  const bool in_ssd = ssd_ != nullptr && ssd_->Erase(key);
+  return in_host || in_ssd;
+}
 
 protocol::ScanResult Store::Scan(std::string_view prefix, std::string_view cursor,
                                  std::uint32_t limit, protocol::Tier tier) const {
-  if (tier != protocol::Tier::kNone && tier != protocol::Tier::kHost) return {};
-  return host_.Scan(prefix, cursor, limit);
+  using protocol::Tier;
+  const bool want_host = tier == Tier::kNone || tier == Tier::kHost;
+  const bool want_ssd = ssd_ != nullptr && (tier == Tier::kNone || tier == Tier::kSsd);
+  protocol::ScanResult host = want_host ? host_.Scan(prefix, cursor, limit) : protocol::ScanResult{};
+  if (!want_ssd) return host;
+  protocol::ScanResult ssd = ssd_->Scan(prefix, cursor, limit);
+  if (!want_host) return ssd;
+  // Merge the two sorted listings; a key in both is listed once, as a host entry.
+  protocol::ScanResult out;
+  auto h = host.entries.begin(), s = ssd.entries.begin();
+  while (out.entries.size() < limit && (h != host.entries.end() || s != ssd.entries.end())) {
+    if (s == ssd.entries.end() || (h != host.entries.end() && h->key <= s->key)) {
+      if (s != ssd.entries.end() && s->key == h->key) ++s;
+      out.entries.push_back(std::move(*h++));
+    } else {
+      out.entries.push_back(std::move(*s++));
+    }
+  }
+  // More may follow when either listing was cut at `limit` or entries were left over here.
+  const bool more = !host.next_cursor.empty() || !ssd.next_cursor.empty() ||
+                    h != host.entries.end() || s != ssd.entries.end();
+  if (more && !out.entries.empty()) out.next_cursor = out.entries.back().key;
+  return out;
 }
 
 }  // namespace kvdepot::daemon

@@ -9,7 +9,6 @@
 namespace kvdepot::daemon {
 namespace {
 
-constexpr std::uint64_t kOverhead = HostTier::kEntryOverhead;
 
 void Put(HostTier& tier, const std::string& key, std::size_t size, std::uint8_t fill = 7) {
   auto v = tier.Allocate(key, size);
@@ -31,17 +30,17 @@ TEST(HostTierTest, PutGetEraseAndStats) {
   EXPECT_EQ(st.hits, 1u);
   EXPECT_EQ(st.misses, 1u);
   EXPECT_EQ(st.chunks, 1u);
-  EXPECT_EQ(st.bytes, 100u + 1u + kOverhead);
+  EXPECT_EQ(st.bytes, HostTier::ChargeFor(1, 100));
   EXPECT_TRUE(tier.Erase("a"));
   EXPECT_FALSE(tier.Erase("a"));
-  EXPECT_EQ(tier.stats().bytes, 100u + 1u + kOverhead) << "a reader still holds the value";
+  EXPECT_EQ(tier.stats().bytes, HostTier::ChargeFor(1, 100)) << "a reader still holds the value";
   a.reset();
   EXPECT_EQ(tier.stats().bytes, 0u);
 }
 
 TEST(HostTierTest, CapacityHoldsWhileThreeTimesCapacityIsWritten) {
   for (EvictionPolicy policy : {EvictionPolicy::kLru, EvictionPolicy::kSieve}) {
-    const std::uint64_t cap = 64 * 1024;
+    const std::uint64_t cap = 64 * HostTier::ChargeFor(4, 1000);
     HostTier tier(HostTierOptions::With(cap, policy, 8));
     for (int i = 0; i < 3 * 64; ++i) {
       Put(tier, "k" + std::to_string(i), 1000);
@@ -53,7 +52,7 @@ TEST(HostTierTest, CapacityHoldsWhileThreeTimesCapacityIsWritten) {
 }
 
 TEST(HostTierTest, LruEvictsLeastRecentlyUsed) {
-  const std::uint64_t entry = 1000 + 2 + kOverhead;
+  const std::uint64_t entry = HostTier::ChargeFor(2, 1000);
   HostTier tier(HostTierOptions::With(3 * entry, EvictionPolicy::kLru, 1));
   Put(tier, "k1", 1000);
   Put(tier, "k2", 1000);
@@ -67,7 +66,7 @@ TEST(HostTierTest, LruEvictsLeastRecentlyUsed) {
 }
 
 TEST(HostTierTest, SieveKeepsVisitedEntries) {
-  const std::uint64_t entry = 1000 + 2 + kOverhead;
+  const std::uint64_t entry = HostTier::ChargeFor(2, 1000);
   HostTier tier(HostTierOptions::With(3 * entry, EvictionPolicy::kSieve, 1));
   Put(tier, "k1", 1000);
   Put(tier, "k2", 1000);
@@ -84,7 +83,7 @@ TEST(HostTierTest, SieveKeepsVisitedEntries) {
 }
 
 TEST(HostTierTest, ValuesInUseAreNeverFreedAndStillCount) {
-  const std::uint64_t entry = 1000 + 2 + kOverhead;
+  const std::uint64_t entry = HostTier::ChargeFor(2, 1000);
   HostTier tier(HostTierOptions::With(2 * entry, EvictionPolicy::kLru, 2));
   Put(tier, "k1", 1000, 0x11);
   Put(tier, "k2", 1000, 0x22);
@@ -159,7 +158,7 @@ std::string ChunkKeyIn(char ns, int i) {
 }
 
 TEST(HostTierTest, NamespaceQuotaEvictsOnlyItsOwnEntries) {
-  const std::uint64_t entry = 1000 + 48 + HostTier::kEntryOverhead;
+  const std::uint64_t entry = HostTier::ChargeFor(48, 1000);
   HostTierOptions o{100 * entry, EvictionPolicy::kLru, 4, {}};
   o.namespace_quotas[std::string(16, 'A')] = 5 * entry;
   HostTier tier(o);

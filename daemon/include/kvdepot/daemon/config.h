@@ -13,6 +13,7 @@
 
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/server.h"
+#include "kvdepot/daemon/ssd_tier.h"
 #include "kvdepot/status.h"
 
 namespace kvdepot::daemon {
@@ -22,6 +23,7 @@ enum class LogLevel { kDebug, kInfo, kWarn, kError };
 struct Config {
   ServerOptions server;  // listen, unix, io_threads, limits, max_output_bytes
   HostTierOptions host;
+  SsdTierOptions ssd;  // ssd.dir empty: no SSD tier
   std::string data_dir = "kvdepot-data";
   LogLevel log_level = LogLevel::kInfo;
 };

@@ -15,6 +15,7 @@
 #include <map>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -30,27 +31,52 @@ namespace kvdepot::daemon {
 class HostTier;
 
 // An immutable stored value (a chunk container, or any bytes a client PUTs).
+//
+// Its memory starts on a kValueAlignment boundary and is padded with zeros to a multiple of it,
+// so the SSD tier reads and writes it with O_DIRECT without a bounce buffer (padded_bytes()).
 class Value {
  public:
+  static constexpr std::size_t kAlignment = 4096;
+
   ~Value();
   Value(const Value&) = delete;
   Value& operator=(const Value&) = delete;
 
-  std::span<const std::byte> bytes() const { return {data_.get(), size_}; }
+  std::span<const std::byte> bytes() const { return {data_, size_}; }
+  // bytes() followed by zero padding up to a multiple of kAlignment.
+  std::span<const std::byte> padded_bytes() const { return {data_, padded_size()}; }
   std::uint64_t charge() const { return charge_; }
   // Writable only between Allocate() and Insert(): the owner fills the value, then publishes it.
-  std::span<std::byte> mutable_bytes() { return {data_.get(), size_}; }
+  std::span<std::byte> mutable_bytes() { return {data_, size_}; }
+  std::span<std::byte> mutable_padded_bytes() { return {data_, padded_size()}; }
+
+  // The XXH3-64 checksum of an SSD-tier copy known to hold these bytes, or 0 when none is known.
+  // Set by the SSD tier once it wrote or read the value; lets eviction skip demoting a value the
+  // SSD tier already has.
+  std::uint64_t ssd_checksum() const { return ssd_checksum_.load(std::memory_order_acquire); }
+  void set_ssd_checksum(std::uint64_t checksum) const {
+    ssd_checksum_.store(checksum, std::memory_order_release);
+  }
+
+  // Moves this value's charge from the tier (and namespace) it was allocated in to `counter`,
+  // adding it there only if the result stays within `limit`; false (nothing changed) otherwise.
+  // Used when an evicted value waits for its SSD write. Call at most once, holding a reference.
+  bool TransferCharge(const std::shared_ptr<std::atomic<std::uint64_t>>& counter,
+                      std::uint64_t limit) const;
 
  private:
   friend class HostTier;
   Value(std::shared_ptr<std::atomic<std::uint64_t>> used,
         std::shared_ptr<std::atomic<std::uint64_t>> namespace_used, std::uint64_t charge,
         std::size_t size);
-  std::shared_ptr<std::atomic<std::uint64_t>> used_;  // the tier's counter (outlives the tier)
-  std::shared_ptr<std::atomic<std::uint64_t>> namespace_used_;  // null without a quota
+  std::size_t padded_size() const { return (size_ + kAlignment - 1) / kAlignment * kAlignment; }
+  // The counters charged (the tier's outlives the tier); mutable for TransferCharge only.
+  mutable std::shared_ptr<std::atomic<std::uint64_t>> used_;
+  mutable std::shared_ptr<std::atomic<std::uint64_t>> namespace_used_;  // null without a quota
   std::uint64_t charge_;
   std::size_t size_;
-  std::unique_ptr<std::byte[]> data_;
+  std::byte* data_;  // aligned_alloc'd, padded_size() bytes
+  mutable std::atomic<std::uint64_t> ssd_checksum_{0};
 };
 using ValueRef = std::shared_ptr<const Value>;
 
@@ -101,8 +127,19 @@ struct HostTierStats {
 
 class HostTier {
  public:
-  // Bytes charged per entry on top of its value and key (index node, policy links, bookkeeping).
+  // Bytes charged per entry on top of its padded value and key (index node, policy links,
+  // bookkeeping).
   static constexpr std::uint64_t kEntryOverhead = 128;
+  // What a value of `value_bytes` under a key of `key_bytes` is charged.
+  static constexpr std::uint64_t ChargeFor(std::size_t key_bytes, std::size_t value_bytes) {
+    return (value_bytes + Value::kAlignment - 1) / Value::kAlignment * Value::kAlignment +
+           key_bytes + kEntryOverhead;
+  }
+
+  // Called with each entry the policy evicts (not with erased or replaced ones), after the
+  // shard's lock is released, on the thread whose Allocate() evicted it. Set before use.
+  using EvictionListener = std::function<void(std::string_view key, ValueRef value)>;
+  void SetEvictionListener(EvictionListener listener) { eviction_listener_ = std::move(listener); }
 
   explicit HostTier(const HostTierOptions& options);
   ~HostTier();
@@ -115,6 +152,8 @@ class HostTier {
 
   // Publishes a value under `key`, replacing any previous one. Precondition: from Allocate().
   void Insert(std::string_view key, ValueRef value);
+  // Publishes `value` only if `key` is absent (a promotion must not replace a newer PUT).
+  bool InsertIfAbsent(std::string_view key, ValueRef value);
 
   // The value, or nullptr. Counts a hit or a miss and marks the entry as used for eviction.
   ValueRef Get(std::string_view key);
@@ -155,6 +194,7 @@ class HostTier {
   };
   std::map<std::string, Quota, std::less<>> quotas_;
   std::atomic<std::uint64_t> hits_{0}, misses_{0}, evictions_{0}, inserts_{0}, rejected_{0};
+  EvictionListener eviction_listener_;
 };
 
 }  // namespace kvdepot::daemon

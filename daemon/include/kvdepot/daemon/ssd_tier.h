@@ -1,0 +1,144 @@
+// The SSD tier: values appended to large segment files with O_DIRECT (io_uring, or a pread/pwrite
+// thread pool where io_uring is unavailable), indexed by RocksDB. Formats and the durability
+// contract: docs/durability.md.
+//
+// Capacity: the segment files never exceed `capacity_bytes` together. When a new segment is
+// needed, the oldest is dropped whole (its chunks become misses; hot chunks live in the host
+// tier, which demotes them again when it evicts them).
+//
+// Memory: values waiting to be written are charged either to the host tier (write-through) or,
+// once evicted from it, to this tier's write buffer (`write_buffer_bytes`); a demotion that does
+// not fit the buffer is dropped and counted.
+//
+// Integrity: every read verifies the record's key, length and XXH3-64 checksum; a copy that does
+// not verify is never served: it is reported as kNotFound, removed and counted.
+//
+// Thread-safety: every public method may be called concurrently from any thread and never
+// blocks on disk I/O; completions run on the tier's own threads. Open() and Close() are called
+// from one controlling thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/protocol.h"
+#include "kvdepot/status.h"
+
+namespace kvdepot::daemon {
+
+namespace ssd {
+struct IoRequest;
+}
+
+enum class SsdDurability {
+  kNone,   // nothing is synced; a clean shutdown keeps everything, a crash may lose index entries
+  kAsync,  // index logged; segments and log synced every `sync_interval_ms`
+  kSync,   // a PUT is acknowledged once its payload and index entry are on stable storage
+};
+enum class SsdWritePolicy { kWriteBack, kWriteThrough };
+enum class SsdPromotion { kAlways, kNever, kSecondHit };
+enum class SsdIoPath { kAuto, kIoUring, kPread };
+
+Result<SsdDurability> ParseSsdDurability(std::string_view name);  // none|async|sync
+Result<SsdWritePolicy> ParseSsdWritePolicy(std::string_view name);  // write-back|write-through
+Result<SsdPromotion> ParseSsdPromotion(std::string_view name);  // always|never|second-hit
+Result<SsdIoPath> ParseSsdIoPath(std::string_view name);  // auto|io_uring|pread
+std::string_view SsdDurabilityName(SsdDurability d);
+
+struct SsdTierOptions {
+  std::string dir;  // empty: no SSD tier
+  std::uint64_t capacity_bytes = 64ull << 30;
+  std::uint64_t segment_bytes = 256ull << 20;
+  std::uint64_t write_buffer_bytes = 256ull << 20;
+  SsdDurability durability = SsdDurability::kAsync;
+  SsdWritePolicy write_policy = SsdWritePolicy::kWriteBack;
+  SsdPromotion promotion = SsdPromotion::kAlways;
+  SsdIoPath io_path = SsdIoPath::kAuto;
+  std::uint32_t queue_depth = 64;   // io_uring entries / pread threads ×8
+  std::uint32_t sync_interval_ms = 1000;  // kAsync
+  // Tests only: fail chosen requests (see ssd::FaultHook).
+  std::function<int(const ssd::IoRequest&)> fault;
+};
+
+struct SsdTierStats {
+  std::uint64_t bytes = 0;      // segment bytes on disk (live + garbage)
+  std::uint64_t live_bytes = 0; // bytes of indexed values
+  std::uint64_t capacity = 0;
+  std::uint64_t chunks = 0;
+  std::uint64_t segments = 0;
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t evictions = 0;          // chunks dropped with their segment
+  std::uint64_t segments_evicted = 0;
+  std::uint64_t demotions = 0;          // host evictions written here
+  std::uint64_t demotions_dropped = 0;  // ... that did not fit the write buffer or failed
+  std::uint64_t promotions = 0;         // SSD hits inserted into the host tier
+  std::uint64_t reads = 0;
+  std::uint64_t read_bytes = 0;
+  std::uint64_t writes = 0;
+  std::uint64_t write_bytes = 0;
+  std::uint64_t write_errors = 0;
+  std::uint64_t read_errors = 0;
+  std::uint64_t checksum_failures = 0;
+  std::uint64_t write_buffer_bytes = 0;  // charged to the write buffer now
+  std::uint64_t recovered_chunks = 0;    // found valid at start
+  std::uint64_t recovery_dropped = 0;    // index entries dropped at start
+  std::string io_path;                   // "io_uring" or "pread"
+  bool direct_io = true;                 // false where the file system refused O_DIRECT
+};
+
+class SsdTier {
+ public:
+  using ReadCallback = std::function<void(Result<ValueRef>)>;
+  using WriteCallback = std::function<void(Status)>;
+  // Allocates the buffer a read fills (the caller charges it, e.g. to the host tier).
+  using Allocator = std::function<Result<std::shared_ptr<Value>>(std::size_t size)>;
+
+  // Opens (creating if needed) the tier in options.dir, reconciles the index with the segment
+  // files, and starts its threads. Errors name the directory and the failing step.
+  static Result<std::unique_ptr<SsdTier>> Open(const SsdTierOptions& options);
+  ~SsdTier();  // Close()s
+  SsdTier(const SsdTier&) = delete;
+  SsdTier& operator=(const SsdTier&) = delete;
+
+  // Finishes every queued write and read, syncs, flushes and closes the index and stops the
+  // threads. Afterwards only stats() may be called.
+  void Close();
+
+  // Queues `value` for writing under `key`; `done` (optional) runs after it is as durable as
+  // configured, or with the error (kResourceExhausted for ENOSPC, kIoError, kOutOfRange for a
+  // value larger than a segment).
+  void Write(std::string_view key, ValueRef value, WriteCallback done);
+
+  // A value the host tier evicted: written unless this tier already holds these bytes; dropped
+  // (counted) when the write buffer is full.
+  void Demote(std::string_view key, ValueRef value);
+
+  // Reads `key` into a buffer from `allocate`; kNotFound when absent or when the copy failed
+  // verification. `done` runs on an I/O thread (or inline for a miss or an allocation error).
+  void Read(std::string_view key, const Allocator& allocate, ReadCallback done);
+
+  bool Contains(std::string_view key) const;
+  // Whether a hit on `key` should be promoted now (per the promotion policy).
+  bool ShouldPromote(std::string_view key);
+  void CountPromotion();  // a hit was copied into the host tier
+  bool Erase(std::string_view key);
+  protocol::ScanResult Scan(std::string_view prefix, std::string_view cursor,
+                            std::uint32_t limit) const;
+
+  SsdTierStats stats() const;
+  const SsdTierOptions& options() const;
+
+  class Impl;
+
+ private:
+  explicit SsdTier(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvdepot::daemon

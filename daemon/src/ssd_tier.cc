@@ -1,0 +1,853 @@
+#include "kvdepot/daemon/ssd_tier.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kvdepot/checksum.h"
+#include "kvdepot/daemon/log.h"
+#include "ssd/index_store.h"
+#include "ssd/io_engine.h"
+#include "ssd/record.h"
+
+namespace kvdepot::daemon {
+namespace fs = std::filesystem;
+using ssd::IoKind;
+using ssd::IoRequest;
+using ssd::Location;
+
+Result<SsdDurability> ParseSsdDurability(std::string_view name) {
+  if (name == "none") return SsdDurability::kNone;
+  if (name == "async") return SsdDurability::kAsync;
+  if (name == "sync") return SsdDurability::kSync;
+  return InvalidArgument("unknown ssd durability '" + std::string(name) +
+                         "' (expected none, async or sync)");
+}
+
+std::string_view SsdDurabilityName(SsdDurability d) {
+  return d == SsdDurability::kNone ? "none" : d == SsdDurability::kAsync ? "async" : "sync";
+}
+
+Result<SsdWritePolicy> ParseSsdWritePolicy(std::string_view name) {
+  if (name == "write-back") return SsdWritePolicy::kWriteBack;
+  if (name == "write-through") return SsdWritePolicy::kWriteThrough;
+  return InvalidArgument("unknown ssd write policy '" + std::string(name) +
+                         "' (expected write-back or write-through)");
+}
+
+Result<SsdPromotion> ParseSsdPromotion(std::string_view name) {
+  if (name == "always") return SsdPromotion::kAlways;
+  if (name == "never") return SsdPromotion::kNever;
+  if (name == "second-hit") return SsdPromotion::kSecondHit;
+  return InvalidArgument("unknown ssd promotion policy '" + std::string(name) +
+                         "' (expected always, never or second-hit)");
+}
+
+Result<SsdIoPath> ParseSsdIoPath(std::string_view name) {
+  if (name == "auto") return SsdIoPath::kAuto;
+  if (name == "io_uring") return SsdIoPath::kIoUring;
+  if (name == "pread") return SsdIoPath::kPread;
+  return InvalidArgument("unknown ssd io path '" + std::string(name) +
+                         "' (expected auto, io_uring or pread)");
+}
+
+namespace {
+
+std::uint64_t NowMs() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+// One aligned block, freed with free().
+std::shared_ptr<std::byte> AlignedBlock() {
+  void* p = std::aligned_alloc(ssd::kBlock, ssd::kBlock);
+  if (p == nullptr) throw std::bad_alloc();
+  return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* b) { std::free(b); });
+}
+
+// Counts down completions of requests handed to the engine; the writer thread waits on it.
+class Latch {
+ public:
+  void Add(int n) {
+    std::lock_guard lock(mu_);
+    count_ += n;
+  }
+  void Done() {
+    std::lock_guard lock(mu_);
+    if (--count_ == 0) cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return count_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int count_ = 0;
+};
+
+struct Segment {
+  std::uint64_t id = 0;
+  int fd = -1;
+  std::uint64_t size = 0;       // bytes reserved on disk
+  std::uint64_t used = 0;       // append offset (writer thread only)
+  std::vector<std::string> keys;  // written into it (guarded by the tier's mutex)
+  ~Segment() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+struct IndexEntry {
+  Location location;
+  std::uint64_t ticket = 0;  // the write that produced it (0: recovered at start)
+  std::uint32_t hits = 0;
+  std::uint64_t last_access_ms = 0;
+};
+
+struct WriteJob {
+  std::string key;
+  ValueRef value;
+  SsdTier::WriteCallback done;
+  std::uint64_t ticket = 0;
+  bool buffered = false;  // counted in the write-through queue's bytes
+  // Filled by the writer.
+  bool placed = false;    // given a place in a segment and submitted
+  std::shared_ptr<Segment> segment;
+  Location location;
+  std::shared_ptr<std::byte> header;
+  std::int64_t result = 0;
+};
+
+}  // namespace
+
+class SsdTier::Impl {
+ public:
+  explicit Impl(const SsdTierOptions& o)
+      : options_(o), write_buffer_used_(std::make_shared<std::atomic<std::uint64_t>>(0)) {}
+
+  Status Open();
+  void Close();
+  void Write(std::string_view key, ValueRef value, WriteCallback done);
+  void Demote(std::string_view key, ValueRef value);
+  void Read(std::string_view key, const Allocator& allocate, ReadCallback done);
+  bool Contains(std::string_view key) const {
+    std::lock_guard lock(mu_);
+    return index_.find(key) != index_.end();
+  }
+  bool ShouldPromote(std::string_view key);
+  void CountPromotion() { ++promotions_; }
+  bool Erase(std::string_view key);
+  protocol::ScanResult Scan(std::string_view prefix, std::string_view cursor,
+                            std::uint32_t limit) const;
+  SsdTierStats stats() const;
+  const SsdTierOptions& options() const { return options_; }
+
+ private:
+  std::string SegmentPath(std::uint64_t id) const {
+    return (fs::path(options_.dir) / "segments" / ssd::SegmentFileName(id)).string();
+  }
+  Result<int> OpenSegmentFile(std::uint64_t id, bool create);
+  Status Recover();
+  void WriterLoop();
+  void WriteBatch(std::vector<WriteJob>& jobs);
+  Status Rollover();
+  bool EvictOldestSegment();
+  void SyncDirty();
+  bool Enqueue(WriteJob job);
+  void QueueIndexDelete(std::string key);
+  void RemoveIfAt(std::string_view key, const Location& at);
+
+  const SsdTierOptions options_;
+  std::unique_ptr<ssd::IndexStore> index_store_;
+  std::unique_ptr<ssd::IoEngine> engine_;
+  bool direct_io_ = true;
+
+  // The in-memory index and the segments (all reads look here; never on disk).
+  mutable std::mutex mu_;
+  std::map<std::string, IndexEntry, std::less<>> index_;
+  std::map<std::uint64_t, std::shared_ptr<Segment>> segments_;  // oldest first
+  // Key -> ticket of its last Erase while writes were queued. Written under mu_ and wmu_; read
+  // and pruned by the writer thread under either.
+  std::unordered_map<std::string, std::uint64_t> erased_;
+  std::uint64_t live_bytes_ = 0;
+  std::uint64_t segment_bytes_total_ = 0;
+
+  // The writer thread's queue.
+  std::mutex wmu_;
+  std::condition_variable wcv_;
+  std::deque<WriteJob> jobs_;
+  std::vector<ssd::IndexChange> index_deletes_;
+  std::unordered_set<const Value*> pending_;  // values queued or being written
+  std::uint64_t pending_bytes_ = 0;           // write-through bytes queued
+  std::uint64_t unfinished_jobs_ = 0;         // queued or being written
+  std::uint64_t next_ticket_ = 0;             // guarded by wmu_ (Erase reads it under mu_+wmu_)
+  bool closing_ = false;
+  std::thread writer_;
+
+  // Writer thread only.
+  std::shared_ptr<Segment> active_;
+  std::uint64_t next_segment_id_ = 1;
+  std::set<std::uint64_t> dirty_segments_;  // written since the last sync
+  bool enospc_logged_ = false;
+
+  std::shared_ptr<std::atomic<std::uint64_t>> write_buffer_used_;
+  mutable std::atomic<std::uint64_t> hits_{0}, misses_{0}, evictions_{0}, segments_evicted_{0},
+      demotions_{0}, demotions_dropped_{0}, promotions_{0}, reads_{0}, read_bytes_{0}, writes_{0}, write_bytes_{0},
+      write_errors_{0}, read_errors_{0}, checksum_failures_{0}, recovered_{0},
+      recovery_dropped_{0};
+};
+
+// ---- opening and recovery ------------------------------------------------------------------
+
+Result<int> SsdTier::Impl::OpenSegmentFile(std::uint64_t id, bool create) {
+  const std::string path = SegmentPath(id);
+  const int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0);
+  int fd = ::open(path.c_str(), flags | (direct_io_ ? O_DIRECT : 0), 0644);
+  if (fd < 0 && errno == EINVAL && direct_io_) {
+    // The file system does not do O_DIRECT (tmpfs before Linux 6.6): buffered I/O, logged once.
+    direct_io_ = false;
+    Log(LogLevel::kWarn, "ssd tier: " + options_.dir +
+                                " does not support O_DIRECT; using buffered I/O");
+    fd = ::open(path.c_str(), flags, 0644);
+  }
+  if (fd < 0) return StatusFromErrno(errno, "ssd tier: opening " + path);
+  return fd;
+}
+
+Status SsdTier::Impl::Open() {
+  std::error_code ec;
+  fs::create_directories(fs::path(options_.dir) / "segments", ec);
+  if (ec) return IOError("ssd tier: creating " + options_.dir + "/segments: " + ec.message());
+  KVD_ASSIGN_OR_RETURN(index_store_,
+                       ssd::IndexStore::Open((fs::path(options_.dir) / "index").string(),
+                                             options_.durability != SsdDurability::kNone));
+  if (options_.io_path != SsdIoPath::kPread) {
+    auto uring = ssd::MakeUringEngine(options_.queue_depth, options_.fault);
+    if (uring.ok()) {
+      engine_ = std::move(*uring);
+    } else if (options_.io_path == SsdIoPath::kIoUring) {
+      return Status(uring.status().code(), "ssd tier: io_uring requested but unavailable: " +
+                                               uring.status().message());
+    } else {
+      Log(LogLevel::kWarn, "ssd tier: io_uring unavailable (" + uring.status().message() +
+                                  "); using the pread/pwrite thread pool");
+    }
+  }
+  if (!engine_) engine_ = ssd::MakeThreadEngine(std::max(options_.queue_depth / 8, 2u),
+                                                options_.fault);
+  KVD_RETURN_IF_ERROR(Recover());
+  writer_ = std::thread([this] { WriterLoop(); });
+  return Status::Ok();
+}
+
+// Reconciles the index with the segment files: entries whose segment is missing or too short are
+// dropped; segments no entry points to are deleted; new writes go to a fresh segment.
+Status SsdTier::Impl::Recover() {
+  std::error_code ec;
+  for (const auto& file : fs::directory_iterator(fs::path(options_.dir) / "segments", ec)) {
+    auto id = ssd::ParseSegmentFileName(file.path().filename().string());
+    if (!id.ok()) continue;  // not ours
+    KVD_ASSIGN_OR_RETURN(const int fd, OpenSegmentFile(*id, /*create=*/false));
+    auto seg = std::make_shared<Segment>();
+    seg->id = *id;
+    seg->fd = fd;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return StatusFromErrno(errno, "ssd tier: stat " + SegmentPath(*id));
+    seg->size = seg->used = static_cast<std::uint64_t>(st.st_size);
+    segments_[*id] = std::move(seg);
+    next_segment_id_ = std::max(next_segment_id_, *id + 1);
+  }
+  if (ec) return IOError("ssd tier: listing " + options_.dir + "/segments: " + ec.message());
+
+  std::vector<ssd::IndexChange> drop;
+  KVD_RETURN_IF_ERROR(index_store_->ForEach([&](std::string_view key,
+                                                const Result<Location>& loc) {
+    auto seg = loc.ok() ? segments_.find(loc->segment) : segments_.end();
+    if (seg == segments_.end() ||
+        loc->offset + ssd::RecordBytes(loc->value_length) > seg->second->size) {
+      drop.push_back({std::string(key), std::nullopt});
+      return;
+    }
+    IndexEntry e;
+    e.location = *loc;
+    e.last_access_ms = NowMs();
+    index_.emplace(std::string(key), e);
+    seg->second->keys.emplace_back(key);
+    live_bytes_ += loc->value_length;
+  }));
+  recovered_ = index_.size();
+  recovery_dropped_ = drop.size();
+  KVD_RETURN_IF_ERROR(index_store_->Apply(drop, /*sync=*/false));
+  for (auto it = segments_.begin(); it != segments_.end();) {
+    if (it->second->keys.empty()) {
+      ::unlink(SegmentPath(it->first).c_str());
+      it = segments_.erase(it);
+    } else {
+      segment_bytes_total_ += it->second->size;
+      ++it;
+    }
+  }
+  while (segment_bytes_total_ > options_.capacity_bytes && EvictOldestSegment()) {
+  }
+  KVD_RETURN_IF_ERROR(index_store_->Flush());
+  Log(LogLevel::kInfo, "ssd tier: " + options_.dir + ": recovered " +
+                           std::to_string(index_.size()) + " chunks (" +
+                           std::to_string(live_bytes_ >> 20) + " MiB) in " +
+                           std::to_string(segments_.size()) + " segments; dropped " +
+                           std::to_string(drop.size()) + " stale index entries; io path " +
+                           std::string(engine_->name()) + ", durability " +
+                           std::string(SsdDurabilityName(options_.durability)));
+  return Status::Ok();
+}
+
+void SsdTier::Impl::Close() {
+  if (!writer_.joinable()) return;
+  {
+    std::lock_guard lock(wmu_);
+    closing_ = true;
+  }
+  wcv_.notify_all();
+  writer_.join();
+  engine_->Stop();
+  if (Status s = index_store_->Flush(); !s.ok()) Log(LogLevel::kError, s.message());
+  index_store_.reset();  // releases the index's lock: another process may open the tier now
+  std::lock_guard lock(mu_);
+  Log(LogLevel::kInfo, "ssd tier: closed with " + std::to_string(index_.size()) + " chunks in " +
+                           std::to_string(segments_.size()) + " segments");
+}
+
+// ---- writing ---------------------------------------------------------------------------------
+
+bool SsdTier::Impl::Enqueue(WriteJob job) {
+  {
+    std::lock_guard lock(wmu_);
+    if (job.buffered) {
+      // Write-through without a waiting client: skipped (the value is then demoted on eviction)
+      // rather than queued past the write buffer.
+      if (pending_bytes_ + job.value->bytes().size() > options_.write_buffer_bytes) return false;
+      pending_bytes_ += job.value->bytes().size();
+    }
+    job.ticket = ++next_ticket_;
+    ++unfinished_jobs_;
+    pending_.insert(job.value.get());
+    jobs_.push_back(std::move(job));
+  }
+  wcv_.notify_one();
+  return true;
+}
+
+void SsdTier::Impl::Write(std::string_view key, ValueRef value, WriteCallback done) {
+  if (ssd::RecordBytes(value->bytes().size()) > options_.segment_bytes) {
+    ++write_errors_;
+    if (done) {
+      done(OutOfRange("ssd tier: a value of " + std::to_string(value->bytes().size()) +
+                      " bytes does not fit a segment of " +
+                      std::to_string(options_.segment_bytes)));
+    }
+    return;
+  }
+  WriteJob job;
+  job.key = std::string(key);
+  job.value = std::move(value);
+  job.buffered = !done;
+  job.done = std::move(done);
+  Enqueue(std::move(job));
+}
+
+void SsdTier::Impl::Demote(std::string_view key, ValueRef value) {
+  if (const std::uint64_t sum = value->ssd_checksum(); sum != 0) {
+    std::lock_guard lock(mu_);
+    auto it = index_.find(key);
+    if (it != index_.end() && it->second.location.checksum == sum) return;  // already here
+  }
+  {
+    std::lock_guard lock(wmu_);
+    if (pending_.count(value.get()) != 0) return;  // its write is queued already
+  }
+  if (ssd::RecordBytes(value->bytes().size()) > options_.segment_bytes ||
+      !value->TransferCharge(write_buffer_used_, options_.write_buffer_bytes)) {
+    ++demotions_dropped_;
+    return;
+  }
+  ++demotions_;
+  WriteJob job;
+  job.key = std::string(key);
+  job.value = std::move(value);
+  Enqueue(std::move(job));
+}
+
+void SsdTier::Impl::WriterLoop() {
+  const auto interval = std::chrono::milliseconds(std::max<std::uint32_t>(
+      options_.sync_interval_ms, 1));
+  auto next_sync = std::chrono::steady_clock::now() + interval;
+  while (true) {
+    std::vector<WriteJob> batch;
+    std::vector<ssd::IndexChange> deletes;
+    bool closing = false;
+    {
+      std::unique_lock lock(wmu_);
+      wcv_.wait_until(lock, next_sync, [this] {
+        return closing_ || !jobs_.empty() || !index_deletes_.empty();
+      });
+      // Up to 64 values or 64 MiB per batch: enough to keep the device's queue full.
+      std::uint64_t bytes = 0;
+      while (!jobs_.empty() && batch.size() < 64 && bytes < (64u << 20)) {
+        bytes += jobs_.front().value->bytes().size();
+        batch.push_back(std::move(jobs_.front()));
+        jobs_.pop_front();
+      }
+      deletes.swap(index_deletes_);
+      closing = closing_ && jobs_.empty();
+    }
+    if (!deletes.empty()) {
+      if (Status s = index_store_->Apply(deletes, false); !s.ok()) Log(LogLevel::kError, s.message());
+    }
+    if (!batch.empty()) WriteBatch(batch);
+    if (options_.durability == SsdDurability::kAsync &&
+        (std::chrono::steady_clock::now() >= next_sync || closing)) {
+      SyncDirty();
+      next_sync = std::chrono::steady_clock::now() + interval;
+    }
+    if (closing && batch.empty() && deletes.empty()) break;
+  }
+  if (options_.durability != SsdDurability::kNone) SyncDirty();
+}
+
+void SsdTier::Impl::SyncDirty() {
+  std::vector<IoRequest> syncs;
+  Latch latch;
+  {
+    std::lock_guard lock(mu_);
+    for (std::uint64_t id : dirty_segments_) {
+      auto it = segments_.find(id);
+      if (it == segments_.end()) continue;
+      IoRequest r;
+      r.kind = IoKind::kDataSync;
+      r.fd = it->second->fd;
+      r.keep_alive = it->second;
+      r.done = [this, &latch](std::int64_t res) {
+        if (res < 0) {
+          ++write_errors_;
+          Log(LogLevel::kError, std::string("ssd tier: fdatasync: ") + std::strerror(static_cast<int>(-res)));
+        }
+        latch.Done();
+      };
+      syncs.push_back(std::move(r));
+    }
+  }
+  dirty_segments_.clear();
+  latch.Add(static_cast<int>(syncs.size()));
+  if (!syncs.empty()) engine_->Submit(std::move(syncs));
+  latch.Wait();
+  if (Status s = index_store_->SyncLog(); !s.ok()) Log(LogLevel::kError, s.message());
+}
+
+// Drops the oldest segment and every chunk whose latest copy is in it. False when there is none
+// to drop (only the active segment is left).
+bool SsdTier::Impl::EvictOldestSegment() {
+  std::shared_ptr<Segment> victim;
+  std::vector<ssd::IndexChange> deletes;
+  {
+    std::lock_guard lock(mu_);
+    if (segments_.empty() || segments_.begin()->second == active_) return false;
+    victim = segments_.begin()->second;
+    segments_.erase(segments_.begin());
+    segment_bytes_total_ -= victim->size;
+    for (const std::string& key : victim->keys) {
+      auto it = index_.find(key);
+      if (it == index_.end() || it->second.location.segment != victim->id) continue;
+      live_bytes_ -= it->second.location.value_length;
+      index_.erase(it);
+      deletes.push_back({key, std::nullopt});
+    }
+  }
+  evictions_ += deletes.size();
+  ++segments_evicted_;
+  dirty_segments_.erase(victim->id);
+  if (Status s = index_store_->Apply(deletes, false); !s.ok()) Log(LogLevel::kError, s.message());
+  ::unlink(SegmentPath(victim->id).c_str());  // the data stays readable for reads in flight
+  return true;
+}
+
+// Starts a new segment, dropping the oldest ones to stay within the capacity.
+Status SsdTier::Impl::Rollover() {
+  while (segment_bytes_total_ + options_.segment_bytes > options_.capacity_bytes &&
+         EvictOldestSegment()) {
+  }
+  const std::uint64_t id = next_segment_id_++;
+  KVD_ASSIGN_OR_RETURN(const int fd, OpenSegmentFile(id, /*create=*/true));
+  auto seg = std::make_shared<Segment>();
+  seg->id = id;
+  seg->fd = fd;
+  seg->size = options_.segment_bytes;
+  // Reserve the whole segment now: ENOSPC shows up here, once, not in the middle of a write.
+  IoRequest alloc;
+  alloc.kind = IoKind::kAllocate;
+  alloc.fd = fd;
+  alloc.length = options_.segment_bytes;
+  std::int64_t result = 0;
+  Latch latch;
+  latch.Add(1);
+  alloc.done = [&](std::int64_t r) {
+    result = r;
+    latch.Done();
+  };
+  engine_->Submit({std::move(alloc)});
+  latch.Wait();
+  if (result == -ENOSPC && EvictOldestSegment()) {
+    result = ssd::RunBlocking([&] {
+      IoRequest retry;
+      retry.kind = IoKind::kAllocate;
+      retry.fd = fd;
+      retry.length = options_.segment_bytes;
+      return retry;
+    }());
+  }
+  if (result < 0 && result != -EOPNOTSUPP) {
+    ::unlink(SegmentPath(id).c_str());
+    return StatusFromErrno(static_cast<int>(-result),
+                           "ssd tier: reserving " + std::to_string(options_.segment_bytes) +
+                               " bytes for segment " + SegmentPath(id));
+  }
+  if (options_.durability != SsdDurability::kNone) {
+    // The new file's directory entry must survive a crash before any index entry points to it.
+    const int dir = ::open((fs::path(options_.dir) / "segments").c_str(), O_RDONLY | O_DIRECTORY);
+    if (dir >= 0) {
+      ::fsync(dir);
+      ::close(dir);
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    segments_[id] = seg;
+    segment_bytes_total_ += seg->size;
+  }
+  active_ = std::move(seg);
+  return Status::Ok();
+}
+
+void SsdTier::Impl::WriteBatch(std::vector<WriteJob>& jobs) {
+  // 1. Place each record (rolling over segments as needed) and submit the writes together.
+  Latch latch;
+  std::vector<IoRequest> requests;
+  Status placement = Status::Ok();
+  for (WriteJob& job : jobs) {
+    const std::uint64_t record = ssd::RecordBytes(job.value->bytes().size());
+    if (placement.ok() && (!active_ || active_->used + record > active_->size)) {
+      placement = Rollover();
+      if (!placement.ok()) {
+        if (!enospc_logged_ || placement.code() != StatusCode::kResourceExhausted) {
+          Log(LogLevel::kError, placement.message() + "; SSD writes fail until space is freed");
+        }
+        enospc_logged_ = placement.code() == StatusCode::kResourceExhausted;
+      } else {
+        enospc_logged_ = false;
+      }
+    }
+    if (!placement.ok()) continue;
+    job.placed = true;
+    job.segment = active_;
+    job.location.segment = active_->id;
+    job.location.offset = active_->used;
+    job.location.value_length = job.value->bytes().size();
+    job.location.checksum = Checksum64(job.value->bytes());
+    active_->used += record;
+    job.header = AlignedBlock();
+    ssd::RecordHeader h;
+    h.key = job.key.size() <= ssd::kMaxRecordKey ? job.key : job.key.substr(0, ssd::kMaxRecordKey);
+    h.value_length = job.location.value_length;
+    h.value_checksum = job.location.checksum;
+    h.sequence = job.ticket;
+    ssd::EncodeRecordHeader(h, std::span<std::byte, ssd::kBlock>(job.header.get(), ssd::kBlock));
+    IoRequest r;
+    r.kind = IoKind::kWrite;
+    r.fd = job.segment->fd;
+    r.offset = job.location.offset;
+    const auto padded = job.value->padded_bytes();
+    r.iov = {{job.header.get(), ssd::kBlock},
+             {const_cast<std::byte*>(padded.data()), padded.size()}};
+    r.done = [&latch, &job](std::int64_t res) {
+      job.result = res;
+      latch.Done();
+    };
+    requests.push_back(std::move(r));
+  }
+  latch.Add(static_cast<int>(requests.size()));
+  if (!requests.empty()) engine_->Submit(std::move(requests));
+  latch.Wait();
+
+  // 2. Durability: under `sync`, the payloads reach stable storage before the index says so.
+  for (const WriteJob& job : jobs) {
+    if (job.placed && job.result > 0) dirty_segments_.insert(job.location.segment);
+  }
+  if (options_.durability == SsdDurability::kSync) SyncDirty();
+
+  // 3. Index the values that were written and are still wanted (not erased or overwritten since
+  // they were queued), then report.
+  std::vector<ssd::IndexChange> changes;
+  std::vector<Status> outcome(jobs.size(), Status::Ok());
+  {
+    std::lock_guard lock(mu_);
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      WriteJob& job = jobs[i];
+      if (!job.placed || job.result <= 0) {
+        ++write_errors_;
+        outcome[i] = !job.placed ? placement
+                                 : StatusFromErrno(static_cast<int>(-job.result),
+                                                        "ssd tier: writing segment " +
+                                                            SegmentPath(job.location.segment));
+        continue;
+      }
+      ++writes_;
+      write_bytes_ += ssd::RecordBytes(job.location.value_length);
+      job.segment->keys.push_back(job.key);
+      auto erased = erased_.find(job.key);
+      if (erased != erased_.end() && erased->second > job.ticket) continue;
+      auto [it, inserted] = index_.try_emplace(job.key);
+      if (!inserted && it->second.ticket > job.ticket) continue;  // a newer write landed first
+      if (!inserted) live_bytes_ -= it->second.location.value_length;
+      it->second.location = job.location;
+      it->second.ticket = job.ticket;
+      it->second.hits = 0;
+      it->second.last_access_ms = NowMs();
+      live_bytes_ += job.location.value_length;
+      changes.push_back({job.key, job.location});
+    }
+  }
+  Status indexed = index_store_->Apply(changes, options_.durability == SsdDurability::kSync);
+  if (!indexed.ok()) Log(LogLevel::kError, indexed.message());
+  {
+    std::lock_guard lock(wmu_);
+    for (WriteJob& job : jobs) {
+      pending_.erase(job.value.get());
+      if (job.buffered) pending_bytes_ -= job.value->bytes().size();
+    }
+    unfinished_jobs_ -= jobs.size();
+    // Erase markers older than every queued write can go.
+    const std::uint64_t oldest = jobs_.empty() ? next_ticket_ + 1 : jobs_.front().ticket;
+    for (auto it = erased_.begin(); it != erased_.end();) {
+      it = it->second < oldest ? erased_.erase(it) : std::next(it);
+    }
+  }
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    WriteJob& job = jobs[i];
+    if (outcome[i].ok() && !indexed.ok()) outcome[i] = indexed;
+    if (outcome[i].ok()) job.value->set_ssd_checksum(job.location.checksum);
+    if (job.done) job.done(outcome[i]);
+    job.value.reset();  // releases a demoted value's write-buffer charge
+  }
+}
+
+// ---- reading and the index -----------------------------------------------------------------
+
+void SsdTier::Impl::Read(std::string_view key, const Allocator& allocate, ReadCallback done) {
+  Location loc;
+  std::shared_ptr<Segment> seg;
+  {
+    std::lock_guard lock(mu_);
+    auto it = index_.find(key);
+    if (it == index_.end()) {
+      ++misses_;
+      return done(NotFound("ssd tier: key not found"));
+    }
+    loc = it->second.location;
+    it->second.last_access_ms = NowMs();
+    auto s = segments_.find(loc.segment);
+    if (s == segments_.end()) return done(Internal("ssd tier: index points to a dropped segment"));
+    seg = s->second;
+  }
+  auto buffer = allocate(loc.value_length);
+  if (!buffer.ok()) return done(buffer.status());
+  std::shared_ptr<Value> value = std::move(*buffer);
+  auto header = AlignedBlock();
+  IoRequest r;
+  r.kind = IoKind::kRead;
+  r.fd = seg->fd;
+  r.offset = loc.offset;
+  const auto padded = value->mutable_padded_bytes();
+  r.iov = {{header.get(), ssd::kBlock}, {padded.data(), padded.size()}};
+  r.keep_alive = seg;
+  r.done = [this, key = std::string(key), loc, value, header,
+            done = std::move(done)](std::int64_t res) {
+    if (res < 0) {
+      ++read_errors_;
+      return done(StatusFromErrno(static_cast<int>(-res),
+                                  "ssd tier: reading " + SegmentPath(loc.segment) + " at " +
+                                      std::to_string(loc.offset)));
+    }
+    auto h = ssd::DecodeRecordHeader(std::span<const std::byte, ssd::kBlock>(header.get(),
+                                                                            ssd::kBlock));
+    const bool valid = h.ok() && h->value_length == loc.value_length &&
+                       h->value_checksum == loc.checksum &&
+                       std::string_view(h->key) ==
+                           std::string_view(key).substr(0, ssd::kMaxRecordKey) &&
+                       Checksum64(value->bytes()) == loc.checksum;
+    if (!valid) {
+      ++checksum_failures_;
+      Log(LogLevel::kWarn, "ssd tier: chunk at " + SegmentPath(loc.segment) + " offset " +
+                                  std::to_string(loc.offset) +
+                                  " failed verification; removed, served as a miss");
+      RemoveIfAt(key, loc);
+      return done(NotFound("ssd tier: the stored copy failed verification"));
+    }
+    ++hits_;
+    ++reads_;
+    read_bytes_ += ssd::RecordBytes(loc.value_length);
+    value->set_ssd_checksum(loc.checksum);
+    done(ValueRef(value));
+  };
+  engine_->Submit({std::move(r)});
+}
+
+void SsdTier::Impl::RemoveIfAt(std::string_view key, const Location& at) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = index_.find(key);
+    if (it == index_.end() || it->second.location.segment != at.segment ||
+        it->second.location.offset != at.offset) {
+      return;
+    }
+    live_bytes_ -= it->second.location.value_length;
+    index_.erase(it);
+  }
+  QueueIndexDelete(std::string(key));
+}
+
+void SsdTier::Impl::QueueIndexDelete(std::string key) {
+  {
+    std::lock_guard lock(wmu_);
+    index_deletes_.push_back({std::move(key), std::nullopt});
+  }
+  wcv_.notify_one();
+}
+
+bool SsdTier::Impl::ShouldPromote(std::string_view key) {
+  if (options_.promotion != SsdPromotion::kSecondHit) {
+    return options_.promotion == SsdPromotion::kAlways;
+  }
+  std::lock_guard lock(mu_);
+  auto it = index_.find(key);
+  return it != index_.end() && ++it->second.hits >= 2;
+}
+
+bool SsdTier::Impl::Erase(std::string_view key) {
+  bool found = false;
+  {
+    std::scoped_lock lock(mu_, wmu_);
+    // Writes queued before now are void; without any queued, no marker is needed.
+    if (unfinished_jobs_ != 0) erased_[std::string(key)] = ++next_ticket_;
+    auto it = index_.find(key);
+    if (it != index_.end()) {
+      live_bytes_ -= it->second.location.value_length;
+      index_.erase(it);
+      found = true;
+    }
+    if (found) index_deletes_.push_back({std::string(key), std::nullopt});
+  }
+  if (found) wcv_.notify_one();
+  return found;
+}
+
+protocol::ScanResult SsdTier::Impl::Scan(std::string_view prefix, std::string_view cursor,
+                                         std::uint32_t limit) const {
+  protocol::ScanResult result;
+  const std::uint64_t now = NowMs();
+  std::lock_guard lock(mu_);
+  auto it = cursor > prefix ? index_.upper_bound(cursor) : index_.lower_bound(prefix);
+  for (; it != index_.end() && result.entries.size() < limit; ++it) {
+    if (std::string_view(it->first).substr(0, prefix.size()) != prefix) break;
+    result.entries.push_back({it->first, it->second.location.value_length, protocol::Tier::kSsd,
+                              now - std::min(now, it->second.last_access_ms)});
+  }
+  if (result.entries.size() == limit && limit > 0) result.next_cursor = result.entries.back().key;
+  return result;
+}
+
+SsdTierStats SsdTier::Impl::stats() const {
+  SsdTierStats s;
+  {
+    std::lock_guard lock(mu_);
+    s.bytes = segment_bytes_total_;
+    s.live_bytes = live_bytes_;
+    s.chunks = index_.size();
+    s.segments = segments_.size();
+  }
+  s.capacity = options_.capacity_bytes;
+  s.hits = hits_;
+  s.misses = misses_;
+  s.evictions = evictions_;
+  s.segments_evicted = segments_evicted_;
+  s.demotions = demotions_;
+  s.demotions_dropped = demotions_dropped_;
+  s.promotions = promotions_;
+  s.reads = reads_;
+  s.read_bytes = read_bytes_;
+  s.writes = writes_;
+  s.write_bytes = write_bytes_;
+  s.write_errors = write_errors_;
+  s.read_errors = read_errors_;
+  s.checksum_failures = checksum_failures_;
+  s.write_buffer_bytes = write_buffer_used_->load();
+  s.recovered_chunks = recovered_;
+  s.recovery_dropped = recovery_dropped_;
+  s.io_path = std::string(engine_->name());
+  s.direct_io = direct_io_;
+  return s;
+}
+
+// ---- public wrapper --------------------------------------------------------------------------
+
+Result<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options) {
+  if (options.dir.empty()) return InvalidArgument("ssd tier: no directory given");
+  if (options.segment_bytes < (1u << 20) || options.segment_bytes % ssd::kBlock != 0) {
+    return InvalidArgument("ssd tier: segment size " + std::to_string(options.segment_bytes) +
+                           " must be a multiple of 4096 and at least 1 MiB");
+  }
+  if (options.capacity_bytes < 2 * options.segment_bytes) {
+    return InvalidArgument("ssd tier: capacity " + std::to_string(options.capacity_bytes) +
+                           " must hold at least two segments of " +
+                           std::to_string(options.segment_bytes));
+  }
+  auto impl = std::make_unique<Impl>(options);
+  KVD_RETURN_IF_ERROR(impl->Open());
+  return std::unique_ptr<SsdTier>(new SsdTier(std::move(impl)));
+}
+
+SsdTier::SsdTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SsdTier::~SsdTier() { Close(); }
+void SsdTier::Close() { impl_->Close(); }
+void SsdTier::Write(std::string_view key, ValueRef value, WriteCallback done) {
+  impl_->Write(key, std::move(value), std::move(done));
+}
+void SsdTier::Demote(std::string_view key, ValueRef value) { impl_->Demote(key, std::move(value)); }
+void SsdTier::Read(std::string_view key, const Allocator& allocate, ReadCallback done) {
+  impl_->Read(key, allocate, std::move(done));
+}
+bool SsdTier::Contains(std::string_view key) const { return impl_->Contains(key); }
+bool SsdTier::ShouldPromote(std::string_view key) { return impl_->ShouldPromote(key); }
+void SsdTier::CountPromotion() { impl_->CountPromotion(); }
+bool SsdTier::Erase(std::string_view key) { return impl_->Erase(key); }
+protocol::ScanResult SsdTier::Scan(std::string_view prefix, std::string_view cursor,
+                                   std::uint32_t limit) const {
+  return impl_->Scan(prefix, cursor, limit);
+}
+SsdTierStats SsdTier::stats() const { return impl_->stats(); }
+const SsdTierOptions& SsdTier::options() const { return impl_->options(); }
+
+}  // namespace kvdepot::daemon

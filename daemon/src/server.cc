@@ -418,15 +418,33 @@ class Connection : public ConnectionBase,
     auto keys = protocol::DecodeKeyList(body_, limits_);
     if (!keys.ok()) return RequestError(h, keys.status());
     for (std::uint32_t i = 0; i < keys->size(); ++i) {
-      const std::uint64_t slot = ReserveSlot();
-      const bool last = i + 1 == keys->size();
-      server_.store().Get((*keys)[i], [self = this->shared_from_this(), h, i, last,
-                                       slot](Result<Found> found) {
+      get_backlog_.push_back({h, std::string((*keys)[i]), i, i + 1 == keys->size(),
+                              ReserveSlot()});
+    }
+    PumpGets();
+  }
+
+  // Starts queued GET lookups while fewer than kMaxOutstandingGets are unanswered and the queued
+  // output is under max_output_bytes: a GET of many SSD-resident keys reads them a few at a time
+  // instead of allocating buffers for all of them at once. Host hits answer inline.
+  void PumpGets() {
+    if (pumping_) return;  // an inline answer inside the loop below; the loop continues
+    pumping_ = true;
+    while (!get_backlog_.empty() && outstanding_gets_ < kMaxOutstandingGets &&
+           queued_bytes_ < server_.options().max_output_bytes && !closed_) {
+      PendingGet g = std::move(get_backlog_.front());
+      get_backlog_.pop_front();
+      ++outstanding_gets_;
+      server_.store().Get(g.key, [self = this->shared_from_this(), h = g.header, i = g.index,
+                                  last = g.last, slot = g.slot](Result<Found> found) {
         self->OnOwnThread([self, h, i, last, slot, found = std::move(found)]() mutable {
+          --self->outstanding_gets_;
           self->FillSlot(slot, GetItemFrame(h, i, last, std::move(found)));
+          self->PumpGets();
         });
       });
     }
+    pumping_ = false;
   }
 
   static Outgoing GetItemFrame(const FrameHeader& h, std::uint32_t index, bool last,
@@ -568,6 +586,7 @@ class Connection : public ConnectionBase,
                           self->queued_bytes_ -= self->queue_.front().size();
                           self->queue_.pop_front();
                         }
+                        self->PumpGets();
                         if (self->read_paused_ &&
                             self->queued_bytes_ <= self->server_.options().max_output_bytes / 2) {
                           self->read_paused_ = false;
@@ -604,6 +623,18 @@ class Connection : public ConnectionBase,
   std::size_t in_flight_ = 0;
   std::uint64_t queued_bytes_ = 0;
   std::uint64_t last_slot_ = 0;
+  // GET keys whose lookup has not started (their placeholders are queued already).
+  struct PendingGet {
+    FrameHeader header;
+    std::string key;
+    std::uint32_t index;
+    bool last;
+    std::uint64_t slot;
+  };
+  static constexpr std::uint32_t kMaxOutstandingGets = 16;
+  std::deque<PendingGet> get_backlog_;
+  std::uint32_t outstanding_gets_ = 0;
+  bool pumping_ = false;
   bool writing_ = false;
   bool read_paused_ = false;
   bool stop_reading_ = false;

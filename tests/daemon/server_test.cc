@@ -17,6 +17,7 @@
 #include "kvdepot/byte_order.h"
 #include "kvdepot/client/client.h"
 #include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/daemon/ssd_tier.h"
 
 namespace kvdepot::daemon {
 namespace {
@@ -374,6 +375,66 @@ TEST_F(ServerTest, StopDrainsInFlightRequests) {
   stopper.join();
   server_.reset();
   EXPECT_EQ(answered, 20) << "every request sent before the stop is answered";
+}
+
+// The server over host + SSD: a GET of many keys, most of them on SSD (answered asynchronously,
+// out of order underneath), still streams its frames in key order with the right bytes; LOOKUP
+// and STATS report the SSD tier; a sync-durable PUT is acknowledged once on disk.
+TEST(ServerSsdTest, GetsFromSsdKeepKeyOrderAndReportTheTier) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kvdepot-server-ssd-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  SsdTierOptions so;
+  so.dir = dir.string();
+  so.capacity_bytes = 64 << 20;
+  so.segment_bytes = 4 << 20;
+  so.durability = SsdDurability::kSync;
+  auto ssd = SsdTier::Open(so);
+  ASSERT_TRUE(ssd.ok()) << ssd.status().ToString();
+  HostTier host(HostTierOptions::With(8 << 20));
+  Store store(host, ssd->get());
+  ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.limits.max_value_bytes = 1 << 20;
+  Server server(o, store);
+  ASSERT_TRUE(server.Start().ok());
+  ClientOptions co;
+  co.address = "127.0.0.1:" + std::to_string(server.tcp_port());
+  auto c = Connection::Connect(co);
+  ASSERT_TRUE(c.ok());
+  std::vector<std::string> keys;
+  for (int i = 0; i < 40; ++i) {
+    keys.push_back("key" + std::to_string(i));
+    ASSERT_TRUE((*c)->Put(keys.back(), Bytes(100000 + i * 1000, i)).ok());
+  }
+  EXPECT_EQ((*ssd)->stats().chunks, 40u) << "sync durability writes through";
+  for (const std::string& k : keys) host.Erase(k);  // cold: every GET reads the SSD
+  int on_ssd = 0;
+  std::uint32_t next = 0;
+  ASSERT_TRUE((*c)->Get(keys, [&](const client::GetItem& item) {
+                     EXPECT_EQ(item.index, next++);
+                     ASSERT_TRUE(item.status.ok()) << item.index << ": " << item.status.ToString();
+                     const auto want = Bytes(100000 + item.index * 1000, item.index);
+                     EXPECT_TRUE(std::equal(item.value.begin(), item.value.end(), want.begin(),
+                                            want.end()));
+                     on_ssd += item.tier == protocol::Tier::kSsd;
+                   }).ok());
+  EXPECT_EQ(next, 40u);
+  EXPECT_EQ(on_ssd, 40);
+  EXPECT_EQ((*ssd)->stats().promotions, 40u);
+  std::vector<std::string> cold = {"key0", "key1"};
+  host.Erase("key0");
+  host.Erase("key1");
+  auto lookup = (*c)->Lookup(cold);
+  ASSERT_TRUE(lookup.ok());
+  EXPECT_EQ(lookup->prefix_length, 2u);
+  EXPECT_EQ(lookup->tiers[0], protocol::Tier::kSsd);
+  auto stats = (*c)->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_NE(stats->find("\"ssd\":{"), std::string::npos) << *stats;
+  server.Stop();
+  (*ssd)->Close();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

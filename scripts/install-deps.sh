@@ -11,7 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev libsystemd-dev
   python3 python3-numpy python3-pytest python3-xxhash
-  redis-server iperf3
+  redis-server iperf3 fio
 )
 
 missing=()

@@ -1,0 +1,302 @@
+#include "kvdepot/daemon/metrics.h"
+
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <chrono>
+#include <utility>
+
+namespace kvdepot::daemon {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+// Request latencies from tens of microseconds (a host-tier hit over a Unix socket) to seconds
+// (large values to a slow reader, SSD reads under load).
+const prometheus::Histogram::BucketBoundaries kLatencyBuckets = {
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+    0.025,   0.05,   0.1,     0.25,   0.5,   1,      2.5,    5,    10};
+// Prefix hits in chunks (256 tokens each): 0 .. 4096 chunks (1M tokens).
+const prometheus::Histogram::BucketBoundaries kPrefixBuckets = {
+    0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+const prometheus::Histogram::BucketBoundaries kCodecBuckets = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1};
+
+MetricFamily NewFamily(std::string name, std::string help, MetricType type) {
+  MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = type;
+  return f;
+}
+
+void Add(MetricFamily& f, std::vector<ClientMetric::Label> labels, double value) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  if (f.type == MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  f.metric.push_back(std::move(m));
+}
+
+std::string NamespaceHex(const std::string& id) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (const unsigned char c : id) {
+    hex += kHex[c >> 4];
+    hex += kHex[c & 15];
+  }
+  return hex;
+}
+
+}  // namespace
+
+TierStats ToTierStats(const HostTierStats& host) {
+  TierStats t;
+  t.bytes = host.bytes;
+  t.capacity = host.capacity;
+  t.chunks = host.chunks;
+  t.hits = host.hits;
+  t.misses = host.misses;
+  t.evictions = host.evictions;
+  t.inserts = host.inserts;
+  t.rejected = host.rejected;
+  t.namespaces = host.namespaces;
+  return t;  // the host tier is the top tier today: no demotions or promotions yet
+}
+
+// Everything read from the components' own stats at scrape time.
+class Metrics::ScrapeCollector final : public prometheus::Collectable {
+ public:
+  explicit ScrapeCollector(std::string version)
+      : version_(std::move(version)),
+        start_time_(std::chrono::duration<double>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count()) {}
+
+  void AddTier(std::string name, std::function<TierStats()> source) {
+    std::lock_guard lock(mu_);
+    tiers_.emplace_back(std::move(name), std::move(source));
+  }
+  void SetServer(std::function<ServerStats()> source) {
+    std::lock_guard lock(mu_);
+    server_ = std::move(source);
+  }
+
+  std::vector<MetricFamily> Collect() const override {
+    std::lock_guard lock(mu_);
+    std::vector<MetricFamily> out;
+    auto info = NewFamily("kvdepot_build_info", "kvdepotd's version (the value is always 1)",
+                          MetricType::Gauge);
+    Add(info, {{"version", version_}}, 1);
+    out.push_back(std::move(info));
+    auto start = NewFamily("kvdepot_start_time_seconds",
+                           "Start time of kvdepotd since the Unix epoch", MetricType::Gauge);
+    Add(start, {}, start_time_);
+    out.push_back(std::move(start));
+    if (server_) CollectServer(server_(), out);
+    CollectTiers(out);
+    return out;
+  }
+
+ private:
+  static void CollectServer(const ServerStats& s, std::vector<MetricFamily>& out) {
+    const struct {
+      const char* name;
+      const char* help;
+      MetricType type;
+      std::uint64_t value;
+    } rows[] = {
+        {"kvdepot_connections_open", "Client connections open now", MetricType::Gauge,
+         s.connections_open},
+        {"kvdepot_connections_accepted_total", "Client connections accepted",
+         MetricType::Counter, s.connections_total},
+        {"kvdepot_protocol_errors_total",
+         "Malformed frames received (each closes its connection)", MetricType::Counter,
+         s.protocol_errors},
+        {"kvdepot_network_receive_bytes_total", "Protocol bytes read from clients",
+         MetricType::Counter, s.bytes_in},
+        {"kvdepot_network_transmit_bytes_total", "Protocol bytes written to clients",
+         MetricType::Counter, s.bytes_out},
+    };
+    for (const auto& r : rows) {
+      auto f = NewFamily(r.name, r.help, r.type);
+      Add(f, {}, static_cast<double>(r.value));
+      out.push_back(std::move(f));
+    }
+  }
+
+  void CollectTiers(std::vector<MetricFamily>& out) const {
+    struct Column {
+      const char* name;
+      const char* help;
+      MetricType type;
+      std::uint64_t TierStats::*field;
+    };
+    static const Column kColumns[] = {
+        {"kvdepot_tier_used_bytes", "Bytes charged to the tier (stored and in flight)",
+         MetricType::Gauge, &TierStats::bytes},
+        {"kvdepot_tier_capacity_bytes", "Byte capacity of the tier", MetricType::Gauge,
+         &TierStats::capacity},
+        {"kvdepot_tier_chunks", "Entries held by the tier", MetricType::Gauge,
+         &TierStats::chunks},
+        {"kvdepot_tier_hits_total", "Reads that found the key in the tier", MetricType::Counter,
+         &TierStats::hits},
+        {"kvdepot_tier_misses_total", "Reads that did not find the key in the tier",
+         MetricType::Counter, &TierStats::misses},
+        {"kvdepot_tier_evictions_total", "Entries dropped to make room", MetricType::Counter,
+         &TierStats::evictions},
+        {"kvdepot_tier_demotions_total", "Entries moved down to a lower tier",
+         MetricType::Counter, &TierStats::demotions},
+        {"kvdepot_tier_promotions_total", "Entries copied up into the tier from a lower one",
+         MetricType::Counter, &TierStats::promotions},
+        {"kvdepot_tier_inserts_total", "Entries written to the tier", MetricType::Counter,
+         &TierStats::inserts},
+        {"kvdepot_tier_rejections_total", "Writes refused for lack of room",
+         MetricType::Counter, &TierStats::rejected},
+    };
+    std::vector<std::pair<std::string, TierStats>> stats;
+    for (const auto& [name, source] : tiers_) stats.emplace_back(name, source());
+    for (const Column& c : kColumns) {
+      auto f = NewFamily(c.name, c.help, c.type);
+      for (const auto& [name, st] : stats) Add(f, {{"tier", name}}, static_cast<double>(st.*c.field));
+      out.push_back(std::move(f));
+    }
+    auto used = NewFamily("kvdepot_namespace_used_bytes",
+                          "Bytes charged to a namespace that has a quota", MetricType::Gauge);
+    auto quota = NewFamily("kvdepot_namespace_quota_bytes", "Byte quota of a namespace",
+                           MetricType::Gauge);
+    for (const auto& [name, st] : stats) {
+      for (const NamespaceUsage& ns : st.namespaces) {
+        const std::string id = NamespaceHex(ns.id);
+        Add(used, {{"namespace", id}, {"tier", name}}, static_cast<double>(ns.bytes));
+        Add(quota, {{"namespace", id}, {"tier", name}}, static_cast<double>(ns.quota));
+      }
+    }
+    out.push_back(std::move(used));
+    out.push_back(std::move(quota));
+  }
+
+  const std::string version_;
+  const double start_time_;
+  mutable std::mutex mu_;  // guards the source lists; a scrape holds it while it reads them
+  std::vector<std::pair<std::string, std::function<TierStats()>>> tiers_;
+  std::function<ServerStats()> server_;
+};
+
+Metrics::Metrics(std::string version)
+    : registry_(std::make_shared<prometheus::Registry>()),
+      collector_(std::make_shared<ScrapeCollector>(std::move(version))) {
+  requests_ = &prometheus::BuildCounter()
+                   .Name("kvdepot_requests_total")
+                   .Help("Requests answered, by operation and outcome (docs/metrics.md)")
+                   .Register(*registry_);
+  auto& durations = prometheus::BuildHistogram()
+                        .Name("kvdepot_request_duration_seconds")
+                        .Help("Time from a request's header read to its last response byte "
+                              "handed to the socket")
+                        .Register(*registry_);
+  for (std::size_t op = 1; op < kOps; ++op) {
+    const std::string name(protocol::OpName(static_cast<protocol::Op>(op)));
+    durations_[op] = &durations.Add({{"op", name}}, kLatencyBuckets);
+    RequestCounter(op, static_cast<std::size_t>(StatusCode::kOk));  // present from the start
+  }
+  lookup_prefix_ = &prometheus::BuildHistogram()
+                        .Name("kvdepot_lookup_prefix_chunks")
+                        .Help("Longest cached prefix found by a LOOKUP, in chunks")
+                        .Register(*registry_)
+                        .Add({}, kPrefixBuckets);
+  lookup_keys_ = &prometheus::BuildCounter()
+                      .Name("kvdepot_lookup_keys_total")
+                      .Help("Keys asked for by LOOKUPs")
+                      .Register(*registry_)
+                      .Add({});
+  codec_seconds_ = &prometheus::BuildHistogram()
+                        .Name("kvdepot_codec_duration_seconds")
+                        .Help("Time of one codec call, by operation, codec and device")
+                        .Register(*registry_);
+  codec_raw_bytes_ = &prometheus::BuildCounter()
+                          .Name("kvdepot_codec_raw_bytes_total")
+                          .Help("Uncompressed KV bytes encoded or decoded")
+                          .Register(*registry_);
+  codec_encoded_bytes_ = &prometheus::BuildCounter()
+                              .Name("kvdepot_codec_encoded_bytes_total")
+                              .Help("Container bytes produced by encoding or read by decoding")
+                              .Register(*registry_);
+  reloads_ = &prometheus::BuildCounter()
+                  .Name("kvdepot_config_reloads_total")
+                  .Help("Configuration reloads (SIGHUP), by result")
+                  .Register(*registry_);
+}
+
+Metrics::~Metrics() = default;
+
+void Metrics::AddTier(std::string name, std::function<TierStats()> source) {
+  collector_->AddTier(std::move(name), std::move(source));
+}
+
+void Metrics::SetServerSource(std::function<ServerStats()> source) {
+  collector_->SetServer(std::move(source));
+}
+
+prometheus::Counter* Metrics::RequestCounter(std::size_t op, std::size_t status) {
+  std::atomic<prometheus::Counter*>& slot = request_counters_[op][status];
+  if (prometheus::Counter* c = slot.load(std::memory_order_acquire)) return c;
+  std::lock_guard lock(mu_);
+  if (prometheus::Counter* c = slot.load(std::memory_order_acquire)) return c;
+  prometheus::Counter* c = &requests_->Add(
+      {{"op", std::string(protocol::OpName(static_cast<protocol::Op>(op)))},
+       {"status", std::string(StatusCodeName(static_cast<StatusCode>(status)))}});
+  slot.store(c, std::memory_order_release);
+  return c;
+}
+
+void Metrics::OnRequest(protocol::Op op, StatusCode status,
+                        std::chrono::steady_clock::duration latency) {
+  const auto o = static_cast<std::size_t>(op);
+  const auto s = static_cast<std::size_t>(status);
+  if (o == 0 || o >= kOps || s >= kStatuses) return;  // not a protocol v1 operation or code
+  RequestCounter(o, s)->Increment();
+  durations_[o]->Observe(std::chrono::duration<double>(latency).count());
+}
+
+void Metrics::OnLookup(std::uint32_t prefix_length, std::uint32_t keys) {
+  lookup_prefix_->Observe(prefix_length);
+  lookup_keys_->Increment(keys);
+}
+
+void Metrics::ObserveCodec(CodecOp op, std::string_view codec, std::string_view device,
+                           double seconds, std::uint64_t raw_bytes,
+                           std::uint64_t encoded_bytes) {
+  const std::map<std::string, std::string> labels = {
+      {"op", op == CodecOp::kEncode ? "encode" : "decode"},
+      {"codec", std::string(codec)},
+      {"device", std::string(device)}};
+  std::lock_guard lock(mu_);
+  codec_seconds_->Add(labels, kCodecBuckets).Observe(seconds);
+  codec_raw_bytes_->Add(labels).Increment(static_cast<double>(raw_bytes));
+  codec_encoded_bytes_->Add(labels).Increment(static_cast<double>(encoded_bytes));
+}
+
+void Metrics::OnReload(bool ok) { reloads_->Add({{"result", ok ? "ok" : "error"}}).Increment(); }
+
+std::vector<std::weak_ptr<prometheus::Collectable>> Metrics::Collectables() const {
+  return {registry_, collector_};
+}
+
+std::string Metrics::Text() const {
+  std::vector<MetricFamily> families = registry_->Collect();
+  for (auto& f : collector_->Collect()) families.push_back(std::move(f));
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+}  // namespace kvdepot::daemon

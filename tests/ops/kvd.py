@@ -120,3 +120,33 @@ def samples(text):
             series, _, value = line.rpartition(" ")
             out[series] = float(value)
     return out
+
+
+DASHBOARD = REPO / "deploy/grafana/kvdepot.json"
+
+
+def dashboard_queries(path=DASHBOARD):
+    """[(panel title, PromQL expression)] of every target of every panel, rows included."""
+    import json
+
+    def walk(panels):
+        for p in panels:
+            yield from ((p.get("title", ""), t["expr"]) for t in p.get("targets", []) if "expr" in t)
+            yield from walk(p.get("panels", []))
+
+    dashboard = json.loads(Path(path).read_text())
+    queries = list(walk(dashboard["panels"]))
+    for var in dashboard.get("templating", {}).get("list", []):
+        q = var.get("query")
+        if isinstance(q, dict) and "query" in q:
+            queries.append((f"${var['name']}", q["query"]))
+    return queries
+
+
+def metric_names(expr):
+    return set(re.findall(r"\b(kvdepot_[A-Za-z0-9_]+)", expr))
+
+
+def concrete(expr, rate_interval="10s"):
+    """A dashboard expression with Grafana's variables given values Prometheus accepts."""
+    return expr.replace("$__rate_interval", rate_interval).replace("$instance", ".*")

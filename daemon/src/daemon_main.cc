@@ -171,7 +171,8 @@ int DaemonMain(int argc, char** argv) {
   Metrics metrics(kVersion);
   HostTier host(config.host);
   Store store(host, nullptr);
-  Server server(config.server, store, &metrics);
+  // Without a metrics endpoint nobody reads the per-request metrics: the server skips them.
+  Server server(config.server, store, config.metrics_listen.empty() ? nullptr : &metrics);
   metrics.AddTier("host", [&host] { return ToTierStats(host.stats()); });
   metrics.SetServerSource([&server] { return server.stats(); });
   if (Status s = server.Start(); !s.ok()) {

@@ -8,7 +8,11 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
+#include <limits>
 #include <utility>
 
 namespace kvdepot::daemon {
@@ -18,14 +22,50 @@ using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
 
+constexpr std::size_t kOps = 8;        // protocol::Op values are 1..7
+constexpr std::size_t kStatuses = 16;  // StatusCode values are 0..12
 // Request latencies from tens of microseconds (a host-tier hit over a Unix socket) to seconds
-// (large values to a slow reader, SSD reads under load).
-const prometheus::Histogram::BucketBoundaries kLatencyBuckets = {
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-    0.025,   0.05,   0.1,     0.25,   0.5,   1,      2.5,    5,    10};
+// (large values to a slow reader, SSD reads under load), in nanoseconds.
+constexpr std::array<std::uint64_t, 17> kLatencyBoundsNs = {
+    50'000,      100'000,     250'000,       500'000,       1'000'000,     2'500'000,
+    5'000'000,   10'000'000,  25'000'000,    50'000'000,    100'000'000,   250'000'000,
+    500'000'000, 1'000'000'000, 2'500'000'000, 5'000'000'000, 10'000'000'000};
 // Prefix hits in chunks (256 tokens each): 0 .. 4096 chunks (1M tokens).
-const prometheus::Histogram::BucketBoundaries kPrefixBuckets = {
-    0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+constexpr std::array<std::uint64_t, 14> kPrefixBounds = {0,   1,   2,    4,    8,    16,   32,
+                                                         64,  128, 256,  512,  1024, 2048, 4096};
+
+// Index of the first bound >= v (Prometheus buckets count values <= their bound); size() = +Inf.
+template <std::size_t N>
+std::size_t BucketOf(const std::array<std::uint64_t, N>& bounds, std::uint64_t v) {
+  std::size_t i = 0;
+  while (i < N && v > bounds[i]) ++i;
+  return i;
+}
+
+template <std::size_t N>
+ClientMetric HistogramSample(std::vector<ClientMetric::Label> labels,
+                             const std::array<std::uint64_t, N>& bounds, double scale,
+                             const std::array<std::atomic<std::uint64_t>, N + 1>& buckets,
+                             double sum) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i <= N; ++i) {
+    cumulative += buckets[i].load(std::memory_order_relaxed);
+    ClientMetric::Bucket b;
+    b.cumulative_count = cumulative;
+    b.upper_bound = i < N ? static_cast<double>(bounds[i]) * scale
+                          : std::numeric_limits<double>::infinity();
+    m.histogram.bucket.push_back(b);
+  }
+  m.histogram.sample_count = cumulative;
+  m.histogram.sample_sum = sum;
+  return m;
+}
+
+std::string OpLabel(std::size_t op) {
+  return std::string(protocol::OpName(static_cast<protocol::Op>(op)));
+}
 const prometheus::Histogram::BucketBoundaries kCodecBuckets = {
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1};
 
@@ -60,6 +100,55 @@ std::string NamespaceHex(const std::string& id) {
 
 }  // namespace
 
+// Per-request counts: relaxed atomic additions on the I/O threads, read at scrape time.
+struct Metrics::RequestCounters {
+  struct alignas(64) PerOp {
+    std::array<std::atomic<std::uint64_t>, kStatuses> by_status{};
+    std::array<std::atomic<std::uint64_t>, kLatencyBoundsNs.size() + 1> latency{};
+    std::atomic<std::uint64_t> latency_sum_ns{0};
+  };
+  std::array<PerOp, kOps> ops;
+  alignas(64) std::array<std::atomic<std::uint64_t>, kPrefixBounds.size() + 1> prefix{};
+  std::atomic<std::uint64_t> prefix_sum{0};
+  std::atomic<std::uint64_t> lookup_keys{0};
+
+  void Collect(std::vector<MetricFamily>& out) const {
+    auto requests = NewFamily("kvdepot_requests_total",
+                              "Requests answered, by operation and outcome (docs/metrics.md)",
+                              MetricType::Counter);
+    auto durations = NewFamily("kvdepot_request_duration_seconds",
+                               "Time from a request's header read to its last response byte "
+                               "handed to the socket",
+                               MetricType::Histogram);
+    for (std::size_t op = 1; op < kOps; ++op) {
+      for (std::size_t st = 0; st < kStatuses; ++st) {
+        const std::uint64_t n = ops[op].by_status[st].load(std::memory_order_relaxed);
+        if (n == 0 && st != static_cast<std::size_t>(StatusCode::kOk)) continue;
+        Add(requests,
+            {{"op", OpLabel(op)},
+             {"status", std::string(StatusCodeName(static_cast<StatusCode>(st)))}},
+            static_cast<double>(n));
+      }
+      durations.metric.push_back(HistogramSample(
+          {{"op", OpLabel(op)}}, kLatencyBoundsNs, 1e-9, ops[op].latency,
+          static_cast<double>(ops[op].latency_sum_ns.load(std::memory_order_relaxed)) * 1e-9));
+    }
+    auto prefix_family = NewFamily("kvdepot_lookup_prefix_chunks",
+                                   "Longest cached prefix found by a LOOKUP, in chunks",
+                                   MetricType::Histogram);
+    prefix_family.metric.push_back(
+        HistogramSample({}, kPrefixBounds, 1.0, prefix,
+                        static_cast<double>(prefix_sum.load(std::memory_order_relaxed))));
+    auto keys = NewFamily("kvdepot_lookup_keys_total", "Keys asked for by LOOKUPs",
+                          MetricType::Counter);
+    Add(keys, {}, static_cast<double>(lookup_keys.load(std::memory_order_relaxed)));
+    out.push_back(std::move(requests));
+    out.push_back(std::move(durations));
+    out.push_back(std::move(prefix_family));
+    out.push_back(std::move(keys));
+  }
+};
+
 TierStats ToTierStats(const HostTierStats& host) {
   TierStats t;
   t.bytes = host.bytes;
@@ -77,8 +166,9 @@ TierStats ToTierStats(const HostTierStats& host) {
 // Everything read from the components' own stats at scrape time.
 class Metrics::ScrapeCollector final : public prometheus::Collectable {
  public:
-  explicit ScrapeCollector(std::string version)
-      : version_(std::move(version)),
+  ScrapeCollector(std::string version, std::shared_ptr<const RequestCounters> requests)
+      : requests_(std::move(requests)),
+        version_(std::move(version)),
         start_time_(std::chrono::duration<double>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count()) {}
@@ -95,6 +185,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
   std::vector<MetricFamily> Collect() const override {
     std::lock_guard lock(mu_);
     std::vector<MetricFamily> out;
+    requests_->Collect(out);
     auto info = NewFamily("kvdepot_build_info", "kvdepotd's version (the value is always 1)",
                           MetricType::Gauge);
     Add(info, {{"version", version_}}, 1);
@@ -186,6 +277,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     out.push_back(std::move(quota));
   }
 
+  const std::shared_ptr<const RequestCounters> requests_;
   const std::string version_;
   const double start_time_;
   mutable std::mutex mu_;  // guards the source lists; a scrape holds it while it reads them
@@ -195,31 +287,8 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
 
 Metrics::Metrics(std::string version)
     : registry_(std::make_shared<prometheus::Registry>()),
-      collector_(std::make_shared<ScrapeCollector>(std::move(version))) {
-  requests_ = &prometheus::BuildCounter()
-                   .Name("kvdepot_requests_total")
-                   .Help("Requests answered, by operation and outcome (docs/metrics.md)")
-                   .Register(*registry_);
-  auto& durations = prometheus::BuildHistogram()
-                        .Name("kvdepot_request_duration_seconds")
-                        .Help("Time from a request's header read to its last response byte "
-                              "handed to the socket")
-                        .Register(*registry_);
-  for (std::size_t op = 1; op < kOps; ++op) {
-    const std::string name(protocol::OpName(static_cast<protocol::Op>(op)));
-    durations_[op] = &durations.Add({{"op", name}}, kLatencyBuckets);
-    RequestCounter(op, static_cast<std::size_t>(StatusCode::kOk));  // present from the start
-  }
-  lookup_prefix_ = &prometheus::BuildHistogram()
-                        .Name("kvdepot_lookup_prefix_chunks")
-                        .Help("Longest cached prefix found by a LOOKUP, in chunks")
-                        .Register(*registry_)
-                        .Add({}, kPrefixBuckets);
-  lookup_keys_ = &prometheus::BuildCounter()
-                      .Name("kvdepot_lookup_keys_total")
-                      .Help("Keys asked for by LOOKUPs")
-                      .Register(*registry_)
-                      .Add({});
+      requests_(std::make_shared<RequestCounters>()),
+      collector_(std::make_shared<ScrapeCollector>(std::move(version), requests_)) {
   codec_seconds_ = &prometheus::BuildHistogram()
                         .Name("kvdepot_codec_duration_seconds")
                         .Help("Time of one codec call, by operation, codec and device")
@@ -248,30 +317,23 @@ void Metrics::SetServerSource(std::function<ServerStats()> source) {
   collector_->SetServer(std::move(source));
 }
 
-prometheus::Counter* Metrics::RequestCounter(std::size_t op, std::size_t status) {
-  std::atomic<prometheus::Counter*>& slot = request_counters_[op][status];
-  if (prometheus::Counter* c = slot.load(std::memory_order_acquire)) return c;
-  std::lock_guard lock(mu_);
-  if (prometheus::Counter* c = slot.load(std::memory_order_acquire)) return c;
-  prometheus::Counter* c = &requests_->Add(
-      {{"op", std::string(protocol::OpName(static_cast<protocol::Op>(op)))},
-       {"status", std::string(StatusCodeName(static_cast<StatusCode>(status)))}});
-  slot.store(c, std::memory_order_release);
-  return c;
-}
-
 void Metrics::OnRequest(protocol::Op op, StatusCode status,
                         std::chrono::steady_clock::duration latency) {
   const auto o = static_cast<std::size_t>(op);
   const auto s = static_cast<std::size_t>(status);
   if (o == 0 || o >= kOps || s >= kStatuses) return;  // not a protocol v1 operation or code
-  RequestCounter(o, s)->Increment();
-  durations_[o]->Observe(std::chrono::duration<double>(latency).count());
+  const auto ns = static_cast<std::uint64_t>(
+      std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(latency).count()));
+  RequestCounters::PerOp& c = requests_->ops[o];
+  c.by_status[s].fetch_add(1, std::memory_order_relaxed);
+  c.latency[BucketOf(kLatencyBoundsNs, ns)].fetch_add(1, std::memory_order_relaxed);
+  c.latency_sum_ns.fetch_add(ns, std::memory_order_relaxed);
 }
 
 void Metrics::OnLookup(std::uint32_t prefix_length, std::uint32_t keys) {
-  lookup_prefix_->Observe(prefix_length);
-  lookup_keys_->Increment(keys);
+  requests_->prefix[BucketOf(kPrefixBounds, prefix_length)].fetch_add(1, std::memory_order_relaxed);
+  requests_->prefix_sum.fetch_add(prefix_length, std::memory_order_relaxed);
+  requests_->lookup_keys.fetch_add(keys, std::memory_order_relaxed);
 }
 
 void Metrics::ObserveCodec(CodecOp op, std::string_view codec, std::string_view device,

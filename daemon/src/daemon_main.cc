@@ -57,7 +57,9 @@ Status LoadConfig(const std::string& config_file, const std::vector<std::string_
   if (!config_file.empty()) KVD_RETURN_IF_ERROR(ApplyConfigFile(config_file, config));
   for (std::size_t i = 0; i < flags.size(); ++i) {
     std::string_view a = flags[i];
-    if (a.substr(0, 2) != "--") return InvalidArgument("unexpected argument '" + std::string(a) + "'");
+    if (a.substr(0, 2) != "--") {
+      return InvalidArgument("unexpected argument '" + std::string(a) + "'");
+    }
     a.remove_prefix(2);
     std::string_view value;
     if (const auto eq = a.find('='); eq != std::string_view::npos) {

@@ -295,7 +295,9 @@ HostTierStats HostTier::stats() const {
   st.evictions = evictions_.load();
   st.inserts = inserts_.load();
   st.rejected = rejected_.load();
-  for (const auto& [ns, q] : quotas_) st.namespaces.push_back({ns, q.used->load(), q.limit->load()});
+  for (const auto& [ns, q] : quotas_) {
+    st.namespaces.push_back({ns, q.used->load(), q.limit->load()});
+  }
   return st;
 }
 

@@ -53,8 +53,8 @@ void AppendValue(std::string& out, std::string_view v) {
 std::string Now() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t secs = std::chrono::system_clock::to_time_t(now);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) %
-                  1000;
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) % 1000;
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char stamp[40];
@@ -84,8 +84,12 @@ std::string_view LogLevelName(LogLevel level) {
   return "?";
 }
 
-void SetLogLevel(LogLevel level) { g_level = level; }
-LogLevel GetLogLevel() { return g_level.load(); }
+void SetLogLevel(LogLevel level) {
+  g_level = level;
+}
+LogLevel GetLogLevel() {
+  return g_level.load();
+}
 
 std::string FormatLogLine(std::string_view timestamp, LogLevel level, std::string_view message,
                           const LogField* fields, std::size_t count) {

@@ -27,12 +27,12 @@ constexpr std::size_t kStatuses = 16;  // StatusCode values are 0..12
 // Request latencies from tens of microseconds (a host-tier hit over a Unix socket) to seconds
 // (large values to a slow reader, SSD reads under load), in nanoseconds.
 constexpr std::array<std::uint64_t, 17> kLatencyBoundsNs = {
-    50'000,      100'000,     250'000,       500'000,       1'000'000,     2'500'000,
-    5'000'000,   10'000'000,  25'000'000,    50'000'000,    100'000'000,   250'000'000,
+    50'000,      100'000,       250'000,       500'000,       1'000'000,     2'500'000,
+    5'000'000,   10'000'000,    25'000'000,    50'000'000,    100'000'000,   250'000'000,
     500'000'000, 1'000'000'000, 2'500'000'000, 5'000'000'000, 10'000'000'000};
 // Prefix hits in chunks (256 tokens each): 0 .. 4096 chunks (1M tokens).
-constexpr std::array<std::uint64_t, 14> kPrefixBounds = {0,   1,   2,    4,    8,    16,   32,
-                                                         64,  128, 256,  512,  1024, 2048, 4096};
+constexpr std::array<std::uint64_t, 14> kPrefixBounds = {0,  1,   2,   4,   8,    16,   32,
+                                                         64, 128, 256, 512, 1024, 2048, 4096};
 
 // Index of the first bound >= v (Prometheus buckets count values <= their bound); size() = +Inf.
 template <std::size_t N>
@@ -54,8 +54,8 @@ ClientMetric HistogramSample(std::vector<ClientMetric::Label> labels,
     cumulative += buckets[i].load(std::memory_order_relaxed);
     ClientMetric::Bucket b;
     b.cumulative_count = cumulative;
-    b.upper_bound = i < N ? static_cast<double>(bounds[i]) * scale
-                          : std::numeric_limits<double>::infinity();
+    b.upper_bound =
+        i < N ? static_cast<double>(bounds[i]) * scale : std::numeric_limits<double>::infinity();
     m.histogram.bucket.push_back(b);
   }
   m.histogram.sample_count = cumulative;
@@ -133,14 +133,14 @@ struct Metrics::RequestCounters {
           {{"op", OpLabel(op)}}, kLatencyBoundsNs, 1e-9, ops[op].latency,
           static_cast<double>(ops[op].latency_sum_ns.load(std::memory_order_relaxed)) * 1e-9));
     }
-    auto prefix_family = NewFamily("kvdepot_lookup_prefix_chunks",
-                                   "Longest cached prefix found by a LOOKUP, in chunks",
-                                   MetricType::Histogram);
+    auto prefix_family =
+        NewFamily("kvdepot_lookup_prefix_chunks",
+                  "Longest cached prefix found by a LOOKUP, in chunks", MetricType::Histogram);
     prefix_family.metric.push_back(
         HistogramSample({}, kPrefixBounds, 1.0, prefix,
                         static_cast<double>(prefix_sum.load(std::memory_order_relaxed))));
-    auto keys = NewFamily("kvdepot_lookup_keys_total", "Keys asked for by LOOKUPs",
-                          MetricType::Counter);
+    auto keys =
+        NewFamily("kvdepot_lookup_keys_total", "Keys asked for by LOOKUPs", MetricType::Counter);
     Add(keys, {}, static_cast<double>(lookup_keys.load(std::memory_order_relaxed)));
     out.push_back(std::move(requests));
     out.push_back(std::move(durations));
@@ -169,9 +169,9 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
   ScrapeCollector(std::string version, std::shared_ptr<const RequestCounters> requests)
       : requests_(std::move(requests)),
         version_(std::move(version)),
-        start_time_(std::chrono::duration<double>(
-                        std::chrono::system_clock::now().time_since_epoch())
-                        .count()) {}
+        start_time_(
+            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                .count()) {}
 
   void AddTier(std::string name, std::function<TierStats()> source) {
     std::lock_guard lock(mu_);
@@ -209,11 +209,10 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     } rows[] = {
         {"kvdepot_connections_open", "Client connections open now", MetricType::Gauge,
          s.connections_open},
-        {"kvdepot_connections_accepted_total", "Client connections accepted",
-         MetricType::Counter, s.connections_total},
-        {"kvdepot_protocol_errors_total",
-         "Malformed frames received (each closes its connection)", MetricType::Counter,
-         s.protocol_errors},
+        {"kvdepot_connections_accepted_total", "Client connections accepted", MetricType::Counter,
+         s.connections_total},
+        {"kvdepot_protocol_errors_total", "Malformed frames received (each closes its connection)",
+         MetricType::Counter, s.protocol_errors},
         {"kvdepot_network_receive_bytes_total", "Protocol bytes read from clients",
          MetricType::Counter, s.bytes_in},
         {"kvdepot_network_transmit_bytes_total", "Protocol bytes written to clients",
@@ -238,34 +237,34 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
          MetricType::Gauge, &TierStats::bytes},
         {"kvdepot_tier_capacity_bytes", "Byte capacity of the tier", MetricType::Gauge,
          &TierStats::capacity},
-        {"kvdepot_tier_chunks", "Entries held by the tier", MetricType::Gauge,
-         &TierStats::chunks},
+        {"kvdepot_tier_chunks", "Entries held by the tier", MetricType::Gauge, &TierStats::chunks},
         {"kvdepot_tier_hits_total", "Reads that found the key in the tier", MetricType::Counter,
          &TierStats::hits},
         {"kvdepot_tier_misses_total", "Reads that did not find the key in the tier",
          MetricType::Counter, &TierStats::misses},
         {"kvdepot_tier_evictions_total", "Entries dropped to make room", MetricType::Counter,
          &TierStats::evictions},
-        {"kvdepot_tier_demotions_total", "Entries moved down to a lower tier",
-         MetricType::Counter, &TierStats::demotions},
+        {"kvdepot_tier_demotions_total", "Entries moved down to a lower tier", MetricType::Counter,
+         &TierStats::demotions},
         {"kvdepot_tier_promotions_total", "Entries copied up into the tier from a lower one",
          MetricType::Counter, &TierStats::promotions},
         {"kvdepot_tier_inserts_total", "Entries written to the tier", MetricType::Counter,
          &TierStats::inserts},
-        {"kvdepot_tier_rejections_total", "Writes refused for lack of room",
-         MetricType::Counter, &TierStats::rejected},
+        {"kvdepot_tier_rejections_total", "Writes refused for lack of room", MetricType::Counter,
+         &TierStats::rejected},
     };
     std::vector<std::pair<std::string, TierStats>> stats;
     for (const auto& [name, source] : tiers_) stats.emplace_back(name, source());
     for (const Column& c : kColumns) {
       auto f = NewFamily(c.name, c.help, c.type);
-      for (const auto& [name, st] : stats) Add(f, {{"tier", name}}, static_cast<double>(st.*c.field));
+      for (const auto& [name, st] : stats)
+        Add(f, {{"tier", name}}, static_cast<double>(st.*c.field));
       out.push_back(std::move(f));
     }
     auto used = NewFamily("kvdepot_namespace_used_bytes",
                           "Bytes charged to a namespace that has a quota", MetricType::Gauge);
-    auto quota = NewFamily("kvdepot_namespace_quota_bytes", "Byte quota of a namespace",
-                           MetricType::Gauge);
+    auto quota =
+        NewFamily("kvdepot_namespace_quota_bytes", "Byte quota of a namespace", MetricType::Gauge);
     for (const auto& [name, st] : stats) {
       for (const NamespaceUsage& ns : st.namespaces) {
         const std::string id = NamespaceHex(ns.id);
@@ -322,8 +321,8 @@ void Metrics::OnRequest(protocol::Op op, StatusCode status,
   const auto o = static_cast<std::size_t>(op);
   const auto s = static_cast<std::size_t>(status);
   if (o == 0 || o >= kOps || s >= kStatuses) return;  // not a protocol v1 operation or code
-  const auto ns = static_cast<std::uint64_t>(
-      std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(latency).count()));
+  const auto ns = static_cast<std::uint64_t>(std::max<std::int64_t>(
+      0, std::chrono::duration_cast<std::chrono::nanoseconds>(latency).count()));
   RequestCounters::PerOp& c = requests_->ops[o];
   c.by_status[s].fetch_add(1, std::memory_order_relaxed);
   c.latency[BucketOf(kLatencyBoundsNs, ns)].fetch_add(1, std::memory_order_relaxed);
@@ -337,8 +336,7 @@ void Metrics::OnLookup(std::uint32_t prefix_length, std::uint32_t keys) {
 }
 
 void Metrics::ObserveCodec(CodecOp op, std::string_view codec, std::string_view device,
-                           double seconds, std::uint64_t raw_bytes,
-                           std::uint64_t encoded_bytes) {
+                           double seconds, std::uint64_t raw_bytes, std::uint64_t encoded_bytes) {
   const std::map<std::string, std::string> labels = {
       {"op", op == CodecOp::kEncode ? "encode" : "decode"},
       {"codec", std::string(codec)},
@@ -349,7 +347,9 @@ void Metrics::ObserveCodec(CodecOp op, std::string_view codec, std::string_view 
   codec_encoded_bytes_->Add(labels).Increment(static_cast<double>(encoded_bytes));
 }
 
-void Metrics::OnReload(bool ok) { reloads_->Add({{"result", ok ? "ok" : "error"}}).Increment(); }
+void Metrics::OnReload(bool ok) {
+  reloads_->Add({{"result", ok ? "ok" : "error"}}).Increment();
+}
 
 std::vector<std::weak_ptr<prometheus::Collectable>> Metrics::Collectables() const {
   return {registry_, collector_};

@@ -97,7 +97,7 @@ class MetricsHttp::Impl {
 };
 
 Result<std::unique_ptr<MetricsHttp>> MetricsHttp::Start(const std::string& listen,
-                                                       const Metrics& metrics) {
+                                                        const Metrics& metrics) {
   std::unique_ptr<MetricsHttp> http(new MetricsHttp());
   http->impl_ = std::make_unique<Impl>();
   CivetCallbacks callbacks;
@@ -132,6 +132,8 @@ MetricsHttp::~MetricsHttp() {
   }
 }
 
-void MetricsHttp::SetHealth(Health health) { impl_->state->health.store(health); }
+void MetricsHttp::SetHealth(Health health) {
+  impl_->state->health.store(health);
+}
 
 }  // namespace kvdepot::daemon

@@ -65,7 +65,10 @@ ReloadResult ApplyReload(const Config& next, Config& running, HostTier& host) {
       if (evicted.ok()) {
         running.host.namespace_quotas[id] = bytes;
         Log(LogLevel::kInfo, "namespace quota changed",
-            {{"tier", "host"}, {"key", key}, {"from", from}, {"to", to},
+            {{"tier", "host"},
+             {"key", key},
+             {"from", from},
+             {"to", to},
              {"evicted", std::to_string(*evicted)}});
         result.applied.push_back(key);
         continue;

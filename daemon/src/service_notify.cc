@@ -16,8 +16,12 @@ void NotifyReady(std::string_view status) {
   sd_notify(0, message.c_str());
 }
 
-void NotifyReloading() { sd_notify(0, "RELOADING=1"); }
-void NotifyStopping() { sd_notify(0, "STOPPING=1"); }
+void NotifyReloading() {
+  sd_notify(0, "RELOADING=1");
+}
+void NotifyStopping() {
+  sd_notify(0, "STOPPING=1");
+}
 
 // Shared with the probe callbacks, which may run after the Watchdog is gone.
 struct Watchdog::State {
@@ -59,9 +63,8 @@ void Watchdog::Run() {
       state->cv.notify_all();
     });
     lock.lock();
-    const bool alive = state_->cv.wait_until(lock, start + period, [&] {
-      return state_->stop || state_->answered >= id;
-    });
+    const bool alive = state_->cv.wait_until(
+        lock, start + period, [&] { return state_->stop || state_->answered >= id; });
     if (state_->stop) break;
     if (alive) {
       sd_notify(0, "WATCHDOG=1");

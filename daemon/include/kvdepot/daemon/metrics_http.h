@@ -27,7 +27,7 @@ class MetricsHttp {
   // Starts serving on `listen` (HOST:PORT, port 0 = ephemeral; IPv6 as [::1]:PORT). `metrics`
   // must outlive the returned object. kUnavailable when the address cannot be bound.
   static Result<std::unique_ptr<MetricsHttp>> Start(const std::string& listen,
-                                                   const Metrics& metrics);
+                                                    const Metrics& metrics);
   // Stops serving; returns once in-flight requests have finished.
   ~MetricsHttp();
   MetricsHttp(const MetricsHttp&) = delete;

@@ -227,10 +227,10 @@ int DaemonMain(int argc, char** argv) {
       Log(LogLevel::kInfo, "received SIGHUP: reloading the configuration");
       Reload(config_file, flags, config, host, metrics);
     }
-    Log(LogLevel::kInfo, std::string("received ") + (signo == SIGTERM ? "SIGTERM" : "SIGINT") +
-                             ": draining in-flight requests");
     if (http) http->SetHealth(Health::kDraining);
     NotifyStopping();
+    Log(LogLevel::kInfo, std::string("received ") + (signo == SIGTERM ? "SIGTERM" : "SIGINT") +
+                             ": draining in-flight requests");
     server.Stop();
   }
   http.reset();  // its sources read the server and the tier

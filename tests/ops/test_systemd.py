@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import time
 
@@ -131,5 +132,35 @@ def test_no_watchdog_pings_unless_asked(tmp_path):
         assert not any("WATCHDOG=1" in m for m in notify.collect(0.5))
         assert d.stop() == 0
         notify.wait_for("STOPPING=1", timeout=1)
+    finally:
+        d.kill()
+
+
+def test_healthz_reports_draining_until_exit(tmp_path):
+    d = Daemon(tmp_path)
+    try:
+        (tmp_path / "v").write_bytes(os.urandom(1 << 20))
+        d.cli("put", "big", tmp_path / "v")
+        assert http_get(d.base + "/healthz") == (200, "ok\n")
+        # A client that asks for far more than the socket buffers hold and never reads keeps the
+        # drain going (until the 10 s drain timeout or until it goes away).
+        key = b"big"
+        body = struct.pack("<IH", 1, len(key)) + key
+        host, port = d.addr.rsplit(":", 1)
+        slow = socket.create_connection((host, int(port)))
+        slow.setblocking(False)
+        for i in range(200):
+            frame = b"KVDP" + bytes([1, 3]) + struct.pack("<HQIHH", 0, i + 1, len(body), 0, 0)
+            try:
+                slow.send(frame + body)
+            except BlockingIOError:
+                break
+        time.sleep(0.2)
+        d.proc.send_signal(signal.SIGTERM)
+        d.wait_for_line(r"draining in-flight requests")
+        assert http_get(d.base + "/healthz") == (503, "draining\n")
+        assert d.proc.poll() is None, "still draining while the client holds responses"
+        slow.close()
+        assert d.proc.wait(timeout=15) == 0
     finally:
         d.kill()

@@ -15,8 +15,13 @@ import pytest
 
 from kvd import Daemon, concrete, dashboard_queries, http_get
 
-PROMETHEUS = shutil.which("prometheus") or (
-    "/usr/bin/prometheus" if os.access("/usr/bin/prometheus", os.X_OK) else None)
+def find_prometheus():
+    """KVDEPOT_PROMETHEUS when set, else prometheus on PATH or in /usr/bin; None when absent."""
+    path = os.environ.get("KVDEPOT_PROMETHEUS") or shutil.which("prometheus") or "/usr/bin/prometheus"
+    return path if os.access(path, os.X_OK) else None
+
+
+PROMETHEUS = find_prometheus()
 
 pytestmark = pytest.mark.skipif(
     PROMETHEUS is None, reason="prometheus binary not found (Debian package prometheus; "

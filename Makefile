@@ -8,20 +8,24 @@
 #   make bench       build and run the CPU benchmarks and the eviction trace study
 #   make bench-loopback  kvdepotd vs Redis vs iperf3 over loopback (docs/benchmarks.md)
 #   make test-asan   build with AddressSanitizer + UBSan into build-asan/ and run every test
+#   make install     install kvdepotd, kvdepot, the systemd unit and the default config (PREFIX)
 #   make gpu         build the GPU test/bench binaries into .gpu/ (for a GPU machine)
 #   make format      clang-format every C++/CUDA source
 #
-# Variables: BUILD_DIR (build), BUILD_TYPE (RelWithDebInfo), CUDA (AUTO|ON|OFF), JOBS (nproc).
+# Variables: BUILD_DIR (build), BUILD_TYPE (RelWithDebInfo), CUDA (AUTO|ON|OFF), JOBS (nproc),
+# PREFIX (/usr/local, for make install).
 # With CI=true warnings are errors.
 
 BUILD_DIR ?= build
 BUILD_TYPE ?= RelWithDebInfo
 CUDA ?= AUTO
 JOBS ?= $(shell nproc)
+PREFIX ?= /usr/local
 WERROR := $(if $(filter true 1,$(CI)),ON,OFF)
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVDEPOT_CUDA=$(CUDA) -DKVDEPOT_WERROR=$(WERROR)
 
-.PHONY: all deps configure build run demo test bench bench-loopback test-asan gpu format clean
+.PHONY: all deps configure build run demo test bench bench-loopback test-asan install gpu format \
+	clean
 
 all: build
 
@@ -56,6 +60,9 @@ test-asan: deps
 	  -DKVDEPOT_SANITIZE=address,undefined -DKVDEPOT_WERROR=$(WERROR) >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	@ctest --test-dir build-asan --output-on-failure -j $(JOBS)
+
+install: build
+	@cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 gpu: deps
 	@bash scripts/build-gpu.sh

@@ -7,11 +7,14 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config git
   libboost-dev libboost-system-dev
-  librocksdb-dev liburing-dev libyaml-cpp-dev prometheus-cpp-dev
+  librocksdb-dev liburing-dev libyaml-cpp-dev prometheus-cpp-dev libcivetweb-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev libsystemd-dev
   python3 python3-numpy python3-pytest python3-xxhash
   redis-server iperf3 fio
+  # Operability tests: a real Prometheus scraping kvdepotd (run directly with a temporary config;
+  # the package's own service is not used), systemd-analyze verify of the unit.
+  prometheus systemd
 )
 
 missing=()

@@ -6,7 +6,10 @@
 #include <cctype>
 #include <charconv>
 #include <functional>
+#include <map>
 #include <string>
+
+#include "kvdepot/daemon/log.h"
 
 namespace kvdepot::daemon {
 namespace {
@@ -163,6 +166,17 @@ const std::vector<KeySpec>& Specs() {
        [](std::string_view v, Config& c) -> Status {
          KVD_ASSIGN_OR_RETURN(c.server.limits.max_body_bytes,
                               ParseSizeIn(v, 1024, 0xffffffffull));
+         return Status::Ok();
+       }},
+      {"metrics.listen", "HTTP address of /metrics and /healthz, HOST:PORT (empty: none)",
+       [](std::string_view v, Config& c) -> Status {
+         const auto colon = v.rfind(':');
+         if (!v.empty() && (colon == std::string_view::npos || colon == 0 ||
+                            ParseUint(v.substr(colon + 1), 0, 65535).status().code() !=
+                                StatusCode::kOk)) {
+           return InvalidArgument("'" + std::string(v) + "' is not HOST:PORT");
+         }
+         c.metrics_listen = std::string(v);
          return Status::Ok();
        }},
       {"limits.max_output_bytes", "queued response bytes per connection before reading pauses",
@@ -323,6 +337,59 @@ Status ValidateConfig(const Config& config) {
     }
   }
   return Status::Ok();
+}
+
+std::vector<std::pair<std::string, std::string>> ConfigEntries(const Config& c) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const auto n = [](std::uint64_t v) { return std::to_string(v); };
+  std::vector<std::pair<std::string, std::string>> out = {
+      {"listen", c.server.listen},
+      {"unix", c.server.unix_path},
+      {"io_threads", n(c.server.io_threads)},
+      {"data_dir", c.data_dir},
+      {"log_level", std::string(LogLevelName(c.log_level))},
+      {"host.capacity", n(c.host.capacity_bytes)},
+      {"host.eviction", std::string(EvictionPolicyName(c.host.policy))},
+      {"host.shards", n(c.host.shards)},
+      {"limits.max_key_bytes", n(c.server.limits.max_key_bytes)},
+      {"limits.max_value_bytes", n(c.server.limits.max_value_bytes)},
+      {"limits.max_batch", n(c.server.limits.max_batch)},
+      {"limits.max_body_bytes", n(c.server.limits.max_body_bytes)},
+      {"metrics.listen", c.metrics_listen},
+      {"ssd.dir", c.ssd.dir},
+      {"ssd.capacity", n(c.ssd.capacity_bytes)},
+      {"ssd.durability", std::string(SsdDurabilityName(c.ssd.durability))},
+      {"ssd.write_policy", std::string(SsdWritePolicyName(c.ssd.write_policy))},
+      {"ssd.promotion", std::string(SsdPromotionName(c.ssd.promotion))},
+      {"ssd.io", std::string(SsdIoPathName(c.ssd.io_path))},
+      {"ssd.segment_size", n(c.ssd.segment_bytes)},
+      {"ssd.write_buffer", n(c.ssd.write_buffer_bytes)},
+      {"ssd.queue_depth", n(c.ssd.queue_depth)},
+      {"ssd.sync_interval_ms", n(c.ssd.sync_interval_ms)},
+      {"limits.max_output_bytes", n(c.server.max_output_bytes)},
+  };
+  for (const auto& [id, bytes] : c.host.namespace_quotas) {
+    std::string hex;
+    for (const unsigned char ch : id) {
+      hex += kHex[ch >> 4];
+      hex += kHex[ch & 15];
+    }
+    out.emplace_back(std::string(kQuotaPrefix) + hex, n(bytes));
+  }
+  return out;
+}
+
+std::vector<std::string> ChangedKeys(const Config& a, const Config& b) {
+  std::map<std::string, std::string> before;
+  for (auto& [k, v] : ConfigEntries(a)) before.emplace(k, v);
+  std::vector<std::string> changed;
+  for (auto& [k, v] : ConfigEntries(b)) {
+    const auto it = before.find(k);
+    if (it == before.end() || it->second != v) changed.push_back(k);
+    if (it != before.end()) before.erase(it);
+  }
+  for (auto& [k, v] : before) changed.push_back(k);
+  return changed;
 }
 
 std::vector<ConfigKeyHelp> ConfigKeys() {

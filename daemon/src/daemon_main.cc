@@ -15,8 +15,12 @@
 #include "kvdepot/daemon/config.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/log.h"
+#include "kvdepot/daemon/metrics.h"
+#include "kvdepot/daemon/metrics_http.h"
 #include "kvdepot/daemon/platform_probe.h"
+#include "kvdepot/daemon/reload.h"
 #include "kvdepot/daemon/server.h"
+#include "kvdepot/daemon/service_notify.h"
 #include "kvdepot/daemon/ssd_tier.h"
 #include "kvdepot/daemon/store.h"
 
@@ -35,7 +39,10 @@ void PrintHelp() {
   for (const ConfigKeyHelp& k : ConfigKeys()) {
     std::printf("  %-28s %-26s %s\n", k.flag.c_str(), k.key.c_str(), k.help.c_str());
   }
-  std::printf("\nSIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.\n");
+  std::printf(
+      "\nSIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.\n"
+      "SIGHUP: re-read --config FILE (flags still override it) and apply what can change at run\n"
+      "time (log_level, host.capacity, existing namespace quotas); other changes are logged.\n");
 }
 
 int Fail(int code, const std::string& message) {
@@ -43,13 +50,68 @@ int Fail(int code, const std::string& message) {
   return code;
 }
 
+// Defaults, then `config_file` (when given), then `flags` (--KEY VALUE or --KEY=VALUE pairs,
+// --config/--check-config already taken out), then the cross-field checks.
+Status LoadConfig(const std::string& config_file, const std::vector<std::string_view>& flags,
+                  Config& config) {
+  config = Config{};
+  if (!config_file.empty()) KVD_RETURN_IF_ERROR(ApplyConfigFile(config_file, config));
+  for (std::size_t i = 0; i < flags.size(); ++i) {
+    std::string_view a = flags[i];
+    if (a.substr(0, 2) != "--") {
+      return InvalidArgument("unexpected argument '" + std::string(a) + "'");
+    }
+    a.remove_prefix(2);
+    std::string_view value;
+    if (const auto eq = a.find('='); eq != std::string_view::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    } else if (i + 1 < flags.size()) {
+      value = flags[++i];
+    } else {
+      return InvalidArgument("flag --" + std::string(a) + " needs a value");
+    }
+    KVD_RETURN_IF_ERROR(ApplyConfigFlag(a, value, config));
+  }
+  if (Status s = ValidateConfig(config); !s.ok()) {
+    return Status(s.code(), (config_file.empty() ? "" : config_file + ": ") + s.message());
+  }
+  return Status::Ok();
+}
+
+std::string Join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ",") + s;
+  return out.empty() ? "none" : out;
+}
+
+// SIGHUP: re-reads the configuration and applies what can change at run time.
+void Reload(const std::string& config_file, const std::vector<std::string_view>& flags,
+            Config& running, HostTier& host, Metrics& metrics) {
+  NotifyReloading();
+  Config next;
+  if (Status s = LoadConfig(config_file, flags, next); !s.ok()) {
+    Log(LogLevel::kError, "config reload failed; keeping the running configuration",
+        {{"file", config_file}, {"error", s.message()}});
+    metrics.OnReload(false);
+  } else {
+    const ReloadResult r = ApplyReload(next, running, host);
+    Log(LogLevel::kInfo, "config reloaded",
+        {{"file", config_file.empty() ? "(none: flags only)" : config_file},
+         {"applied", Join(r.applied)},
+         {"restart_needed", Join(r.restart_needed)}});
+    metrics.OnReload(true);
+  }
+  NotifyReady("serving");
+}
+
 }  // namespace
 
 int DaemonMain(int argc, char** argv) {
   std::vector<std::string_view> args(argv + 1, argv + argc);
-  Config config;
   std::string config_file;
   bool check_only = false;
+  std::vector<std::string_view> flags;
   // The config file applies before any flag, wherever it stands on the command line.
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--help" || args[i] == "-h") {
@@ -64,33 +126,12 @@ int DaemonMain(int argc, char** argv) {
       if (i + 1 >= args.size()) return Fail(2, std::string(args[i]) + " needs a FILE");
       check_only = check_only || args[i] == "--check-config";
       config_file = std::string(args[++i]);
-    }
-  }
-  if (!config_file.empty()) {
-    if (Status s = ApplyConfigFile(config_file, config); !s.ok()) return Fail(2, s.message());
-  }
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view a = args[i];
-    if (a == "--config" || a == "--check-config") {
-      ++i;
       continue;
     }
-    if (a.substr(0, 2) != "--") return Fail(2, "unexpected argument '" + std::string(a) + "'");
-    a.remove_prefix(2);
-    std::string_view value;
-    if (const auto eq = a.find('='); eq != std::string_view::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      return Fail(2, "flag --" + std::string(a) + " needs a value");
-    }
-    if (Status s = ApplyConfigFlag(a, value, config); !s.ok()) return Fail(2, s.message());
+    flags.push_back(args[i]);
   }
-  if (Status s = ValidateConfig(config); !s.ok()) {
-    return Fail(2, (config_file.empty() ? "" : config_file + ": ") + s.message());
-  }
+  Config config;
+  if (Status s = LoadConfig(config_file, flags, config); !s.ok()) return Fail(2, s.message());
   if (check_only) {
     std::printf("%s: ok\n", config_file.c_str());
     return 0;
@@ -107,54 +148,127 @@ int DaemonMain(int argc, char** argv) {
   std::filesystem::create_directories(config.data_dir, fs_ec);
   if (fs_ec) return Fail(1, "data_dir " + config.data_dir + ": " + fs_ec.message());
 
-  // Block the stop signals in every thread; the main thread waits for them with sigwait.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Block the control signals in every thread (before any is started); the main thread waits for
+  // them with sigwait.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   const PlatformReport platform = ProbePlatform();
-  Log(LogLevel::kInfo, std::string("kvdepotd ") + kVersion + " starting; io_uring " +
-                           (platform.io_uring_available ? "available" : "unavailable (" +
-                                                                         platform.io_uring_detail +
-                                                                         ")") +
-                           ", rocksdb " + platform.rocksdb_version);
+  Log(LogLevel::kInfo, "kvdepotd starting",
+      {{"version", kVersion},
+       {"io_uring", platform.io_uring_available ? "available" : platform.io_uring_detail},
+       {"rocksdb", platform.rocksdb_version},
+       {"config_file", config_file.empty() ? "(none)" : config_file}});
+  {
+    std::vector<LogField> fields;
+    const auto entries = ConfigEntries(config);
+    for (const auto& [key, value] : entries) fields.push_back({key, value});
+    Log(LogLevel::kInfo, "effective configuration", fields);
+  }
+
+  Metrics metrics(kVersion);
   HostTier host(config.host);
   std::unique_ptr<SsdTier> ssd;
   if (!config.ssd.dir.empty()) {
     auto opened = SsdTier::Open(config.ssd);
-    if (!opened.ok()) return Fail(1, opened.status().message());
+    if (!opened.ok()) {
+      Log(LogLevel::kError, "cannot start", {{"error", opened.status().message()}});
+      return Fail(1, opened.status().message());
+    }
     ssd = std::move(*opened);
   }
   Store store(host, ssd.get());
-  Server server(config.server, store);
-  if (Status s = server.Start(); !s.ok()) return Fail(1, s.message());
+  // Without a metrics endpoint nobody reads the per-request metrics: the server skips them.
+  Server server(config.server, store, config.metrics_listen.empty() ? nullptr : &metrics);
+  metrics.AddTier("host", [&host, &ssd] {
+    TierStats t = ToTierStats(host.stats());
+    if (ssd) {
+      const SsdTierStats d = ssd->stats();
+      t.demotions = d.demotions;
+      t.promotions = d.promotions;
+    }
+    return t;
+  });
+  if (ssd) {
+    metrics.AddTier("ssd", [&ssd] { return ToTierStats(ssd->stats()); });
+    metrics.SetSsdSource([&ssd] { return ssd->stats(); });
+  }
+  metrics.SetServerSource([&server] { return server.stats(); });
+  if (Status s = server.Start(); !s.ok()) {
+    Log(LogLevel::kError, "cannot start", {{"error", s.message()}});
+    return Fail(1, s.message());
+  }
+  std::unique_ptr<MetricsHttp> http;
+  if (!config.metrics_listen.empty()) {
+    auto started = MetricsHttp::Start(config.metrics_listen, metrics);
+    if (!started.ok()) {
+      Log(LogLevel::kError, "cannot start", {{"error", started.status().message()}});
+      server.Stop();
+      return Fail(1, started.status().message());
+    }
+    http = std::move(*started);
+  }
+
   std::string where;
+  std::vector<LogField> fields;
   if (!config.server.listen.empty()) {
     const auto colon = config.server.listen.rfind(':');
     where = config.server.listen.substr(0, colon) + ":" + std::to_string(server.tcp_port());
+    fields.push_back({"tcp", where});
   }
   if (!config.server.unix_path.empty()) {
     where += (where.empty() ? "unix:" : " and unix:") + config.server.unix_path;
+    fields.push_back({"unix", config.server.unix_path});
   }
-  Log(LogLevel::kInfo, "listening on " + where + "; host tier " +
-                           std::to_string(config.host.capacity_bytes >> 20) + " MiB (" +
-                           std::string(EvictionPolicyName(config.host.policy)) + "), " +
-                           (ssd ? "ssd tier " + std::to_string(config.ssd.capacity_bytes >> 20) +
-                                      " MiB in " + config.ssd.dir + " (" +
-                                      ssd->stats().io_path + "), "
-                                : std::string("no ssd tier, ")) +
-                           std::to_string(config.server.io_threads) + " I/O threads");
+  if (http) {
+    const auto colon = config.metrics_listen.rfind(':');
+    fields.push_back({"metrics", "http://" + config.metrics_listen.substr(0, colon) + ":" +
+                                     std::to_string(http->port()) + "/metrics"});
+  }
+  fields.push_back({"host_capacity", std::to_string(config.host.capacity_bytes)});
+  if (ssd) {
+    fields.push_back({"ssd_dir", config.ssd.dir});
+    fields.push_back({"ssd_capacity", std::to_string(config.ssd.capacity_bytes)});
+    fields.push_back({"ssd_io", ssd->stats().io_path});
+    fields.push_back({"ssd_durability", std::string(SsdDurabilityName(config.ssd.durability))});
+  } else {
+    fields.push_back({"ssd", "off"});
+  }
+  fields.push_back({"io_threads", std::to_string(config.server.io_threads)});
+  Log(LogLevel::kInfo, "listening on " + where, fields);
+  if (http) http->SetHealth(Health::kServing);
+  NotifyReady("serving on " + where);
+
   int signo = 0;
-  sigwait(&stop_signals, &signo);
-  Log(LogLevel::kInfo, std::string("received ") + (signo == SIGTERM ? "SIGTERM" : "SIGINT") +
-                           ": draining in-flight requests");
-  server.Stop();
-  if (ssd) ssd->Close();  // completes queued writes; the server has answered every request
+  {
+    Watchdog watchdog([&server](std::function<void()> done) { server.Probe(std::move(done)); });
+    if (watchdog.enabled()) {
+      Log(LogLevel::kInfo, "systemd watchdog enabled",
+          {{"interval_ms", std::to_string(watchdog.interval().count() / 1000)}});
+    }
+    while (true) {
+      sigwait(&signals, &signo);
+      if (signo != SIGHUP) break;
+      Log(LogLevel::kInfo, "received SIGHUP: reloading the configuration");
+      Reload(config_file, flags, config, host, metrics);
+    }
+    if (http) http->SetHealth(Health::kDraining);
+    NotifyStopping();
+    Log(LogLevel::kInfo, std::string("received ") + (signo == SIGTERM ? "SIGTERM" : "SIGINT") +
+                             ": draining in-flight requests");
+    server.Stop();
+    if (ssd) ssd->Close();  // completes queued writes; the server has answered every request
+  }
+  http.reset();  // its sources read the server and the tiers
   const ServerStats st = server.stats();
-  Log(LogLevel::kInfo, "stopped after " + std::to_string(st.requests) + " requests");
+  Log(LogLevel::kInfo, "stopped after " + std::to_string(st.requests) + " requests",
+      {{"requests", std::to_string(st.requests)},
+       {"connections", std::to_string(st.connections_total)}});
   return 0;
 }
 

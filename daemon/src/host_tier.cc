@@ -109,7 +109,8 @@ HostTier::HostTier(const HostTierOptions& options)
   while (n < std::max<std::uint32_t>(options.shards, 1)) n <<= 1;
   for (std::uint32_t i = 0; i < n; ++i) shards_.push_back(std::make_unique<Shard>());
   for (const auto& [ns, limit] : options.namespace_quotas) {
-    quotas_.emplace(ns, Quota{limit, std::make_shared<std::atomic<std::uint64_t>>(0)});
+    quotas_.emplace(ns, Quota{std::make_unique<std::atomic<std::uint64_t>>(limit),
+                              std::make_shared<std::atomic<std::uint64_t>>(0)});
   }
 }
 
@@ -181,22 +182,25 @@ Result<std::shared_ptr<Value>> HostTier::Allocate(std::string_view key, std::siz
   const std::uint64_t charge = ChargeFor(key.size(), size);
   const std::string_view ns = KeyNamespace(key);
   const auto quota = ns.empty() ? quotas_.end() : quotas_.find(ns);
-  const std::uint64_t limit = quota == quotas_.end() ? capacity_ : std::min(capacity_, quota->second.limit);
+  const std::uint64_t capacity = capacity_.load(std::memory_order_relaxed);
+  const std::uint64_t quota_limit =
+      quota == quotas_.end() ? capacity : quota->second.limit->load(std::memory_order_relaxed);
+  const std::uint64_t limit = std::min(capacity, quota_limit);
   if (charge > limit) {
     rejected_.fetch_add(1, std::memory_order_relaxed);
     return OutOfRange("host tier: a value of " + std::to_string(size) + " bytes can never fit " +
-                      (limit == capacity_ ? "the capacity" : "its namespace's quota") + " of " +
+                      (limit == capacity ? "the capacity" : "its namespace's quota") + " of " +
                       std::to_string(limit));
   }
   std::shared_ptr<std::atomic<std::uint64_t>> ns_used;
   if (quota != quotas_.end()) {
     ns_used = quota->second.used;
-    if (!Reserve(*ns_used, quota->second.limit, charge, ns, /*namespace_only=*/true)) {
+    if (!Reserve(*ns_used, quota_limit, charge, ns, /*namespace_only=*/true)) {
       rejected_.fetch_add(1, std::memory_order_relaxed);
       return ResourceExhausted("host tier: the namespace's quota is held by values in use");
     }
   }
-  if (!Reserve(*used_, capacity_, charge, {}, /*namespace_only=*/false)) {
+  if (!Reserve(*used_, capacity, charge, {}, /*namespace_only=*/false)) {
     if (ns_used) ns_used->fetch_sub(charge, std::memory_order_acq_rel);
     rejected_.fetch_add(1, std::memory_order_relaxed);
     return ResourceExhausted("host tier: no room for " + std::to_string(size) +
@@ -296,10 +300,31 @@ protocol::ScanResult HostTier::Scan(std::string_view prefix, std::string_view cu
   return result;
 }
 
+Result<std::uint64_t> HostTier::SetCapacity(std::uint64_t capacity_bytes) {
+  if (capacity_bytes == 0) return OutOfRange("host tier: capacity 0");
+  capacity_.store(capacity_bytes, std::memory_order_relaxed);
+  std::uint64_t evicted = 0;
+  while (used_->load(std::memory_order_acquire) > capacity_bytes && EvictOne()) ++evicted;
+  return evicted;
+}
+
+Result<std::uint64_t> HostTier::SetNamespaceQuota(std::string_view ns, std::uint64_t quota_bytes) {
+  const auto quota = quotas_.find(ns);
+  if (quota == quotas_.end()) return NotFound("host tier: the namespace has no quota to change");
+  if (quota_bytes == 0) return OutOfRange("host tier: quota 0");
+  quota->second.limit->store(quota_bytes, std::memory_order_relaxed);
+  std::uint64_t evicted = 0;
+  while (quota->second.used->load(std::memory_order_acquire) > quota_bytes &&
+         EvictOne(ns, /*namespace_only=*/true)) {
+    ++evicted;
+  }
+  return evicted;
+}
+
 HostTierStats HostTier::stats() const {
   HostTierStats st;
   st.bytes = used_->load(std::memory_order_acquire);
-  st.capacity = capacity_;
+  st.capacity = capacity_.load(std::memory_order_relaxed);
   for (const auto& shard : shards_) {
     std::lock_guard lock(shard->mu);
     st.chunks += shard->index.size();
@@ -309,7 +334,9 @@ HostTierStats HostTier::stats() const {
   st.evictions = evictions_.load();
   st.inserts = inserts_.load();
   st.rejected = rejected_.load();
-  for (const auto& [ns, q] : quotas_) st.namespaces.push_back({ns, q.used->load(), q.limit});
+  for (const auto& [ns, q] : quotas_) {
+    st.namespaces.push_back({ns, q.used->load(), q.limit->load()});
+  }
   return st;
 }
 

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <string>
@@ -73,8 +74,8 @@ class ConnectionBase {
 
 class Server::Impl {
  public:
-  Impl(const ServerOptions& options, Store& store)
-      : options_(options), store_(store) {
+  Impl(const ServerOptions& options, Store& store, RequestObserver* observer)
+      : options_(options), store_(store), observer_(observer) {
     // One io_context per I/O thread, each connection bound to one of them: a connection's
     // handlers always run on the same thread (no cross-thread wake-ups, no strand needed).
     for (std::uint32_t i = 0; i < std::max<std::uint32_t>(options.io_threads, 1); ++i) {
@@ -110,7 +111,9 @@ class Server::Impl {
   // Called by connections.
   const ServerOptions& options() const { return options_; }
   Store& store() { return store_; }
+  RequestObserver* observer() const { return observer_; }
   std::string StatsJson() const;
+  void Probe(std::function<void()> done);
   using Registration = std::list<std::weak_ptr<ConnectionBase>>::iterator;
   // Tracks a live connection (for shutdown); its destructor calls Unregister with the result.
   Registration Register(const std::shared_ptr<ConnectionBase>& c) {
@@ -132,6 +135,7 @@ class Server::Impl {
 
   ServerOptions options_;
   Store& store_;
+  RequestObserver* const observer_;
   asio::io_context& io() { return *contexts_[0]; }  // acceptors and timers
   asio::io_context::executor_type NextExecutor() {
     return contexts_[next_context_++ % contexts_.size()]->get_executor();
@@ -218,6 +222,9 @@ class Connection : public ConnectionBase,
       return;
     }
     ++server_.requests_;
+    if (server_.observer() != nullptr) {
+      pending_.push_back({h->op(), std::chrono::steady_clock::now(), StatusCode::kOk});
+    }
     if (h->op() == Op::kPut) {
       StartPut(*h);
       return;
@@ -477,6 +484,9 @@ class Connection : public ConnectionBase,
       prefix = prefix && present;
       if (prefix) ++result.prefix_length;
     }
+    if (RequestObserver* o = server_.observer()) {
+      o->OnLookup(result.prefix_length, static_cast<std::uint32_t>(keys->size()));
+    }
     SendBody(h, StatusCode::kOk, protocol::EncodeLookupResult(result));
   }
 
@@ -583,6 +593,7 @@ class Connection : public ConnectionBase,
                         self->server_.bytes_out_ += n;
                         if (ec) return self->Close();
                         for (std::size_t i = 0; i < self->in_flight_; ++i) {
+                          if (!self->pending_.empty()) self->ObserveWritten(self->queue_.front());
                           self->queued_bytes_ -= self->queue_.front().size();
                           self->queue_.pop_front();
                         }
@@ -594,6 +605,31 @@ class Connection : public ConnectionBase,
                         }
                         self->WriteSome();
                       });
+  }
+
+  // ---- metrics ------------------------------------------------------------------------------
+  // A written frame folds its status into the oldest unanswered request (responses go out in
+  // request order, so it is that request's frame); the last frame (no kFlagMore) reports it.
+  void ObserveWritten(const Outgoing& frame) {
+    PendingRequest& r = pending_.front();
+    const std::byte* head = frame.head.data();
+    const auto flags = LoadLE<std::uint16_t>(head + 6);
+    const auto status = static_cast<StatusCode>(LoadLE<std::uint16_t>(head + 20));
+    if (r.status == StatusCode::kOk) r.status = status;
+    const Op op = static_cast<Op>(static_cast<std::uint8_t>(head[5]) & ~protocol::kResponseBit);
+    if (r.status == StatusCode::kOk && (op == Op::kPut || op == Op::kDelete) &&
+        frame.body.size() >= 4) {
+      for (std::size_t at = 4; at + 2 <= frame.body.size(); at += 2) {  // u32 count, u16 codes
+        const auto code = static_cast<StatusCode>(LoadLE<std::uint16_t>(frame.body.data() + at));
+        if (code != StatusCode::kOk) {
+          r.status = code;
+          break;
+        }
+      }
+    }
+    if ((flags & protocol::kFlagMore) != 0) return;
+    server_.observer()->OnRequest(r.op, r.status, std::chrono::steady_clock::now() - r.start);
+    pending_.pop_front();
   }
 
   void MaybeClose() {
@@ -618,6 +654,12 @@ class Connection : public ConnectionBase,
   std::array<std::byte, 256 + 8> small_{};
   std::vector<std::byte> discard_;
   PutState put_;
+  struct PendingRequest {  // a request read and not yet answered (only with an observer)
+    Op op;
+    std::chrono::steady_clock::time_point start;
+    StatusCode status;
+  };
+  std::deque<PendingRequest> pending_;
   std::deque<Outgoing> queue_;
   std::vector<asio::const_buffer> buffers_;
   std::size_t in_flight_ = 0;
@@ -797,7 +839,7 @@ std::string Server::Impl::StatsJson() const {
     out += "\"durability\":\"" + std::string(SsdDurabilityName(ssd->options().durability)) +
            "\",\"io_path\":\"" + d.io_path + "\"}";
   }
-  out += "}},";
+  out += "},";
   out += "\"namespaces\":[";
   static constexpr char kHex[] = "0123456789abcdef";
   for (std::size_t i = 0; i < h.namespaces.size(); ++i) {
@@ -814,12 +856,23 @@ std::string Server::Impl::StatsJson() const {
   return out;
 }
 
-Server::Server(const ServerOptions& options, Store& store)
-    : impl_(std::make_unique<Impl>(options, store)) {}
+void Server::Impl::Probe(std::function<void()> done) {
+  auto left = std::make_shared<std::atomic<std::size_t>>(contexts_.size());
+  auto shared_done = std::make_shared<std::function<void()>>(std::move(done));
+  for (auto& ctx : contexts_) {
+    asio::post(*ctx, [left, shared_done] {
+      if (left->fetch_sub(1) == 1) (*shared_done)();
+    });
+  }
+}
+
+Server::Server(const ServerOptions& options, Store& store, RequestObserver* observer)
+    : impl_(std::make_unique<Impl>(options, store, observer)) {}
 Server::~Server() { Stop(); }
 Status Server::Start() { return impl_->Start(); }
 std::uint16_t Server::tcp_port() const { return impl_->tcp_port(); }
 void Server::Stop() { impl_->Stop(); }
 ServerStats Server::stats() const { return impl_->stats(); }
+void Server::Probe(std::function<void()> done) { impl_->Probe(std::move(done)); }
 
 }  // namespace kvdepot::daemon

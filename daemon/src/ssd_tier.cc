@@ -42,6 +42,18 @@ std::string_view SsdDurabilityName(SsdDurability d) {
   return d == SsdDurability::kNone ? "none" : d == SsdDurability::kAsync ? "async" : "sync";
 }
 
+std::string_view SsdWritePolicyName(SsdWritePolicy p) {
+  return p == SsdWritePolicy::kWriteBack ? "write-back" : "write-through";
+}
+
+std::string_view SsdPromotionName(SsdPromotion p) {
+  return p == SsdPromotion::kAlways ? "always" : p == SsdPromotion::kNever ? "never" : "second-hit";
+}
+
+std::string_view SsdIoPathName(SsdIoPath p) {
+  return p == SsdIoPath::kAuto ? "auto" : p == SsdIoPath::kIoUring ? "io_uring" : "pread";
+}
+
 Result<SsdWritePolicy> ParseSsdWritePolicy(std::string_view name) {
   if (name == "write-back") return SsdWritePolicy::kWriteBack;
   if (name == "write-through") return SsdWritePolicy::kWriteThrough;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -175,6 +176,72 @@ TEST(HostTierTest, NamespaceQuotaEvictsOnlyItsOwnEntries) {
   EXPECT_EQ(tier.Allocate(ChunkKeyIn('A', 99), 6 * entry).status().code(),
             StatusCode::kOutOfRange);
   EXPECT_EQ(KeyNamespace("k1"), "");
+}
+
+TEST(HostTierTest, SetCapacityEvictsDownToTheNewCapacity) {
+  const std::uint64_t entry = HostTier::ChargeFor(2, 1000);
+  HostTier tier(HostTierOptions::With(10 * entry, EvictionPolicy::kLru, 2));
+  for (int i = 0; i < 10; ++i) Put(tier, "k" + std::to_string(i), 1000);
+  ASSERT_EQ(tier.stats().chunks, 10u);
+  ValueRef held = tier.Get("k9");  // in use: evicted from the index, still charged
+  auto evicted = tier.SetCapacity(4 * entry);
+  ASSERT_TRUE(evicted.ok());
+  EXPECT_GE(*evicted, 6u);
+  EXPECT_EQ(tier.capacity(), 4 * entry);
+  EXPECT_EQ(tier.stats().capacity, 4 * entry);
+  EXPECT_LE(tier.stats().bytes, 4 * entry);
+  held.reset();
+  for (int i = 0; i < 10; ++i) {
+    Put(tier, "n" + std::to_string(i), 1000);
+    ASSERT_LE(tier.stats().bytes, 4 * entry) << "new allocations respect the new capacity";
+  }
+  ASSERT_TRUE(tier.SetCapacity(25 * entry).ok());
+  for (int i = 0; i < 20; ++i) Put(tier, "m" + std::to_string(i), 1000);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_TRUE(tier.Contains("m" + std::to_string(i))) << "a raised capacity is usable at once";
+  }
+  EXPECT_EQ(tier.SetCapacity(0).status().code(), StatusCode::kOutOfRange);
+}
+
+TEST(HostTierTest, SetCapacityWhileWritersRunNeverLeavesTheTierAboveIt) {
+  const std::uint64_t cap = 256 * 1024;
+  HostTier tier(HostTierOptions::With(cap, EvictionPolicy::kSieve, 8));
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 3; ++t) {
+    writers.emplace_back([&tier, &stop, t] {
+      for (int i = 0; !stop.load(); ++i) {
+        auto v = tier.Allocate("t" + std::to_string(t) + "-" + std::to_string(i % 500), 2000);
+        if (v.ok()) tier.Insert("t" + std::to_string(t) + "-" + std::to_string(i % 500), *v);
+        tier.Get("t" + std::to_string(t) + "-" + std::to_string((i * 7) % 500));
+      }
+    });
+  }
+  for (int round = 0; round < 50; ++round) {
+    ASSERT_TRUE(tier.SetCapacity(round % 2 ? cap : cap / 4).ok());
+  }
+  ASSERT_TRUE(tier.SetCapacity(cap / 8).ok());
+  stop = true;
+  for (auto& w : writers) w.join();
+  ASSERT_TRUE(tier.SetCapacity(cap / 8).ok());  // settles allocations that raced the last call
+  EXPECT_LE(tier.stats().bytes, cap / 8);
+}
+
+TEST(HostTierTest, SetNamespaceQuotaEvictsWithinTheNamespace) {
+  const std::uint64_t entry = HostTier::ChargeFor(48, 1000);
+  HostTierOptions o{100 * entry, EvictionPolicy::kLru, 4, {}};
+  o.namespace_quotas[std::string(16, 'A')] = 10 * entry;
+  HostTier tier(o);
+  for (int i = 0; i < 10; ++i) Put(tier, ChunkKeyIn('A', i), 1000);
+  for (int i = 0; i < 10; ++i) Put(tier, ChunkKeyIn('B', i), 1000);
+  auto evicted = tier.SetNamespaceQuota(std::string(16, 'A'), 3 * entry);
+  ASSERT_TRUE(evicted.ok());
+  EXPECT_EQ(*evicted, 7u);
+  EXPECT_EQ(tier.stats().namespaces.at(0).quota, 3 * entry);
+  EXPECT_LE(tier.stats().namespaces.at(0).bytes, 3 * entry);
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(tier.Contains(ChunkKeyIn('B', i))) << i;
+  EXPECT_EQ(tier.SetNamespaceQuota(std::string(16, 'B'), entry).status().code(),
+            StatusCode::kNotFound);
 }
 
 }  // namespace

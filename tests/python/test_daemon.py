@@ -22,7 +22,8 @@ class Daemon:
         self.sock = str(tmp_path / "kvd.sock")
         self.proc = subprocess.Popen(
             [KVDEPOTD, "--listen", "127.0.0.1:0", "--unix", self.sock, "--data-dir",
-             str(tmp_path / "data"), "--host-capacity", "64MiB", *flags],
+             str(tmp_path / "data"), "--host-capacity", "64MiB", "--metrics-listen", "127.0.0.1:0",
+             *flags],
             stderr=subprocess.PIPE, text=True)
         line = ""
         deadline = time.time() + 10

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvdepot/daemon/host_tier.h"
@@ -26,6 +27,8 @@ struct Config {
   SsdTierOptions ssd;  // ssd.dir empty: no SSD tier
   std::string data_dir = "kvdepot-data";
   LogLevel log_level = LogLevel::kInfo;
+  // HTTP address of /metrics and /healthz (HOST:PORT; port 0 = ephemeral); empty = none.
+  std::string metrics_listen = "127.0.0.1:9600";
 };
 
 // "64MiB", "1GiB", "512KiB", "1000000" (bytes), "2GB" (10^9). Errors name the text.
@@ -39,6 +42,15 @@ Status ApplyConfigFlag(std::string_view name, std::string_view value, Config& co
 
 // Cross-field checks (e.g. at least one listener). Call after all sources are applied.
 Status ValidateConfig(const Config& config);
+
+// The effective value of every key, in ConfigKeys() order, as text that ApplyConfigFlag accepts
+// (sizes in bytes; one entry "host.quotas.NSID" per quota). For the start-up log line and for
+// telling which keys a reload changed.
+std::vector<std::pair<std::string, std::string>> ConfigEntries(const Config& config);
+
+// Keys whose values differ between `a` and `b` (per ConfigEntries; a quota present in only one of
+// them counts as changed).
+std::vector<std::string> ChangedKeys(const Config& a, const Config& b);
 
 // Every key with its flag and one-line help, for `kvdepotd --help`.
 struct ConfigKeyHelp {

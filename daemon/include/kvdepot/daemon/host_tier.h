@@ -169,7 +169,19 @@ class HostTier {
   protocol::ScanResult Scan(std::string_view prefix, std::string_view cursor,
                             std::uint32_t limit) const;
 
+  // Changes the byte capacity at run time (SIGHUP reload). Evicts until the charged bytes fit the
+  // new capacity or nothing more can be evicted; returns the number of entries evicted. Values
+  // still in use (being received or sent) cannot be evicted: until they are released the tier
+  // may stay above a lowered capacity, and new allocations fail until there is room. Allocations
+  // racing with the call may be charged against either capacity. kOutOfRange for 0.
+  Result<std::uint64_t> SetCapacity(std::uint64_t capacity_bytes);
+
+  // Changes the quota of a namespace that has one (a namespace without a quota cannot gain one
+  // at run time: kNotFound). Evicts within the namespace down to the new quota as SetCapacity.
+  Result<std::uint64_t> SetNamespaceQuota(std::string_view ns, std::uint64_t quota_bytes);
+
   HostTierStats stats() const;
+  std::uint64_t capacity() const { return capacity_.load(std::memory_order_relaxed); }
   EvictionPolicy policy() const { return policy_; }
 
  private:
@@ -183,16 +195,16 @@ class HostTier {
   bool Reserve(std::atomic<std::uint64_t>& counter, std::uint64_t limit, std::uint64_t charge,
                std::string_view ns, bool namespace_only);
 
-  const std::uint64_t capacity_;
+  std::atomic<std::uint64_t> capacity_;
   const EvictionPolicy policy_;
   std::shared_ptr<std::atomic<std::uint64_t>> used_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::atomic<std::uint32_t> evict_cursor_{0};
   struct Quota {
-    std::uint64_t limit;
+    std::unique_ptr<std::atomic<std::uint64_t>> limit;  // changed by SetNamespaceQuota
     std::shared_ptr<std::atomic<std::uint64_t>> used;
   };
-  std::map<std::string, Quota, std::less<>> quotas_;
+  std::map<std::string, Quota, std::less<>> quotas_;  // the set of keys is fixed at construction
   std::atomic<std::uint64_t> hits_{0}, misses_{0}, evictions_{0}, inserts_{0}, rejected_{0};
   EvictionListener eviction_listener_;
 };

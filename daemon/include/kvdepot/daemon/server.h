@@ -18,9 +18,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "kvdepot/daemon/request_observer.h"
 #include "kvdepot/daemon/store.h"
 #include "kvdepot/protocol.h"
 #include "kvdepot/status.h"
@@ -48,8 +50,8 @@ struct ServerStats {
 
 class Server {
  public:
-  // `store` must outlive the server.
-  Server(const ServerOptions& options, Store& store);
+  // `store` must outlive the server, and so must `observer` (optional; see request_observer.h).
+  Server(const ServerOptions& options, Store& store, RequestObserver* observer = nullptr);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -63,6 +65,11 @@ class Server {
   void Stop();
 
   ServerStats stats() const;
+
+  // Liveness probe for the service watchdog: posts a no-op to every I/O thread's queue and runs
+  // `done` (on an I/O thread) once all of them have run it, i.e. once every event loop has gone
+  // round. `done` never runs when a loop is stuck or the server is stopped. Call after Start().
+  void Probe(std::function<void()> done);
 
   class Impl;  // defined in server.cc
 

@@ -49,6 +49,9 @@ Result<SsdWritePolicy> ParseSsdWritePolicy(std::string_view name);  // write-bac
 Result<SsdPromotion> ParseSsdPromotion(std::string_view name);  // always|never|second-hit
 Result<SsdIoPath> ParseSsdIoPath(std::string_view name);  // auto|io_uring|pread
 std::string_view SsdDurabilityName(SsdDurability d);
+std::string_view SsdWritePolicyName(SsdWritePolicy p);
+std::string_view SsdPromotionName(SsdPromotion p);
+std::string_view SsdIoPathName(SsdIoPath p);
 
 struct SsdTierOptions {
   std::string dir;  // empty: no SSD tier

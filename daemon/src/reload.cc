@@ -1,0 +1,84 @@
+#include "kvdepot/daemon/reload.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "kvdepot/daemon/log.h"
+
+namespace kvdepot::daemon {
+namespace {
+
+constexpr std::string_view kQuotaPrefix = "host.quotas.";
+
+std::map<std::string, std::string> Entries(const Config& c) {
+  std::map<std::string, std::string> out;
+  for (auto& [k, v] : ConfigEntries(c)) out.emplace(std::move(k), std::move(v));
+  return out;
+}
+
+// The namespace id a ConfigEntries quota key names (32 lower-case hex digits).
+std::string Unhex(std::string_view hex) {
+  const auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+  std::string id;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
+    id += static_cast<char>(nibble(hex[i]) << 4 | nibble(hex[i + 1]));
+  }
+  return id;
+}
+
+}  // namespace
+
+ReloadResult ApplyReload(const Config& next, Config& running, HostTier& host) {
+  ReloadResult result;
+  const auto before = Entries(running);
+  const auto after = Entries(next);
+  const auto value = [](const std::map<std::string, std::string>& m, const std::string& key) {
+    const auto it = m.find(key);
+    return it == m.end() ? std::string("(none)") : it->second;
+  };
+  for (const std::string& key : ChangedKeys(running, next)) {
+    const std::string from = value(before, key);
+    const std::string to = value(after, key);
+    if (key == "log_level") {
+      SetLogLevel(next.log_level);
+      running.log_level = next.log_level;
+      Log(LogLevel::kInfo, "log level changed", {{"from", from}, {"to", to}});
+      result.applied.push_back(key);
+      continue;
+    }
+    if (key == "host.capacity") {
+      auto evicted = host.SetCapacity(next.host.capacity_bytes);
+      if (evicted.ok()) {
+        running.host.capacity_bytes = next.host.capacity_bytes;
+        Log(LogLevel::kInfo, "host tier capacity changed",
+            {{"tier", "host"}, {"from", from}, {"to", to}, {"evicted", std::to_string(*evicted)}});
+        result.applied.push_back(key);
+        continue;
+      }
+    }
+    if (key.rfind(kQuotaPrefix, 0) == 0 && before.count(key) != 0 && after.count(key) != 0) {
+      const std::string id = Unhex(std::string_view(key).substr(kQuotaPrefix.size()));
+      const std::uint64_t bytes = next.host.namespace_quotas.at(id);
+      auto evicted = host.SetNamespaceQuota(id, bytes);
+      if (evicted.ok()) {
+        running.host.namespace_quotas[id] = bytes;
+        Log(LogLevel::kInfo, "namespace quota changed",
+            {{"tier", "host"},
+             {"key", key},
+             {"from", from},
+             {"to", to},
+             {"evicted", std::to_string(*evicted)}});
+        result.applied.push_back(key);
+        continue;
+      }
+    }
+    Log(LogLevel::kWarn, "config change needs a restart; keeping the running value",
+        {{"key", key}, {"running", from}, {"configured", to}});
+    result.restart_needed.push_back(key);
+  }
+  return result;
+}
+
+}  // namespace kvdepot::daemon

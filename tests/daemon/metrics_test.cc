@@ -1,0 +1,209 @@
+// Metrics end to end, in-process: a real Server with a Metrics observer, driven by the client
+// library; the /metrics and /healthz endpoint over real HTTP.
+#include "kvdepot/daemon/metrics.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "kvdepot/client/client.h"
+#include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/daemon/metrics_http.h"
+#include "kvdepot/daemon/server.h"
+#include "kvdepot/daemon/store.h"
+
+namespace kvdepot::daemon {
+namespace {
+
+// The value of the sample `series` (name with its labels, as exposed), or -1 when absent.
+double Sample(const std::string& text, const std::string& series) {
+  const std::string prefix = "\n" + series + " ";
+  const auto at = ("\n" + text).find(prefix);
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + prefix.size() - 1));
+}
+
+// Polls `metrics` until `series` reaches `at_least` (requests are counted once their response
+// has been handed to the socket, which may be just after the client has read it).
+double WaitFor(const Metrics& metrics, const std::string& series, double at_least) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  double v = -1;
+  while (std::chrono::steady_clock::now() < deadline) {
+    v = Sample(metrics.Text(), series);
+    if (v >= at_least) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return v;
+}
+
+// GET `path` over HTTP/1.0 from 127.0.0.1:`port`: the status code and the body.
+std::pair<int, std::string> HttpGet(std::uint16_t port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return {0, ""};
+  }
+  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  (void)!::write(fd, request.data(), request.size());
+  std::string response;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) response.append(buf, n);
+  ::close(fd);
+  if (response.size() < 12) return {0, response};
+  const auto body = response.find("\r\n\r\n");
+  return {std::stoi(response.substr(9, 3)),
+          body == std::string::npos ? "" : response.substr(body + 4)};
+}
+
+class MetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tier_ = std::make_unique<HostTier>(HostTierOptions::With(8ull << 20, EvictionPolicy::kLru, 4));
+    store_ = std::make_unique<Store>(*tier_, nullptr);
+    ServerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.io_threads = 2;
+    server_ = std::make_unique<Server>(o, *store_, &metrics_);
+    metrics_.AddTier("host", [this] { return ToTierStats(tier_->stats()); });
+    metrics_.SetServerSource([this] { return server_->stats(); });
+    ASSERT_TRUE(server_->Start().ok());
+    client::ClientOptions co;
+    co.address = "127.0.0.1:" + std::to_string(server_->tcp_port());
+    auto c = client::Connection::Connect(co);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    conn_ = std::move(*c);
+  }
+  void TearDown() override {
+    conn_.reset();
+    if (server_) server_->Stop();
+  }
+
+  Metrics metrics_{"test"};
+  std::unique_ptr<HostTier> tier_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<client::Connection> conn_;
+};
+
+TEST_F(MetricsTest, RequestsAreCountedByOperationAndOutcome) {
+  const std::vector<std::byte> value(1000, std::byte{7});
+  ASSERT_TRUE(conn_->Put("a", value).ok());
+  ASSERT_TRUE(conn_->Put("b", value).ok());
+  ASSERT_TRUE(conn_->Get("a").ok());
+  ASSERT_TRUE(conn_->Get("absent").ok());
+  const std::vector<std::string> keys = {"a", "b", "c", "a"};
+  auto lookup = conn_->Lookup(keys);
+  ASSERT_TRUE(lookup.ok());
+  EXPECT_EQ(lookup->prefix_length, 2u);
+  const std::vector<std::string> gone = {"a", "zz"};
+  ASSERT_TRUE(conn_->Delete(gone).ok());
+
+  EXPECT_EQ(WaitFor(metrics_, R"(kvdepot_requests_total{op="put",status="ok"})", 2), 2);
+  EXPECT_EQ(WaitFor(metrics_, R"(kvdepot_requests_total{op="get",status="ok"})", 1), 1);
+  EXPECT_EQ(WaitFor(metrics_, R"(kvdepot_requests_total{op="get",status="not_found"})", 1), 1);
+  EXPECT_EQ(WaitFor(metrics_, R"(kvdepot_requests_total{op="lookup",status="ok"})", 1), 1);
+  EXPECT_EQ(WaitFor(metrics_, R"(kvdepot_requests_total{op="delete",status="not_found"})", 1), 1)
+      << "a DELETE with an absent key reports the item's status";
+  const std::string text = metrics_.Text();
+  EXPECT_EQ(Sample(text, R"(kvdepot_request_duration_seconds_count{op="put"})"), 2);
+  EXPECT_GT(Sample(text, R"(kvdepot_request_duration_seconds_sum{op="put"})"), 0);
+  EXPECT_EQ(Sample(text, R"(kvdepot_request_duration_seconds_bucket{op="get",le="+Inf"})"), 2);
+  EXPECT_EQ(Sample(text, "kvdepot_lookup_prefix_chunks_sum"), 2);
+  EXPECT_EQ(Sample(text, R"(kvdepot_lookup_prefix_chunks_bucket{le="1"})"), 0);
+  EXPECT_EQ(Sample(text, R"(kvdepot_lookup_prefix_chunks_bucket{le="2"})"), 1);
+  EXPECT_EQ(Sample(text, "kvdepot_lookup_keys_total"), 4);
+  // Scrape-time values come from the components' own stats.
+  EXPECT_EQ(Sample(text, R"(kvdepot_tier_capacity_bytes{tier="host"})"), 8 << 20);
+  EXPECT_EQ(Sample(text, R"(kvdepot_tier_chunks{tier="host"})"), 1);
+  EXPECT_EQ(Sample(text, R"(kvdepot_tier_hits_total{tier="host"})"), 1);
+  EXPECT_EQ(Sample(text, R"(kvdepot_tier_misses_total{tier="host"})"), 1);
+  EXPECT_GT(Sample(text, R"(kvdepot_tier_used_bytes{tier="host"})"), 1000);
+  EXPECT_EQ(Sample(text, "kvdepot_connections_open"), 1);
+  EXPECT_EQ(Sample(text, "kvdepot_connections_accepted_total"), 1);
+  EXPECT_GT(Sample(text, "kvdepot_network_receive_bytes_total"), 2000);
+  EXPECT_GT(Sample(text, "kvdepot_network_transmit_bytes_total"), 1000);
+  EXPECT_EQ(Sample(text, R"(kvdepot_build_info{version="test"})"), 1);
+  EXPECT_EQ(Sample(text, R"(kvdepot_requests_total{op="scan",status="ok"})"), 0)
+      << "every operation's ok series exists from the start";
+}
+
+TEST_F(MetricsTest, RefusedPutItemsAreCountedWithTheirCode) {
+  const std::vector<std::byte> big(9ull << 20, std::byte{1});  // over the tier's capacity
+  EXPECT_FALSE(conn_->Put("big", big).ok());
+  EXPECT_EQ(WaitFor(metrics_, R"(kvdepot_requests_total{op="put",status="out_of_range"})", 1), 1);
+}
+
+TEST_F(MetricsTest, CodecSeriesAppearOnceFed) {
+  EXPECT_EQ(metrics_.Text().find("kvdepot_codec_duration_seconds"), std::string::npos);
+  metrics_.ObserveCodec(CodecOp::kEncode, "cachegen", "cpu", 0.002, 4 << 20, 1 << 20);
+  const std::string text = metrics_.Text();
+  EXPECT_EQ(
+      Sample(text,
+             R"(kvdepot_codec_duration_seconds_count{codec="cachegen",device="cpu",op="encode"})"),
+      1);
+  EXPECT_EQ(
+      Sample(text, R"(kvdepot_codec_raw_bytes_total{codec="cachegen",device="cpu",op="encode"})"),
+      4 << 20);
+  EXPECT_EQ(
+      Sample(text,
+             R"(kvdepot_codec_encoded_bytes_total{codec="cachegen",device="cpu",op="encode"})"),
+      1 << 20);
+}
+
+TEST_F(MetricsTest, HttpServesMetricsAndHealth) {
+  auto http = MetricsHttp::Start("127.0.0.1:0", metrics_);
+  ASSERT_TRUE(http.ok()) << http.status().ToString();
+  const std::uint16_t port = (*http)->port();
+  ASSERT_NE(port, 0);
+  EXPECT_EQ(HttpGet(port, "/healthz"), std::make_pair(503, std::string("starting\n")));
+  (*http)->SetHealth(Health::kServing);
+  EXPECT_EQ(HttpGet(port, "/healthz"), std::make_pair(200, std::string("ok\n")));
+  const auto [code, body] = HttpGet(port, "/metrics");
+  EXPECT_EQ(code, 200);
+  EXPECT_NE(body.find("# TYPE kvdepot_requests_total counter"), std::string::npos);
+  EXPECT_NE(body.find(R"(kvdepot_tier_capacity_bytes{tier="host"})"), std::string::npos);
+  (*http)->SetHealth(Health::kDraining);
+  EXPECT_EQ(HttpGet(port, "/healthz"), std::make_pair(503, std::string("draining\n")));
+  EXPECT_EQ(HttpGet(port, "/nothing-here").first, 404);
+
+  // A second endpoint on a port in use is a clear error, and the first keeps serving.
+  auto clash = MetricsHttp::Start("127.0.0.1:" + std::to_string(port), metrics_);
+  EXPECT_EQ(clash.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(HttpGet(port, "/healthz").first, 503);
+
+  const auto start = std::chrono::steady_clock::now();
+  http->reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1))
+      << "stopping does not wait out CivetWeb's poll timeout";
+}
+
+TEST(MetricsProbeTest, ProbeRunsOnceEveryIoLoopWentRound) {
+  HostTier tier(HostTierOptions::With(1 << 20));
+  Store store(tier, nullptr);
+  ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.io_threads = 3;
+  Server server(o, store);
+  ASSERT_TRUE(server.Start().ok());
+  std::atomic<int> done{0};
+  for (int i = 0; i < 5; ++i) server.Probe([&done] { ++done; });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (done.load() < 5 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(done.load(), 5);
+  server.Stop();
+}
+
+}  // namespace
+}  // namespace kvdepot::daemon

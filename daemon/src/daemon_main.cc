@@ -13,6 +13,7 @@
 
 #include "kvdepot/daemon/config.h"
 #include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/daemon/lm_server.h"
 #include "kvdepot/daemon/log.h"
 #include "kvdepot/daemon/platform_probe.h"
 #include "kvdepot/daemon/server.h"
@@ -123,6 +124,10 @@ int DaemonMain(int argc, char** argv) {
   Store store(host, nullptr);
   Server server(config.server, store);
   if (Status s = server.Start(); !s.ok()) return Fail(1, s.message());
+  LmServer lm_server(config.lm, store);  // LMCache's lm:// protocol (docs/lmcache.md)
+  if (!config.lm.listen.empty()) {
+    if (Status s = lm_server.Start(); !s.ok()) return Fail(1, s.message());
+  }
   std::string where;
   if (!config.server.listen.empty()) {
     const auto colon = config.server.listen.rfind(':');
@@ -135,10 +140,16 @@ int DaemonMain(int argc, char** argv) {
                            std::to_string(config.host.capacity_bytes >> 20) + " MiB (" +
                            std::string(EvictionPolicyName(config.host.policy)) + "), " +
                            std::to_string(config.server.io_threads) + " I/O threads");
+  if (!config.lm.listen.empty()) {
+    Log(LogLevel::kInfo, "lm:// (LMCache protocol) on " +
+                             config.lm.listen.substr(0, config.lm.listen.rfind(':')) + ":" +
+                             std::to_string(lm_server.port()));
+  }
   int signo = 0;
   sigwait(&stop_signals, &signo);
   Log(LogLevel::kInfo, std::string("received ") + (signo == SIGTERM ? "SIGTERM" : "SIGINT") +
                            ": draining in-flight requests");
+  lm_server.Stop();
   server.Stop();
   const ServerStats st = server.stats();
   Log(LogLevel::kInfo, "stopped after " + std::to_string(st.requests) + " requests");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/daemon/lm_server.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/status.h"
 
@@ -22,6 +23,7 @@ enum class LogLevel { kDebug, kInfo, kWarn, kError };
 struct Config {
   ServerOptions server;  // listen, unix, io_threads, limits, max_output_bytes
   HostTierOptions host;
+  LmServerOptions lm;    // the lm:// listener (LMCache's protocol); off unless lm.listen is set
   std::string data_dir = "kvdepot-data";
   LogLevel log_level = LogLevel::kInfo;
 };

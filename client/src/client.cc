@@ -307,6 +307,21 @@ Status Connection::Drain(std::uint64_t n) {
 Result<std::optional<std::size_t>> Connection::GetInto(std::string_view key,
                                                        std::span<std::byte> head,
                                                        std::span<std::byte> out) {
+  bool fits = true;
+  auto r = GetInto(key, head, [&](std::size_t size) {
+    fits = size - head.size() <= out.size();
+    return out;
+  });
+  if (r.ok() && !fits) {
+    return OutOfRange("get: value exceeds the " + std::to_string(head.size() + out.size()) +
+                      "-byte buffer");
+  }
+  return r;
+}
+
+Result<std::optional<std::size_t>> Connection::GetInto(std::string_view key,
+                                                       std::span<std::byte> head,
+                                                       const OutChooser& choose_out) {
   const std::string keys[] = {std::string(key)};
   KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendRequest(Op::kGet, protocol::EncodeKeyList(keys)));
   std::byte raw[protocol::kFrameHeaderBytes];
@@ -339,14 +354,16 @@ Result<std::optional<std::size_t>> Connection::GetInto(std::string_view key,
                                                           std::string(StatusCodeName(
                                                               static_cast<StatusCode>(h->status))));
   }
-  if (size > head.size() + out.size()) {
-    KVD_RETURN_IF_ERROR(Drain(size));
-    return OutOfRange("get: value of " + std::to_string(size) + " bytes exceeds the " +
-                      std::to_string(head.size() + out.size()) + "-byte buffer");
-  }
   const std::size_t in_head = static_cast<std::size_t>(std::min<std::uint64_t>(size, head.size()));
   KVD_RETURN_IF_ERROR(RecvAll(head.data(), in_head));
-  KVD_RETURN_IF_ERROR(RecvAll(out.data(), static_cast<std::size_t>(size - in_head)));
+  const std::uint64_t rest = size - in_head;
+  if (rest == 0) return std::optional<std::size_t>(static_cast<std::size_t>(size));
+  const std::span<std::byte> out = choose_out(static_cast<std::size_t>(size));
+  if (out.size() < rest) {  // no room (or dropped on purpose): read past it
+    KVD_RETURN_IF_ERROR(Drain(rest));
+    return std::optional<std::size_t>();
+  }
+  KVD_RETURN_IF_ERROR(RecvAll(out.data(), static_cast<std::size_t>(rest)));
   return std::optional<std::size_t>(static_cast<std::size_t>(size));
 }
 
@@ -419,6 +436,12 @@ Status Client::PutParts(std::string_view key, std::span<const std::span<const st
 Result<std::optional<std::size_t>> Client::GetInto(std::string_view key, std::span<std::byte> head,
                                                    std::span<std::byte> out) {
   return WithConnection([&](Connection& c) { return c.GetInto(key, head, out); });
+}
+Result<std::optional<std::size_t>> Client::GetInto(std::string_view key, std::span<std::byte> head,
+                                                   const Connection::OutChooser& choose_out) {
+  // Not retried: choose_out may already have been called.
+  return WithConnection([&](Connection& c) { return c.GetInto(key, head, choose_out); },
+                        /*retry=*/false);
 }
 Result<protocol::LookupResult> Client::Lookup(std::span<const std::string> keys) {
   return WithConnection([&](Connection& c) { return c.Lookup(keys); });

@@ -72,6 +72,13 @@ class Connection {
   // in the message. `head` and `out` are unspecified after an error.
   Result<std::optional<std::size_t>> GetInto(std::string_view key, std::span<std::byte> head,
                                              std::span<std::byte> out);
+  // As above, but `out` is chosen once the value's size is known and `head` is filled: the
+  // callback gets the value's size and returns where the remaining size - head.size() bytes go
+  // (an empty span to drop them: the result is then nullopt, as for a miss). It is not called
+  // on a miss or an error, nor when the value is shorter than head.size().
+  using OutChooser = std::function<std::span<std::byte>(std::size_t value_size)>;
+  Result<std::optional<std::size_t>> GetInto(std::string_view key, std::span<std::byte> head,
+                                             const OutChooser& choose_out);
   Result<protocol::LookupResult> Lookup(std::span<const std::string> keys);
   Result<std::vector<StatusCode>> Delete(std::span<const std::string> keys);
   Result<std::string> Stats();  // JSON document
@@ -125,6 +132,8 @@ class Client {
   Status PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts);
   Result<std::optional<std::size_t>> GetInto(std::string_view key, std::span<std::byte> head,
                                              std::span<std::byte> out);
+  Result<std::optional<std::size_t>> GetInto(std::string_view key, std::span<std::byte> head,
+                                             const Connection::OutChooser& choose_out);
   Result<protocol::LookupResult> Lookup(std::span<const std::string> keys);
   Result<std::vector<StatusCode>> Delete(std::span<const std::string> keys);
   Result<std::string> Stats();

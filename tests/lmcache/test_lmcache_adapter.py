@@ -90,7 +90,7 @@ def test_namespace_option_separates_deployments(daemon):
         backend = LocalCPUBackend()
         a = CreateConnector(f"kvdepot://127.0.0.1:{daemon.port}", loop, backend, plugin_config())
         b = CreateConnector(f"kvdepot://127.0.0.1:{daemon.port}", loop, backend,
-                            plugin_config(**{"kvdepot.namespace": "staging"}))
+                            plugin_config(**{"remote_storage_plugin.kvdepot.namespace": "staging"}))
         await a.put(Key(9), backend.allocate((1, 1, 1, 8), "uint8", MemoryFormat.KV_2LTD))
         assert await a.exists(Key(9)) and not await b.exists(Key(9))
         assert await b.list() == []
@@ -108,3 +108,23 @@ def test_urls():
         address_from_url("kvdepot://host-without-port")
     adapter = KvdepotConnectorAdapter()
     assert adapter.can_parse("kvdepot://h:1") and not adapter.can_parse("lm://h:1")
+    assert adapter.can_parse("plugin://kvdepot") and adapter.can_parse("plugin://kvdepot.b")
+    assert not adapter.can_parse("plugin://fs")
+
+
+def test_plugin_url_without_remote_url(daemon):
+    """LMCache's newer form: no remote_url; the plugin is addressed as plugin://<name> and reads
+    its address from extra_config."""
+    async def scenario():
+        backend = LocalCPUBackend()
+        config = Config(["kvdepot.a"], {
+            "remote_storage_plugin.kvdepot.a.module_path": "kvdepot.lmcache_connector",
+            "remote_storage_plugin.kvdepot.a.class_name": "KvdepotConnectorAdapter",
+            "remote_storage_plugin.kvdepot.a.address": daemon.addr,
+            "remote_storage_plugin.kvdepot.a.pool_size": "2"})
+        conn = CreateConnector("plugin://kvdepot.a", asyncio.get_running_loop(), backend, config,
+                               plugin_name="kvdepot.a")
+        await conn.put(Key(3), backend.allocate((1, 1, 4, 4), "float32", MemoryFormat.KV_2LTD))
+        assert await conn.exists(Key(3)) and await conn.ping() == 0
+        await conn.close()
+    asyncio.run(scenario())

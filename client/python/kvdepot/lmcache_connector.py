@@ -3,15 +3,19 @@
 LMCache (lmcache/v1/storage_backend/connector/__init__.py, ConnectorManager) loads each name in
 `remote_storage_plugins` by importing `extra_config["remote_storage_plugin.<name>.module_path"]`
 and taking `...class_name`; a ConnectorAdapter subclass is instantiated with no arguments, and the
-first adapter whose can_parse(remote_url) is true creates the connector:
+first adapter whose can_parse(url) is true creates the connector. The URL is `remote_url`
+(deprecated in LMCache) or `plugin://<name>`:
 
-    remote_url: "kvdepot://127.0.0.1:7600"          # or kvdepot://unix/path/to/kvdepotd.sock
     remote_storage_plugins: ["kvdepot"]
     extra_config:
       remote_storage_plugin.kvdepot.module_path: kvdepot.lmcache_connector
       remote_storage_plugin.kvdepot.class_name: KvdepotConnectorAdapter
-      kvdepot.namespace: lmcache                    # optional; the key namespace name
-      kvdepot.pool_size: 8                          # optional; pooled connections
+      remote_storage_plugin.kvdepot.address: "127.0.0.1:7600"   # or unix:/path/kvdepotd.sock
+      remote_storage_plugin.kvdepot.namespace: lmcache          # optional: key namespace name
+      remote_storage_plugin.kvdepot.pool_size: 8                # optional: pooled connections
+
+or, with the older `remote_url: "kvdepot://127.0.0.1:7600"` (kvdepot://unix/PATH for a socket),
+the same plugin lines without `address`.
 
 Chunks are stored like the lm:// listener stores them (namespace id + key string, a 32-byte
 metadata header in front of the payload), so the two paths share chunks. Payloads move without
@@ -78,19 +82,28 @@ class KvdepotConnector(RemoteConnector):
 
     def __init__(self, url: str, loop: Optional[asyncio.AbstractEventLoop] = None,
                  local_cpu_backend=None, config=None, namespace: Optional[str] = None,
-                 pool_size: Optional[int] = None):
+                 pool_size: Optional[int] = None, plugin_name: Optional[str] = None):
         try:  # newer LMCache: RemoteConnector.__init__(config, metadata); older: no arguments
             super().__init__(getattr(local_cpu_backend, "config", config),
                              getattr(local_cpu_backend, "metadata", None))
         except TypeError:
             super().__init__()
         extra = (getattr(config, "extra_config", None) or {}) if config is not None else {}
-        namespace = namespace or extra.get("kvdepot.namespace", "lmcache")
-        pool_size = int(pool_size or extra.get("kvdepot.pool_size", 8))
+        if url.startswith("plugin://"):
+            plugin_name = plugin_name or url[len("plugin://"):]
+        plugin_name = plugin_name or "kvdepot"
+
+        def option(name, default):
+            return extra.get(f"remote_storage_plugin.{plugin_name}.{name}",
+                             extra.get(f"kvdepot.{name}", default))
+        namespace = namespace or option("namespace", "lmcache")
+        pool_size = int(pool_size or option("pool_size", 8))
+        address = (address_from_url(url) if url.startswith(SCHEME)
+                   else option("address", "127.0.0.1:7600"))
         self.url = url
         self.loop = loop
         self.local_cpu_backend = local_cpu_backend
-        self.client = kvdepot.Client(address_from_url(url), pool_size=pool_size)
+        self.client = kvdepot.Client(address, pool_size=pool_size)
         self.prefix = kvdepot.lm_namespace_id(namespace)
         self.executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=pool_size, thread_name_prefix="kvdepot")
@@ -205,9 +218,12 @@ class KvdepotConnectorAdapter(ConnectorAdapter):
         super().__init__(SCHEME)
 
     def can_parse(self, url: str) -> bool:
+        if url.startswith("plugin://"):  # plugin://{type}[.{instance}]
+            return url[len("plugin://"):].split(".", 1)[0] == "kvdepot"
         return url.startswith(SCHEME)
 
     def create_connector(self, context) -> KvdepotConnector:
         return KvdepotConnector(context.url, loop=context.loop,
                                 local_cpu_backend=context.local_cpu_backend,
-                                config=context.config)
+                                config=context.config,
+                                plugin_name=getattr(context, "plugin_name", None))

@@ -31,7 +31,7 @@ class Config:
         self.remote_storage_plugins, self.extra_config = remote_storage_plugins, extra_config
 
 
-def CreateConnector(url, loop, local_cpu_backend, config, metadata=None):
+def CreateConnector(url, loop, local_cpu_backend, config, metadata=None, plugin_name=None):
     if "://" not in url:
         raise ValueError(f"Invalid remote url {url}: missing scheme")
     adapters = []
@@ -44,7 +44,7 @@ def CreateConnector(url, loop, local_cpu_backend, config, metadata=None):
     for adapter in adapters:
         if adapter.can_parse(url):
             connector = adapter.create_connector(
-                ConnectorContext(url, loop, local_cpu_backend, config, metadata))
+                ConnectorContext(url, loop, local_cpu_backend, config, metadata, plugin_name))
             assert isinstance(connector, RemoteConnector)
             return connector
     raise ValueError(f"No adapter found for URL: {url}")

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "kvdepot/daemon/config.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/lm_server.h"
 #include "kvdepot/daemon/server.h"
@@ -123,3 +124,36 @@ TEST(FlatJsonTest, EveryTruncationAndFlipIsAnErrorNotACrash) {
 
 }  // namespace
 }  // namespace kvdepot::lmcache
+
+namespace kvdepot::daemon {
+namespace {
+
+TEST(LmConfigTest, KeysAndFlags) {
+  Config c;
+  EXPECT_TRUE(c.lm.listen.empty());  // off by default
+  ASSERT_TRUE(ApplyConfigFlag("lm-listen", "127.0.0.1:65432", c).ok());
+  ASSERT_TRUE(ApplyConfigFlag("lm-namespace", "staging", c).ok());
+  ASSERT_TRUE(ApplyConfigFlag("lm-io-threads", "2", c).ok());
+  ASSERT_TRUE(ApplyConfigFlag("lm-max-value-bytes", "8MiB", c).ok());
+  EXPECT_EQ(c.lm.listen, "127.0.0.1:65432");
+  EXPECT_EQ(c.lm.namespace_name, "staging");
+  EXPECT_EQ(c.lm.io_threads, 2u);
+  EXPECT_EQ(c.lm.max_value_bytes, 8u << 20);
+  EXPECT_FALSE(ApplyConfigFlag("lm-namespace", "", c).ok());
+  EXPECT_FALSE(ApplyConfigFlag("lm-io-threads", "0", c).ok());
+  EXPECT_FALSE(ApplyConfigFlag("lm-max-value-bytes", "4GiB", c).ok());
+}
+
+TEST(LmServerTest, BadAddressesAreErrors) {
+  HostTier tier(HostTierOptions::With(8ull << 20));
+  Store store(tier, nullptr);
+  for (const char* listen : {"nonsense", "127.0.0.1:99999", "not-an-ip:1"}) {
+    LmServerOptions o;
+    o.listen = listen;
+    LmServer lm(o, store);
+    EXPECT_EQ(lm.Start().code(), StatusCode::kInvalidArgument) << listen;
+  }
+}
+
+}  // namespace
+}  // namespace kvdepot::daemon

@@ -443,6 +443,7 @@ void LmServer::Impl::Stop() {
   for (auto& t : threads_) t.join();
   watcher.join();
   threads_.clear();
+  timer.reset();  // before its io_context goes
   acceptor_.reset();
   guards_.clear();
   contexts_.clear();

@@ -142,7 +142,8 @@ def test_capacity_holds_and_refused_puts_are_consumed(make_daemon):
     host = native_stats(d.port)["tiers"]["host"]
     assert host["bytes"] <= host["capacity"] == 16 * 1024 * 1024
     assert host["evictions"] > 0
-    assert d.rss_bytes() - rss_start < 64 * 1024 * 1024
+    if not os.environ.get("KVDEPOT_SANITIZE"):  # ASan keeps freed memory in quarantine
+        assert d.rss_bytes() - rss_start < 64 * 1024 * 1024
     c.close()
     rc, _ = d.stop()
     assert rc == 0

@@ -7,6 +7,7 @@
 #   make build       configure and build into build/
 #   make bench       build and run the CPU benchmarks and the eviction trace study
 #   make bench-loopback  kvdepotd vs Redis vs iperf3 over loopback (docs/benchmarks.md)
+#   make bench-lm    lm:// (LMCache's protocol) vs kvdepot's protocol, 4 and 8 MiB chunks
 #   make test-asan   build with AddressSanitizer + UBSan into build-asan/ and run every test
 #   make install     install kvdepotd, kvdepot, the systemd unit and the default config (PREFIX)
 #   make gpu         build the GPU test/bench binaries into .gpu/ (for a GPU machine)
@@ -24,8 +25,8 @@ PREFIX ?= /usr/local
 WERROR := $(if $(filter true 1,$(CI)),ON,OFF)
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVDEPOT_CUDA=$(CUDA) -DKVDEPOT_WERROR=$(WERROR)
 
-.PHONY: all deps configure build run demo test bench bench-loopback test-asan install gpu format \
-	clean
+.PHONY: all deps configure build run demo test bench bench-loopback bench-lm test-asan install gpu \
+	format clean
 
 all: build
 
@@ -54,6 +55,9 @@ bench: build
 
 bench-loopback: build
 	@bash scripts/bench-loopback.sh $(BUILD_DIR)
+
+bench-lm: build
+	@/usr/bin/python3 bench/lmcache/lm_bench.py --build $(BUILD_DIR)
 
 test-asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVDEPOT_CUDA=OFF \

@@ -17,6 +17,7 @@ cleanup() {
 trap cleanup EXIT
 
 "$build/bin/kvdepotd" --listen 127.0.0.1:$kvd_port --unix "$sock" --host-capacity 4GiB \
+  --metrics-listen "" \
   --io-threads 2 --data-dir "$data" --log-level warn &
 kvd_pid=$!
 redis-server --port $redis_port --save '' --appendonly no --protected-mode yes \

@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev libsystemd-dev
   python3 python3-numpy python3-pytest python3-xxhash
+  python3-dev pybind11-dev python3-pybind11 python3-setuptools
   redis-server iperf3 fio
   # Operability tests: a real Prometheus scraping kvdepotd (run directly with a temporary config;
   # the package's own service is not used), systemd-analyze verify of the unit.

@@ -263,6 +263,110 @@ Result<std::optional<std::vector<std::byte>>> Connection::Get(std::string_view k
   return out;
 }
 
+Status Connection::PutParts(std::string_view key,
+                            std::span<const std::span<const std::byte>> parts) {
+  std::uint64_t total = 0;
+  for (auto p : parts) total += p.size();
+  std::vector<std::byte> prefix(4 + 2 + key.size() + 8);
+  StoreLE<std::uint32_t>(prefix.data(), 1);
+  StoreLE<std::uint16_t>(prefix.data() + 4, static_cast<std::uint16_t>(key.size()));
+  std::memcpy(prefix.data() + 6, key.data(), key.size());
+  StoreLE<std::uint64_t>(prefix.data() + 6 + key.size(), total);
+  if (prefix.size() + total > 0xffffffffull) return OutOfRange("put: value too large for a frame");
+  FrameHeader h;
+  h.type = static_cast<std::uint8_t>(Op::kPut);
+  h.request_id = next_id_++;
+  h.body_length = static_cast<std::uint32_t>(prefix.size() + total);
+  std::byte head[protocol::kFrameHeaderBytes];
+  protocol::EncodeFrameHeader(h, head);
+  std::vector<std::span<const std::byte>> all = {head, prefix};
+  all.insert(all.end(), parts.begin(), parts.end());
+  KVD_RETURN_IF_ERROR(SendAll(all));
+  std::vector<std::byte> response;
+  KVD_ASSIGN_OR_RETURN(FrameHeader r, ReadResponse(response));
+  if (r.request_id != h.request_id) return Broken(Corruption("protocol: response id mismatch"));
+  if (r.status != 0) return FromWire(r.status, response);
+  KVD_ASSIGN_OR_RETURN(auto codes, protocol::DecodeStatusList(response));
+  if (codes.size() != 1) return Broken(Corruption("protocol: put response count"));
+  if (codes[0] != StatusCode::kOk) {
+    return Status(codes[0], "server refused the value for '" + std::string(key) + "'");
+  }
+  return Status::Ok();
+}
+
+Status Connection::Drain(std::uint64_t n) {
+  std::byte sink[64 * 1024];
+  while (n > 0) {
+    const std::size_t step = static_cast<std::size_t>(std::min<std::uint64_t>(n, sizeof(sink)));
+    KVD_RETURN_IF_ERROR(RecvAll(sink, step));
+    n -= step;
+  }
+  return Status::Ok();
+}
+
+Result<std::optional<std::size_t>> Connection::GetInto(std::string_view key,
+                                                       std::span<std::byte> head,
+                                                       std::span<std::byte> out) {
+  bool fits = true;
+  auto r = GetInto(key, head, [&](std::size_t size) {
+    fits = size - head.size() <= out.size();
+    return out;
+  });
+  if (r.ok() && !fits) {
+    return OutOfRange("get: value exceeds the " + std::to_string(head.size() + out.size()) +
+                      "-byte buffer");
+  }
+  return r;
+}
+
+Result<std::optional<std::size_t>> Connection::GetInto(std::string_view key,
+                                                       std::span<std::byte> head,
+                                                       const OutChooser& choose_out) {
+  const std::string keys[] = {std::string(key)};
+  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendRequest(Op::kGet, protocol::EncodeKeyList(keys)));
+  std::byte raw[protocol::kFrameHeaderBytes];
+  KVD_RETURN_IF_ERROR(RecvAll(raw, sizeof(raw)));
+  protocol::Limits limits = options_.limits;
+  limits.max_body_bytes = std::max<std::uint64_t>(limits.max_body_bytes,
+                                                  limits.max_value_bytes + 4096);
+  auto h = protocol::DecodeFrameHeader(raw, limits, /*expect_response=*/true);
+  if (!h.ok()) return Broken(h.status());
+  if (h->request_id != id || h->op() != Op::kGet || (h->flags & protocol::kFlagMore) != 0 ||
+      (h->status != 0 && h->body_length < protocol::kGetItemPrefixBytes)) {
+    std::vector<std::byte> body(h->body_length);
+    KVD_RETURN_IF_ERROR(RecvAll(body.data(), body.size()));
+    if (h->status != 0 && h->request_id == id) return FromWire(h->status, body);
+    return Broken(Corruption("protocol: unexpected response to GET " + std::to_string(id)));
+  }
+  if (h->body_length < protocol::kGetItemPrefixBytes) {
+    return Broken(Corruption("protocol: GET item frame too short"));
+  }
+  std::byte prefix_bytes[protocol::kGetItemPrefixBytes];
+  KVD_RETURN_IF_ERROR(RecvAll(prefix_bytes, sizeof(prefix_bytes)));
+  const std::uint64_t size = h->body_length - protocol::kGetItemPrefixBytes;
+  if (h->status == static_cast<std::uint16_t>(StatusCode::kNotFound)) {
+    KVD_RETURN_IF_ERROR(Drain(size));
+    return std::optional<std::size_t>();
+  }
+  if (h->status != 0) {
+    KVD_RETURN_IF_ERROR(Drain(size));
+    return Status(static_cast<StatusCode>(h->status), "get: server returned " +
+                                                          std::string(StatusCodeName(
+                                                              static_cast<StatusCode>(h->status))));
+  }
+  const std::size_t in_head = static_cast<std::size_t>(std::min<std::uint64_t>(size, head.size()));
+  KVD_RETURN_IF_ERROR(RecvAll(head.data(), in_head));
+  const std::uint64_t rest = size - in_head;
+  if (rest == 0) return std::optional<std::size_t>(static_cast<std::size_t>(size));
+  const std::span<std::byte> out = choose_out(static_cast<std::size_t>(size));
+  if (out.size() < rest) {  // no room (or dropped on purpose): read past it
+    KVD_RETURN_IF_ERROR(Drain(rest));
+    return std::optional<std::size_t>();
+  }
+  KVD_RETURN_IF_ERROR(RecvAll(out.data(), static_cast<std::size_t>(rest)));
+  return std::optional<std::size_t>(static_cast<std::size_t>(size));
+}
+
 Result<protocol::LookupResult> Connection::Lookup(std::span<const std::string> keys) {
   KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kLookup, protocol::EncodeKeyList(keys)));
   return protocol::DecodeLookupResult(response);
@@ -325,6 +429,19 @@ Result<std::optional<std::vector<std::byte>>> Client::Get(std::string_view key) 
 Status Client::Get(std::span<const std::string> keys, const GetCallback& on_item) {
   // Not retried: items may already have been delivered to the callback.
   return WithConnection([&](Connection& c) { return c.Get(keys, on_item); }, /*retry=*/false);
+}
+Status Client::PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts) {
+  return WithConnection([&](Connection& c) { return c.PutParts(key, parts); });
+}
+Result<std::optional<std::size_t>> Client::GetInto(std::string_view key, std::span<std::byte> head,
+                                                   std::span<std::byte> out) {
+  return WithConnection([&](Connection& c) { return c.GetInto(key, head, out); });
+}
+Result<std::optional<std::size_t>> Client::GetInto(std::string_view key, std::span<std::byte> head,
+                                                   const Connection::OutChooser& choose_out) {
+  // Not retried: choose_out may already have been called.
+  return WithConnection([&](Connection& c) { return c.GetInto(key, head, choose_out); },
+                        /*retry=*/false);
 }
 Result<protocol::LookupResult> Client::Lookup(std::span<const std::string> keys) {
   return WithConnection([&](Connection& c) { return c.Lookup(keys); });

@@ -145,6 +145,28 @@ const std::vector<KeySpec>& Specs() {
          c.ssd.sync_interval_ms = static_cast<std::uint32_t>(n);
          return Status::Ok();
        }},
+      {"lm.listen", "lm:// listener (LMCache's remote-server protocol) HOST:PORT (empty: off)",
+       [](std::string_view v, Config& c) {
+         c.lm.listen = std::string(v);
+         return Status::Ok();
+       }},
+      {"lm.namespace", "namespace name of chunks stored through LMCache front ends",
+       [](std::string_view v, Config& c) -> Status {
+         if (v.empty() || v.size() > 256) return InvalidArgument("must be 1-256 bytes");
+         c.lm.namespace_name = std::string(v);
+         return Status::Ok();
+       }},
+      {"lm.io_threads", "I/O threads of the lm:// listener (1-64)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 1, 64));
+         c.lm.io_threads = static_cast<std::uint32_t>(n);
+         return Status::Ok();
+       }},
+      {"lm.max_value_bytes", "largest lm:// PUT payload; a larger one closes the connection",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.lm.max_value_bytes, ParseSizeIn(v, 1, 0x7fffffffull));
+         return Status::Ok();
+       }},
       {"limits.max_key_bytes", "longest key accepted (1-1024)",
        [](std::string_view v, Config& c) -> Status {
          KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 1, 1024));
@@ -366,6 +388,10 @@ std::vector<std::pair<std::string, std::string>> ConfigEntries(const Config& c) 
       {"ssd.write_buffer", n(c.ssd.write_buffer_bytes)},
       {"ssd.queue_depth", n(c.ssd.queue_depth)},
       {"ssd.sync_interval_ms", n(c.ssd.sync_interval_ms)},
+      {"lm.listen", c.lm.listen},
+      {"lm.namespace", c.lm.namespace_name},
+      {"lm.io_threads", n(c.lm.io_threads)},
+      {"lm.max_value_bytes", n(c.lm.max_value_bytes)},
       {"limits.max_output_bytes", n(c.server.max_output_bytes)},
   };
   for (const auto& [id, bytes] : c.host.namespace_quotas) {

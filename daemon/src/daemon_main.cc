@@ -14,6 +14,7 @@
 
 #include "kvdepot/daemon/config.h"
 #include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/daemon/lm_server.h"
 #include "kvdepot/daemon/log.h"
 #include "kvdepot/daemon/metrics.h"
 #include "kvdepot/daemon/metrics_http.h"
@@ -203,6 +204,13 @@ int DaemonMain(int argc, char** argv) {
     Log(LogLevel::kError, "cannot start", {{"error", s.message()}});
     return Fail(1, s.message());
   }
+  LmServer lm_server(config.lm, store);  // LMCache's lm:// protocol (docs/lmcache.md)
+  if (!config.lm.listen.empty()) {
+    if (Status s = lm_server.Start(); !s.ok()) {
+      Log(LogLevel::kError, "cannot start", {{"error", s.message()}});
+      return Fail(1, s.message());
+    }
+  }
   std::unique_ptr<MetricsHttp> http;
   if (!config.metrics_listen.empty()) {
     auto started = MetricsHttp::Start(config.metrics_listen, metrics);
@@ -240,7 +248,13 @@ int DaemonMain(int argc, char** argv) {
     fields.push_back({"ssd", "off"});
   }
   fields.push_back({"io_threads", std::to_string(config.server.io_threads)});
+
   Log(LogLevel::kInfo, "listening on " + where, fields);
+  if (!config.lm.listen.empty()) {
+    const std::string lm_where = config.lm.listen.substr(0, config.lm.listen.rfind(':')) + ":" +
+                                 std::to_string(lm_server.port());
+    Log(LogLevel::kInfo, "lm:// (LMCache protocol) on " + lm_where, {{"lm", lm_where}});
+  }
   if (http) http->SetHealth(Health::kServing);
   NotifyReady("serving on " + where);
 
@@ -261,6 +275,7 @@ int DaemonMain(int argc, char** argv) {
     NotifyStopping();
     Log(LogLevel::kInfo, std::string("received ") + (signo == SIGTERM ? "SIGTERM" : "SIGINT") +
                              ": draining in-flight requests");
+    lm_server.Stop();
     server.Stop();
     if (ssd) ssd->Close();  // completes queued writes; the server has answered every request
   }

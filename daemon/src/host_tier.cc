@@ -28,14 +28,18 @@ Value::Value(std::shared_ptr<std::atomic<std::uint64_t>> used,
       namespace_used_(std::move(namespace_used)),
       charge_(charge),
       size_(size),
-      data_(static_cast<std::byte*>(std::aligned_alloc(kAlignment, std::max(padded_size(),
-                                                                           kAlignment)))) {
-  if (data_ == nullptr) throw std::bad_alloc();
-  std::memset(data_ + size_, 0, std::max(padded_size(), kAlignment) - size_);
+      allocation_(static_cast<std::byte*>(std::malloc(padded_size() + kAlignment))) {
+  // Plain malloc plus manual alignment rather than aligned_alloc: glibc's memalign splits its
+  // blocks so that freed values are not reused for new ones and the heap grows without bound
+  // under churn (measured: +138 MB RSS for 160 MiB through a 16 MiB tier).
+  if (allocation_ == nullptr) throw std::bad_alloc();
+  const auto address = reinterpret_cast<std::uintptr_t>(allocation_);
+  data_ = allocation_ + ((kAlignment - address % kAlignment) % kAlignment);
+  std::memset(data_ + size_, 0, padded_size() - size_);
 }
 
 Value::~Value() {
-  std::free(data_);
+  std::free(allocation_);
   used_->fetch_sub(charge_, std::memory_order_acq_rel);
   if (namespace_used_) namespace_used_->fetch_sub(charge_, std::memory_order_acq_rel);
 }

@@ -48,7 +48,7 @@ class Daemon {
       FILE* f = std::freopen(log.c_str(), "a", stderr);
       (void)f;
       const std::string ssd = (dir / "ssd").string();
-      execl(KVDEPOTD_PATH, "kvdepotd", "--listen", "", "--unix", socket.c_str(),
+      execl(KVDEPOTD_PATH, "kvdepotd", "--listen", "", "--metrics-listen", "", "--unix", socket.c_str(),
             "--data-dir", dir.c_str(), "--ssd-dir", ssd.c_str(), "--ssd-durability", "sync",
             "--ssd-capacity", "1GiB", "--ssd-segment-size", "8MiB", "--host-capacity", "4MiB",
             "--limits-max-value-bytes", "1MiB", "--io-threads", "2", nullptr);

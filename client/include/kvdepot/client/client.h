@@ -62,6 +62,23 @@ class Connection {
   Status Get(std::span<const std::string> keys, const GetCallback& on_item);
   // The value, or nullopt on a miss.
   Result<std::optional<std::vector<std::byte>>> Get(std::string_view key);
+  // PUT of one value given in pieces (e.g. a metadata header and a payload), sent as they are,
+  // without joining them first. Errors as Put().
+  Status PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts);
+  // GET of one key straight into caller memory, with no intermediate buffer: the value's first
+  // head.size() bytes land in `head`, the rest in `out`. Returns the value's size (it may be
+  // shorter than head.size()), or nullopt on a miss. A value longer than head.size() + out.size()
+  // is read and dropped (the connection stays usable) and reported as kOutOfRange with its size
+  // in the message. `head` and `out` are unspecified after an error.
+  Result<std::optional<std::size_t>> GetInto(std::string_view key, std::span<std::byte> head,
+                                             std::span<std::byte> out);
+  // As above, but `out` is chosen once the value's size is known and `head` is filled: the
+  // callback gets the value's size and returns where the remaining size - head.size() bytes go
+  // (an empty span to drop them: the result is then nullopt, as for a miss). It is not called
+  // on a miss or an error, nor when the value is shorter than head.size().
+  using OutChooser = std::function<std::span<std::byte>(std::size_t value_size)>;
+  Result<std::optional<std::size_t>> GetInto(std::string_view key, std::span<std::byte> head,
+                                             const OutChooser& choose_out);
   Result<protocol::LookupResult> Lookup(std::span<const std::string> keys);
   Result<std::vector<StatusCode>> Delete(std::span<const std::string> keys);
   Result<std::string> Stats();  // JSON document
@@ -78,6 +95,7 @@ class Connection {
   explicit Connection(int fd, const ClientOptions& options) : fd_(fd), options_(options) {}
   Status SendAll(std::span<const std::span<const std::byte>> parts);
   Status RecvAll(std::byte* out, std::size_t n);
+  Status Drain(std::uint64_t n);  // receives and drops n bytes
   // Sends a request and reads its single response; non-ok statuses become errors.
   Result<std::vector<std::byte>> Call(protocol::Op op, std::span<const std::byte> body);
   Status Broken(Status status);
@@ -111,6 +129,11 @@ class Client {
   Status Put(std::string_view key, std::span<const std::byte> value);
   Result<std::optional<std::vector<std::byte>>> Get(std::string_view key);
   Status Get(std::span<const std::string> keys, const GetCallback& on_item);
+  Status PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts);
+  Result<std::optional<std::size_t>> GetInto(std::string_view key, std::span<std::byte> head,
+                                             std::span<std::byte> out);
+  Result<std::optional<std::size_t>> GetInto(std::string_view key, std::span<std::byte> head,
+                                             const Connection::OutChooser& choose_out);
   Result<protocol::LookupResult> Lookup(std::span<const std::string> keys);
   Result<std::vector<StatusCode>> Delete(std::span<const std::string> keys);
   Result<std::string> Stats();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/daemon/lm_server.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/ssd_tier.h"
 #include "kvdepot/status.h"
@@ -25,6 +26,7 @@ struct Config {
   ServerOptions server;  // listen, unix, io_threads, limits, max_output_bytes
   HostTierOptions host;
   SsdTierOptions ssd;  // ssd.dir empty: no SSD tier
+  LmServerOptions lm;    // the lm:// listener (LMCache's protocol); off unless lm.listen is set
   std::string data_dir = "kvdepot-data";
   LogLevel log_level = LogLevel::kInfo;
   // HTTP address of /metrics and /healthz (HOST:PORT; port 0 = ephemeral); empty = none.

@@ -75,7 +75,8 @@ class Value {
   mutable std::shared_ptr<std::atomic<std::uint64_t>> namespace_used_;  // null without a quota
   std::uint64_t charge_;
   std::size_t size_;
-  std::byte* data_;  // aligned_alloc'd, padded_size() bytes
+  std::byte* allocation_;  // malloc'd: padded_size() + kAlignment bytes
+  std::byte* data_;        // the first kAlignment boundary in it
   mutable std::atomic<std::uint64_t> ssd_checksum_{0};
 };
 using ValueRef = std::shared_ptr<const Value>;
@@ -127,13 +128,13 @@ struct HostTierStats {
 
 class HostTier {
  public:
-  // Bytes charged per entry on top of its padded value and key (index node, policy links,
-  // bookkeeping).
+  // Bytes charged per entry on top of its padded value, its alignment slack and its key (index
+  // node, policy links, bookkeeping).
   static constexpr std::uint64_t kEntryOverhead = 128;
   // What a value of `value_bytes` under a key of `key_bytes` is charged.
   static constexpr std::uint64_t ChargeFor(std::size_t key_bytes, std::size_t value_bytes) {
     return (value_bytes + Value::kAlignment - 1) / Value::kAlignment * Value::kAlignment +
-           key_bytes + kEntryOverhead;
+           Value::kAlignment + key_bytes + kEntryOverhead;
   }
 
   // Called with each entry the policy evicts (not with erased or replaced ones), after the

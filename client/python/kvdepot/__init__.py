@@ -1,0 +1,29 @@
+"""kvdepot: the Python client of kvdepotd.
+
+    import kvdepot
+    c = kvdepot.Client("127.0.0.1:7600")
+    c.put(b"key", numpy_array)              # any C-contiguous buffer, sent without a copy
+    n = c.get_into(b"key", out_array)       # received straight into a writable buffer
+    data = c.get(b"key")                    # or returned as bytes (None on a miss)
+    ns = kvdepot.Namespace("meta-llama/Llama-3.1-8B-Instruct", dtype=2)
+    keys = kvdepot.chunk_keys(ns, token_ids)
+    prefix, tiers = c.lookup(keys)          # one round trip for the whole batch
+
+Network calls release the GIL. Failures raise kvdepot.Error. `kvdepot.lmcache_connector` plugs
+kvdepot into LMCache as a remote-storage plugin (docs/lmcache.md).
+"""
+from ._kvdepot import (  # noqa: F401
+    LM_HEADER_BYTES,
+    TIER_GPU,
+    TIER_HOST,
+    TIER_NONE,
+    TIER_SSD,
+    Client,
+    Error,
+    Namespace,
+    chunk_keys,
+    lm_encode_header,
+    lm_namespace_id,
+)
+
+__version__ = "0.1.0"

@@ -1,0 +1,357 @@
+// The `kvdepot._kvdepot` extension: Python bindings of the kvdepot client library
+// (client/include/kvdepot/client/client.h), chunk keys (chunk_key.h) and the LMCache value
+// header (lm_value.h). See client/python/README.md.
+//
+// Buffers: values are passed as any C-contiguous buffer-protocol object (bytes, bytearray,
+// memoryview, numpy arrays, torch CPU tensors via numpy) and sent from it directly; get_into and
+// get_lm receive straight into caller-provided writable buffers. The GIL is released for every
+// network call; buffers stay exported (so they cannot be resized) while it is released.
+// Errors raise kvdepot.Error (a RuntimeError) whose message starts with the status name.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvdepot/chunk_key.h"
+#include "kvdepot/client/client.h"
+#include "kvdepot/lm_value.h"
+
+namespace py = pybind11;
+
+namespace kvdepot::python {
+namespace {
+
+py::object& ErrorType() {
+  static py::object type;
+  return type;
+}
+
+[[noreturn]] void Raise(const Status& s) {
+  PyErr_SetString(ErrorType().ptr(),
+                  (std::string(StatusCodeName(s.code())) + ": " + s.message()).c_str());
+  throw py::error_already_set();
+}
+
+template <typename T>
+T Unwrap(Result<T> r) {
+  if (!r.ok()) Raise(r.status());
+  return std::move(*r);
+}
+
+// A held buffer-protocol view (C-contiguous), released on destruction.
+class Buffer {
+ public:
+  Buffer(py::handle obj, bool writable) {
+    const int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw py::error_already_set();
+  }
+  ~Buffer() { PyBuffer_Release(&view_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  std::span<std::byte> bytes() {
+    return {static_cast<std::byte*>(view_.buf), static_cast<std::size_t>(view_.len)};
+  }
+
+ private:
+  Py_buffer view_{};
+};
+
+// Keys: bytes, or str (encoded as UTF-8).
+std::string Key(py::handle key) {
+  if (PyBytes_Check(key.ptr())) return std::string(py::reinterpret_borrow<py::bytes>(key));
+  if (PyUnicode_Check(key.ptr())) return key.cast<std::string>();
+  throw py::type_error("a key must be bytes or str");
+}
+
+py::bytes Bytes(std::string_view s) { return py::bytes(s.data(), s.size()); }
+
+Namespace MakeNamespace(const std::string& model, std::uint32_t tp_world_size,
+                        std::uint32_t tp_rank, std::uint8_t dtype, std::uint8_t codec,
+                        std::uint32_t chunk_tokens, const std::string& tenant,
+                        const std::string& salt) {
+  Namespace ns;
+  ns.model = model;
+  ns.tp_world_size = tp_world_size;
+  ns.tp_rank = tp_rank;
+  ns.dtype = static_cast<DType>(dtype);
+  ns.codec = static_cast<CodecId>(codec);
+  ns.chunk_tokens = chunk_tokens;
+  ns.tenant = tenant;
+  ns.salt = salt;
+  if (Status s = ns.Validate(); !s.ok()) Raise(s);
+  return ns;
+}
+
+std::vector<py::bytes> KeysOf(const std::vector<ChunkKey>& keys) {
+  std::vector<py::bytes> out;
+  out.reserve(keys.size());
+  for (const ChunkKey& k : keys) {
+    out.push_back(py::bytes(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()));
+  }
+  return out;
+}
+
+class PyClient {
+ public:
+  PyClient(const std::string& address, int timeout_ms, std::size_t pool_size) {
+    client::ClientOptions o;
+    o.address = address;
+    o.timeout = std::chrono::milliseconds(timeout_ms);
+    o.pool_size = pool_size;
+    client_ = std::make_unique<client::Client>(o);
+  }
+
+  void Ping() { Check([&] { return client_->Ping(); }); }
+
+  void Put(py::handle key, py::handle value) {
+    const std::string k = Key(key);
+    Buffer b(value, /*writable=*/false);
+    Check([&] { return client_->Put(k, b.bytes()); });
+  }
+
+  // The value is the concatenation of `parts` (e.g. a header and a tensor), sent without copying.
+  void PutParts(py::handle key, const py::list& parts) {
+    const std::string k = Key(key);
+    std::vector<std::unique_ptr<Buffer>> held;
+    std::vector<std::span<const std::byte>> spans;
+    for (py::handle p : parts) {
+      held.push_back(std::make_unique<Buffer>(p, /*writable=*/false));
+      spans.push_back(held.back()->bytes());
+    }
+    Check([&] { return client_->PutParts(k, spans); });
+  }
+
+  py::object Get(py::handle key) {
+    const std::string k = Key(key);
+    Result<std::optional<std::vector<std::byte>>> r = Status::Ok();
+    {
+      py::gil_scoped_release release;
+      r = client_->Get(k);
+    }
+    auto v = Unwrap(std::move(r));
+    if (!v) return py::none();
+    return py::bytes(reinterpret_cast<const char*>(v->data()), v->size());
+  }
+
+  // Receives the value into `out` (writable, C-contiguous); its size, or None on a miss.
+  py::object GetInto(py::handle key, py::handle out) {
+    const std::string k = Key(key);
+    Buffer b(out, /*writable=*/true);
+    Result<std::optional<std::size_t>> r = Status::Ok();
+    {
+      py::gil_scoped_release release;
+      r = client_->GetInto(k, {}, b.bytes());
+    }
+    auto size = Unwrap(std::move(r));
+    if (!size) return py::none();
+    return py::int_(*size);
+  }
+
+  // A value stored with an LMCache header (lm_value.h): calls allocate(payload_size, fmt, dtype,
+  // location, shape) once the header has arrived; allocate returns a writable buffer of at least
+  // payload_size bytes (the payload is received straight into it) or None to drop the value.
+  // Returns (payload_size, fmt, dtype, location, shape), or None on a miss, a drop, or a value
+  // without a valid header.
+  py::object GetLm(py::handle key, py::function allocate) {
+    const std::string k = Key(key);
+    std::byte head[lm::kValueHeaderBytes];
+    std::unique_ptr<Buffer> target;
+    std::optional<lm::ValueHeader> meta;
+    std::exception_ptr failure;
+    Result<std::optional<std::size_t>> r = Status::Ok();
+    {
+      py::gil_scoped_release release;
+      r = client_->GetInto(k, head, [&](std::size_t size) -> std::span<std::byte> {
+        auto m = lm::DecodeValueHeader(head);
+        if (!m.ok()) return {};
+        meta = *m;
+        py::gil_scoped_acquire acquire;
+        try {
+          py::object buf = allocate(size - lm::kValueHeaderBytes, m->fmt, m->dtype, m->location,
+                                    py::make_tuple(m->shape[0], m->shape[1], m->shape[2],
+                                                   m->shape[3]));
+          if (buf.is_none()) return {};
+          target = std::make_unique<Buffer>(buf, /*writable=*/true);
+          return target->bytes();
+        } catch (...) {
+          failure = std::current_exception();
+          return {};
+        }
+      });
+    }
+    if (failure) {
+      target.reset();
+      std::rethrow_exception(failure);
+    }
+    auto size = Unwrap(std::move(r));
+    if (!size || *size < lm::kValueHeaderBytes) return py::none();
+    if (!meta) {  // an empty payload: the chooser was not called
+      auto m = lm::DecodeValueHeader(head);
+      if (!m.ok()) return py::none();
+      meta = *m;
+    }
+    return py::make_tuple(*size - lm::kValueHeaderBytes, meta->fmt, meta->dtype, meta->location,
+                          py::make_tuple(meta->shape[0], meta->shape[1], meta->shape[2],
+                                         meta->shape[3]));
+  }
+
+  // One round trip: (prefix_length, [tier per key]) for keys in prefix order.
+  py::tuple Lookup(const py::list& keys) {
+    std::vector<std::string> ks;
+    for (py::handle k : keys) ks.push_back(Key(k));
+    Result<protocol::LookupResult> r = Status::Ok();
+    {
+      py::gil_scoped_release release;
+      r = client_->Lookup(ks);
+    }
+    auto res = Unwrap(std::move(r));
+    std::vector<int> tiers;
+    for (auto t : res.tiers) tiers.push_back(static_cast<int>(t));
+    return py::make_tuple(res.prefix_length, tiers);
+  }
+
+  // (prefix_length, keys, tiers) for the full chunks of `tokens` in a chunk-key namespace.
+  py::tuple LookupPrefix(const Namespace& ns, const std::vector<std::uint32_t>& tokens) {
+    Result<client::PrefixLookup> r = Status::Ok();
+    {
+      py::gil_scoped_release release;
+      r = client_->LookupPrefix(ns, tokens);
+    }
+    auto res = Unwrap(std::move(r));
+    std::vector<int> tiers;
+    for (auto t : res.tiers) tiers.push_back(static_cast<int>(t));
+    return py::make_tuple(res.prefix_length, KeysOf(res.keys), tiers);
+  }
+
+  bool Delete(py::handle key) {
+    const std::vector<std::string> ks = {Key(key)};
+    Result<std::vector<StatusCode>> r = Status::Ok();
+    {
+      py::gil_scoped_release release;
+      r = client_->Delete(ks);
+    }
+    auto codes = Unwrap(std::move(r));
+    return !codes.empty() && codes[0] == StatusCode::kOk;
+  }
+
+  std::string Stats() {
+    Result<std::string> r = Status::Ok();
+    {
+      py::gil_scoped_release release;
+      r = client_->Stats();
+    }
+    return Unwrap(std::move(r));
+  }
+
+  // Every key starting with `prefix` (all pages), as [(key, value_bytes, tier)].
+  py::list Scan(py::handle prefix, std::uint32_t page) {
+    protocol::ScanRequest q;
+    q.prefix = Key(prefix);
+    q.limit = page;
+    py::list out;
+    for (;;) {
+      Result<protocol::ScanResult> r = Status::Ok();
+      {
+        py::gil_scoped_release release;
+        r = client_->Scan(q);
+      }
+      auto res = Unwrap(std::move(r));
+      for (const auto& e : res.entries) {
+        out.append(py::make_tuple(Bytes(e.key), e.value_bytes, static_cast<int>(e.tier)));
+      }
+      if (res.next_cursor.empty() || res.entries.empty()) return out;
+      q.cursor = res.next_cursor;
+    }
+  }
+
+ private:
+  template <typename Fn>
+  void Check(Fn&& fn) {
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = fn();
+    }
+    if (!s.ok()) Raise(s);
+  }
+
+  std::unique_ptr<client::Client> client_;
+};
+
+}  // namespace
+}  // namespace kvdepot::python
+
+PYBIND11_MODULE(_kvdepot, m) {
+  using namespace kvdepot;
+  using namespace kvdepot::python;
+  m.doc() = "kvdepot client: talks to kvdepotd (protocol v1) over TCP or a Unix socket";
+  ErrorType() = py::reinterpret_borrow<py::object>(
+      PyErr_NewException("kvdepot.Error", PyExc_RuntimeError, nullptr));
+  m.attr("Error") = ErrorType();
+  m.attr("TIER_NONE") = 0;
+  m.attr("TIER_GPU") = 1;
+  m.attr("TIER_HOST") = 2;
+  m.attr("TIER_SSD") = 3;
+  m.attr("LM_HEADER_BYTES") = lm::kValueHeaderBytes;
+
+  py::class_<Namespace>(m, "Namespace")
+      .def(py::init(&MakeNamespace), py::arg("model"), py::arg("tp_world_size") = 1,
+           py::arg("tp_rank") = 0, py::arg("dtype") = 1, py::arg("codec") = 0,
+           py::arg("chunk_tokens") = 256, py::arg("tenant") = "", py::arg("salt") = "",
+           "A chunk-key namespace (docs/format.md §2). dtype: 1 fp16, 2 bf16, 3 fp32; codec: "
+           "0 raw, 1 cachegen, 2 hack-int2. Invalid fields raise kvdepot.Error.")
+      .def("id", [](const Namespace& ns) {
+        const NamespaceId id = ns.Id();
+        return py::bytes(reinterpret_cast<const char*>(id.bytes.data()), id.bytes.size());
+      })
+      .def("label", &Namespace::Label);
+
+  m.def(
+      "chunk_keys",
+      [](const Namespace& ns, const std::vector<std::uint32_t>& tokens, bool include_partial) {
+        return KeysOf(Unwrap(ChunkKeysForTokens(ns, tokens, include_partial)));
+      },
+      py::arg("ns"), py::arg("tokens"), py::arg("include_partial") = false,
+      "The 48-byte chunk keys of a token sequence (full chunks; the partial last one too with "
+      "include_partial).");
+
+  m.def(
+      "lm_namespace_id", [](const std::string& name) { return Bytes(Unwrap(lm::NamespaceId(name))); },
+      py::arg("name") = std::string(lm::kDefaultNamespace),
+      "The 16-byte key prefix of an LMCache namespace name (docs/lmcache.md).");
+  m.def(
+      "lm_encode_header",
+      [](std::int32_t fmt, std::int32_t dtype, std::int32_t location, const py::sequence& shape) {
+        if (shape.size() > 4) throw py::value_error("shape has more than 4 dimensions");
+        lm::ValueHeader h;
+        h.fmt = fmt;
+        h.dtype = dtype;
+        h.location = location;
+        for (std::size_t i = 0; i < shape.size(); ++i) h.shape[i] = shape[i].cast<std::int32_t>();
+        char out[lm::kValueHeaderBytes];
+        lm::EncodeValueHeader(h, reinterpret_cast<std::byte*>(out));
+        return py::bytes(out, sizeof(out));
+      },
+      py::arg("fmt"), py::arg("dtype"), py::arg("location"), py::arg("shape"),
+      "The 32-byte header kept in front of an LMCache value (shape padded with zeros to 4).");
+
+  py::class_<PyClient>(m, "Client")
+      .def(py::init<const std::string&, int, std::size_t>(), py::arg("address") = "127.0.0.1:7600",
+           py::arg("timeout_ms") = 30000, py::arg("pool_size") = 4,
+           "A thread-safe pooled client; connections are made on demand.")
+      .def("ping", &PyClient::Ping)
+      .def("put", &PyClient::Put, py::arg("key"), py::arg("value"))
+      .def("put_parts", &PyClient::PutParts, py::arg("key"), py::arg("parts"))
+      .def("get", &PyClient::Get, py::arg("key"))
+      .def("get_into", &PyClient::GetInto, py::arg("key"), py::arg("out"))
+      .def("get_lm", &PyClient::GetLm, py::arg("key"), py::arg("allocate"))
+      .def("lookup", &PyClient::Lookup, py::arg("keys"))
+      .def("lookup_prefix", &PyClient::LookupPrefix, py::arg("ns"), py::arg("tokens"))
+      .def("delete", &PyClient::Delete, py::arg("key"))
+      .def("stats", &PyClient::Stats)
+      .def("scan", &PyClient::Scan, py::arg("prefix") = py::bytes(), py::arg("page") = 4096);
+}

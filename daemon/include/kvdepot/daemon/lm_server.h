@@ -1,0 +1,82 @@
+// kvdepotd's lm:// listener: the wire protocol of LMCache's remote server (`lmcache.v1.server`,
+// docs/lmcache.md), so that an LMCache engine configured with `remote_url: lm://HOST:PORT` stores
+// its chunks in kvdepot unchanged.
+//
+// Chunks go through the Store like native PUTs (same tiers, eviction, capacity and counters),
+// under the key `lm::NamespaceId(options.namespace_name) ‖ LMCache key`, with LMCache's metadata in
+// a 32-byte header in front of the payload (kvdepot/lm_value.h).
+//
+// Unlike LMCache's own server: many clients are served concurrently on Asio I/O threads; the host
+// tier's capacity holds (a PUT that cannot be stored is read and dropped, and the connection keeps
+// working — the protocol has no reply to PUT); a client that breaks the protocol (unknown command,
+// negative or oversized length) gets one header with code 400 and its connection closed; a client
+// that disconnects mid-message is closed. No client can stop or crash the daemon.
+//
+// Per connection, requests are handled one at a time in the order read (LMCache's client waits
+// for each reply anyway); a GET's value is written straight from the stored buffer.
+//
+// Thread-safety: Start/Stop from one controlling thread; stats() from any thread. Handlers never
+// block (store calls that complete on another thread are posted back to the connection's thread).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kvdepot/daemon/store.h"
+#include "kvdepot/status.h"
+
+namespace kvdepot::daemon {
+
+struct LmServerOptions {
+  std::string listen;                       // HOST:PORT; empty = off; port 0 = ephemeral
+  std::string namespace_name = "lmcache";   // selects the 16-byte key prefix (lm_value.h)
+  std::uint32_t io_threads = 1;
+  std::uint64_t max_value_bytes = 64ull << 20;  // a PUT claiming more closes its connection
+  std::uint32_t max_list_keys = 65536;          // LIST answers at most this many keys
+  std::chrono::milliseconds drain_timeout{10000};
+};
+
+struct LmServerStats {
+  std::uint64_t connections_open = 0;
+  std::uint64_t connections_total = 0;
+  std::uint64_t puts = 0;          // PUT headers read
+  std::uint64_t puts_dropped = 0;  // PUT payloads read but not stored (no room, empty key, ...)
+  std::uint64_t gets = 0;
+  std::uint64_t get_hits = 0;
+  std::uint64_t exists = 0;
+  std::uint64_t exist_hits = 0;
+  std::uint64_t lists = 0;
+  std::uint64_t health = 0;
+  std::uint64_t protocol_errors = 0;  // connections closed for breaking the protocol
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+};
+
+class LmServer {
+ public:
+  // `store` must outlive the server.
+  LmServer(const LmServerOptions& options, Store& store);
+  ~LmServer();
+  LmServer(const LmServer&) = delete;
+  LmServer& operator=(const LmServer&) = delete;
+
+  // Binds options.listen and starts the I/O threads. InvalidArgument for a bad address or
+  // namespace name, Unavailable when the address cannot be bound.
+  Status Start();
+  // The bound port (useful with port 0); 0 before Start.
+  std::uint16_t port() const;
+  // Stops accepting, lets each connection finish the request it is in (up to drain_timeout),
+  // closes every connection and joins the I/O threads. Idempotent; a no-op before Start.
+  void Stop();
+
+  LmServerStats stats() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvdepot::daemon

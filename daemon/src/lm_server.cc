@@ -1,0 +1,479 @@
+#include <utility>  // before Boost.Asio: Boost 1.74 under C++20 needs std::exchange declared
+
+#include "kvdepot/daemon/lm_server.h"
+
+#include <array>
+#include <atomic>
+#include <boost/asio.hpp>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvdepot/lm_value.h"
+
+namespace kvdepot::daemon {
+namespace asio = boost::asio;
+
+namespace {
+
+// LMCache's wire protocol (lmcache/v1/protocol.py; pinned in docs/lmcache.md). Integers are
+// native-endian int32 on LMCache's side; kvdepot reads them as little-endian (x86-64, aarch64).
+constexpr std::size_t kMaxKeyBytes = 150;
+constexpr std::size_t kClientHeaderBytes = 9 * 4 + kMaxKeyBytes;  // 186
+constexpr std::size_t kServerHeaderBytes = 9 * 4;                  // 36
+constexpr std::int32_t kPut = 1, kGet = 2, kExist = 3, kList = 4, kHealth = 5;
+constexpr std::int32_t kSuccess = 200, kFail = 400;
+constexpr std::size_t kDiscardChunk = 64 * 1024;
+
+std::int32_t LoadI32(const std::byte* p) {
+  std::uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<std::uint8_t>(p[i]);
+  return static_cast<std::int32_t>(v);
+}
+
+void StoreI32(std::byte* p, std::int32_t value) {
+  auto v = static_cast<std::uint32_t>(value);
+  for (int i = 0; i < 4; ++i, v >>= 8) p[i] = static_cast<std::byte>(v & 0xff);
+}
+
+struct Request {
+  std::int32_t command = 0;
+  std::int32_t length = 0;
+  lm::ValueHeader meta;
+  std::string key;  // whitespace stripped on both ends, as LMCache's server does
+};
+
+Request ParseRequest(const std::array<std::byte, kClientHeaderBytes>& h) {
+  Request r;
+  r.command = LoadI32(&h[0]);
+  r.length = LoadI32(&h[4]);
+  r.meta.fmt = LoadI32(&h[8]);
+  r.meta.dtype = LoadI32(&h[12]);
+  r.meta.location = LoadI32(&h[16]);
+  for (std::size_t i = 0; i < 4; ++i) r.meta.shape[i] = LoadI32(&h[20 + 4 * i]);
+  std::string_view key(reinterpret_cast<const char*>(&h[36]), kMaxKeyBytes);
+  constexpr std::string_view kSpace = " \t\n\r\v\f";
+  const auto first = key.find_first_not_of(kSpace);
+  if (first != std::string_view::npos) {
+    key = key.substr(first, key.find_last_not_of(kSpace) - first + 1);
+    r.key = std::string(key);
+  }
+  return r;
+}
+
+// The reply header: code, length, fmt, dtype, shape[4], location. Replies without a value carry
+// fmt 1 and dtype 2 (float16), as LMCache's server sends them.
+std::array<std::byte, kServerHeaderBytes> ServerHeader(std::int32_t code, std::int32_t length,
+                                                       const lm::ValueHeader* meta = nullptr) {
+  lm::ValueHeader m;
+  m.fmt = 1;
+  m.dtype = 2;
+  if (meta != nullptr) m = *meta;
+  std::array<std::byte, kServerHeaderBytes> out{};
+  StoreI32(&out[0], code);
+  StoreI32(&out[4], length);
+  StoreI32(&out[8], m.fmt);
+  StoreI32(&out[12], m.dtype);
+  for (std::size_t i = 0; i < 4; ++i) StoreI32(&out[16 + 4 * i], m.shape[i]);
+  StoreI32(&out[32], m.location);
+  return out;
+}
+
+Result<asio::ip::tcp::endpoint> ParseEndpoint(const std::string& listen) {
+  const auto colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    return InvalidArgument("lm listen address '" + listen + "' is not HOST:PORT");
+  }
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  const std::string port_text = listen.substr(colon + 1);
+  char* end = nullptr;
+  const unsigned long port = std::strtoul(port_text.c_str(), &end, 10);
+  if (port_text.empty() || *end != '\0' || port > 65535) {
+    return InvalidArgument("lm listen address '" + listen + "': bad port '" + port_text + "'");
+  }
+  boost::system::error_code ec;
+  const auto address = asio::ip::make_address(host, ec);
+  if (ec) return InvalidArgument("lm listen address '" + listen + "': " + ec.message());
+  return asio::ip::tcp::endpoint(address, static_cast<std::uint16_t>(port));
+}
+
+// Counters shared with store callbacks, which may outlive the server (SSD-thread completions).
+struct Counters {
+  std::atomic<std::uint64_t> open{0}, total{0}, puts{0}, puts_dropped{0}, gets{0}, get_hits{0},
+      exists{0}, exist_hits{0}, lists{0}, health{0}, protocol_errors{0}, bytes_in{0},
+      bytes_out{0};
+};
+
+class LmConnection;
+
+}  // namespace
+
+class LmServer::Impl {
+ public:
+  Impl(const LmServerOptions& options, Store& store) : options_(options), store_(store) {}
+  ~Impl() { Stop(); }
+
+  Status Start();
+  void Stop();
+  std::uint16_t port() const { return port_; }
+  LmServerStats stats() const;
+
+  const LmServerOptions& options() const { return options_; }
+  Store& store() { return store_; }
+  const std::string& prefix() const { return prefix_; }
+  Counters& counters() { return *counters_; }
+  const std::shared_ptr<Counters>& shared_counters() { return counters_; }
+
+  using Registration = std::list<std::weak_ptr<LmConnection>>::iterator;
+  Registration Register(const std::shared_ptr<LmConnection>& c) {
+    std::lock_guard lock(mu_);
+    ++counters_->open;
+    ++counters_->total;
+    return connections_.insert(connections_.end(), c);
+  }
+  void Unregister(Registration it) {
+    std::lock_guard lock(mu_);
+    connections_.erase(it);
+    --counters_->open;
+  }
+
+ private:
+  void Accept();
+  std::vector<std::shared_ptr<LmConnection>> Live();
+
+  LmServerOptions options_;
+  Store& store_;
+  std::string prefix_;
+  std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
+  std::vector<std::unique_ptr<asio::io_context>> contexts_;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
+  std::size_t next_context_ = 0;  // used by the accept handler only (contexts_[0])
+  std::unique_ptr<asio::ip::tcp::acceptor> acceptor_;
+  std::uint16_t port_ = 0;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::list<std::weak_ptr<LmConnection>> connections_;  // guarded by mu_
+  bool started_ = false;
+  bool stopped_ = false;
+};
+
+namespace {
+
+using Socket = asio::basic_stream_socket<asio::ip::tcp, asio::io_context::executor_type>;
+
+// One client. Every handler runs on the connection's own io_context thread.
+class LmConnection : public std::enable_shared_from_this<LmConnection> {
+ public:
+  LmConnection(Socket socket, LmServer::Impl& server)
+      : socket_(std::move(socket)), server_(server), counters_(server.shared_counters()) {}
+  ~LmConnection() { server_.Unregister(registration_); }
+  void set_registration(LmServer::Impl::Registration r) { registration_ = r; }
+
+  void Start() {
+    asio::dispatch(socket_.get_executor(), [self = shared_from_this()] { self->ReadHeader(); });
+  }
+
+  // Idle connections close now; one inside a request closes when it is answered.
+  void BeginShutdown() {
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      self->draining_ = true;
+      if (self->idle_) self->Close();
+    });
+  }
+  void ForceClose() {
+    asio::post(socket_.get_executor(), [self = shared_from_this()] { self->Close(); });
+  }
+
+ private:
+  void ReadHeader() {
+    if (draining_ || closed_) return Close();
+    idle_ = true;
+    asio::async_read(socket_, asio::buffer(header_),
+                     [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+                       self->idle_ = false;
+                       self->counters_->bytes_in += n;
+                       if (ec) return self->Close();  // EOF, reset, partial header, shutdown
+                       self->OnHeader();
+                     });
+  }
+
+  void OnHeader() {
+    Request r = ParseRequest(header_);
+    switch (r.command) {
+      case kPut: return HandlePut(std::move(r));
+      case kGet: return HandleGet(std::move(r));
+      case kExist: {
+        ++counters_->exists;
+        const bool hit = !r.key.empty() &&
+                         server_.store().Locate(server_.prefix() + r.key) != protocol::Tier::kNone;
+        if (hit) ++counters_->exist_hits;
+        return Reply(ServerHeader(hit ? kSuccess : kFail, 0));
+      }
+      case kList: return HandleList();
+      case kHealth:
+        ++counters_->health;
+        return Reply(ServerHeader(kSuccess, 0));
+      default:
+        return ProtocolError();
+    }
+  }
+
+  // ---- PUT: no reply; the payload is always consumed, stored when possible -------------------
+  void HandlePut(Request r) {
+    ++counters_->puts;
+    if (r.length < 0 || static_cast<std::uint64_t>(r.length) > server_.options().max_value_bytes) {
+      return ProtocolError();
+    }
+    const auto length = static_cast<std::size_t>(r.length);
+    if (r.key.empty()) return Discard(length, /*counted=*/false);
+    std::string key = server_.prefix() + r.key;
+    auto value = server_.store().Allocate(key, lm::kValueHeaderBytes + length);
+    if (!value.ok()) return Discard(length, /*counted=*/false);
+    std::shared_ptr<Value> v = std::move(*value);
+    lm::EncodeValueHeader(r.meta, v->mutable_bytes().data());
+    asio::async_read(
+        socket_, asio::buffer(v->mutable_bytes().data() + lm::kValueHeaderBytes, length),
+        [self = shared_from_this(), key = std::move(key), v](boost::system::error_code ec,
+                                                             std::size_t n) mutable {
+          self->counters_->bytes_in += n;
+          if (ec) return self->Close();  // the value is dropped with its charge
+          self->server_.store().Put(key, std::move(v), [c = self->counters_](Status s) {
+            if (!s.ok()) ++c->puts_dropped;  // a durable write failed; memory copy still served
+          });
+          self->ReadHeader();
+        });
+  }
+
+  // Reads and drops `n` payload bytes of a PUT that is not stored, then the next request.
+  void Discard(std::size_t n, bool counted) {
+    if (!counted) ++counters_->puts_dropped;
+    if (n == 0) return ReadHeader();
+    discard_.resize(kDiscardChunk);
+    const std::size_t step = std::min(n, kDiscardChunk);
+    asio::async_read(socket_, asio::buffer(discard_.data(), step),
+                     [self = shared_from_this(), left = n - step](boost::system::error_code ec,
+                                                                  std::size_t got) {
+                       self->counters_->bytes_in += got;
+                       if (ec) return self->Close();
+                       self->Discard(left, /*counted=*/true);
+                     });
+  }
+
+  // ---- GET: header, then the payload straight from the stored value ---------------------------
+  void HandleGet(Request r) {
+    ++counters_->gets;
+    if (r.key.empty()) return Reply(ServerHeader(kFail, 0));
+    server_.store().Get(server_.prefix() + r.key,
+                        [self = shared_from_this()](Result<Found> found) {
+                          auto finish = [self, found = std::move(found)]() mutable {
+                            self->OnFound(std::move(found));
+                          };
+                          if (self->socket_.get_executor().running_in_this_thread()) return finish();
+                          asio::post(self->socket_.get_executor(), std::move(finish));
+                        });
+  }
+
+  void OnFound(Result<Found> found) {
+    if (!found.ok()) return Reply(ServerHeader(kFail, 0));
+    const auto bytes = found->value->bytes();
+    auto meta = lm::DecodeValueHeader(bytes);
+    const std::size_t payload = bytes.size() - std::min(bytes.size(), lm::kValueHeaderBytes);
+    if (!meta.ok() || payload > static_cast<std::size_t>(INT32_MAX)) {
+      return Reply(ServerHeader(kFail, 0));  // not an LMCache value: a miss for LMCache
+    }
+    ++counters_->get_hits;
+    reply_head_ = ServerHeader(kSuccess, static_cast<std::int32_t>(payload), &*meta);
+    value_ = std::move(found->value);
+    const std::array<asio::const_buffer, 2> buffers = {
+        asio::buffer(reply_head_), asio::buffer(bytes.data() + lm::kValueHeaderBytes, payload)};
+    Write(buffers, /*then_close=*/false);
+  }
+
+  // ---- LIST (kvdepot's definition; LMCache's server leaves it unimplemented) ------------------
+  // Reply: code 200, length = byte count, then the keys of the namespace (prefix removed) joined
+  // by '\n', in byte order, at most max_list_keys of them.
+  void HandleList() {
+    ++counters_->lists;
+    body_.clear();
+    std::string cursor;
+    std::uint32_t listed = 0;
+    const std::uint32_t max_keys = server_.options().max_list_keys;
+    while (listed < max_keys) {
+      const auto page = server_.store().Scan(server_.prefix(), cursor,
+                                             std::min<std::uint32_t>(max_keys - listed, 4096),
+                                             protocol::Tier::kNone);
+      for (const auto& e : page.entries) {
+        if (!body_.empty()) body_.push_back('\n');
+        body_.append(e.key, server_.prefix().size());
+        ++listed;
+      }
+      if (page.next_cursor.empty() || page.entries.empty()) break;
+      cursor = page.next_cursor;
+    }
+    reply_head_ = ServerHeader(kSuccess, static_cast<std::int32_t>(body_.size()));
+    const std::array<asio::const_buffer, 2> buffers = {asio::buffer(reply_head_),
+                                                       asio::buffer(body_)};
+    Write(buffers, /*then_close=*/false);
+  }
+
+  // ---- writing --------------------------------------------------------------------------------
+  void Reply(const std::array<std::byte, kServerHeaderBytes>& head) {
+    reply_head_ = head;
+    const std::array<asio::const_buffer, 1> buffers = {asio::buffer(reply_head_)};
+    Write(buffers, /*then_close=*/false);
+  }
+
+  // Unknown command or an impossible length: the stream cannot be resynchronised. One 400
+  // header, then the connection closes.
+  void ProtocolError() {
+    ++counters_->protocol_errors;
+    reply_head_ = ServerHeader(kFail, 0);
+    const std::array<asio::const_buffer, 1> buffers = {asio::buffer(reply_head_)};
+    Write(buffers, /*then_close=*/true);
+  }
+
+  template <typename Buffers>
+  void Write(const Buffers& buffers, bool then_close) {
+    asio::async_write(socket_, buffers,
+                      [self = shared_from_this(), then_close](boost::system::error_code ec,
+                                                              std::size_t n) {
+                        self->counters_->bytes_out += n;
+                        self->value_.reset();
+                        if (ec || then_close) return self->Close();
+                        self->ReadHeader();
+                      });
+  }
+
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    boost::system::error_code ec;
+    socket_.shutdown(Socket::shutdown_both, ec);
+    socket_.close(ec);
+  }
+
+  Socket socket_;
+  LmServer::Impl& server_;
+  std::shared_ptr<Counters> counters_;
+  LmServer::Impl::Registration registration_{};
+  std::array<std::byte, kClientHeaderBytes> header_{};
+  std::array<std::byte, kServerHeaderBytes> reply_head_{};
+  ValueRef value_;    // the value being sent
+  std::string body_;  // a LIST reply being sent
+  std::vector<std::byte> discard_;
+  bool idle_ = false;  // waiting for a request header
+  bool draining_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace
+
+Status LmServer::Impl::Start() {
+  if (started_) return Status::Ok();
+  KVD_ASSIGN_OR_RETURN(prefix_, lm::NamespaceId(options_.namespace_name));
+  KVD_ASSIGN_OR_RETURN(const auto endpoint, ParseEndpoint(options_.listen));
+  for (std::uint32_t i = 0; i < std::max<std::uint32_t>(options_.io_threads, 1); ++i) {
+    contexts_.push_back(std::make_unique<asio::io_context>(1));
+    guards_.emplace_back(asio::make_work_guard(*contexts_.back()));
+  }
+  boost::system::error_code ec;
+  acceptor_ = std::make_unique<asio::ip::tcp::acceptor>(*contexts_[0]);
+  if (acceptor_->open(endpoint.protocol(), ec); !ec) {
+    acceptor_->set_option(asio::socket_base::reuse_address(true), ec);
+    acceptor_->bind(endpoint, ec);
+  }
+  if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return Unavailable("cannot listen on lm://" + options_.listen + ": " + ec.message());
+  port_ = acceptor_->local_endpoint().port();
+  Accept();
+  for (auto& ctx : contexts_) threads_.emplace_back([c = ctx.get()] { c->run(); });
+  started_ = true;
+  return Status::Ok();
+}
+
+void LmServer::Impl::Accept() {
+  auto& ctx = *contexts_[next_context_++ % contexts_.size()];
+  acceptor_->async_accept(ctx.get_executor(), [this](boost::system::error_code ec, Socket socket) {
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor_->is_open()) return;
+      return Accept();  // e.g. EMFILE: keep serving the connections we have
+    }
+    boost::system::error_code ignored;
+    socket.set_option(asio::ip::tcp::no_delay(true), ignored);
+    auto conn = std::make_shared<LmConnection>(std::move(socket), *this);
+    conn->set_registration(Register(conn));
+    conn->Start();
+    Accept();
+  });
+}
+
+std::vector<std::shared_ptr<LmConnection>> LmServer::Impl::Live() {
+  std::vector<std::shared_ptr<LmConnection>> live;
+  std::lock_guard lock(mu_);
+  for (auto& weak : connections_) {
+    if (auto c = weak.lock()) live.push_back(std::move(c));
+  }
+  return live;
+}
+
+void LmServer::Impl::Stop() {
+  if (!started_ || stopped_) return;
+  stopped_ = true;
+  asio::post(*contexts_[0], [this] {
+    boost::system::error_code ec;
+    acceptor_->close(ec);
+  });
+  for (auto& c : Live()) c->BeginShutdown();  // released outside the lock (Unregister locks)
+  auto timer = std::make_shared<asio::steady_timer>(*contexts_[0], options_.drain_timeout);
+  timer->async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
+    for (auto& c : Live()) c->ForceClose();
+  });
+  for (auto& g : guards_) g.reset();
+  std::thread watcher([this, timer] {
+    while (counters_->open.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    asio::post(*contexts_[0], [timer] { timer->cancel(); });
+  });
+  for (auto& t : threads_) t.join();
+  watcher.join();
+  threads_.clear();
+  timer.reset();  // before its io_context goes
+  acceptor_.reset();
+  guards_.clear();
+  contexts_.clear();
+}
+
+LmServerStats LmServer::Impl::stats() const {
+  const Counters& c = *counters_;
+  LmServerStats s;
+  s.connections_open = c.open.load();
+  s.connections_total = c.total.load();
+  s.puts = c.puts.load();
+  s.puts_dropped = c.puts_dropped.load();
+  s.gets = c.gets.load();
+  s.get_hits = c.get_hits.load();
+  s.exists = c.exists.load();
+  s.exist_hits = c.exist_hits.load();
+  s.lists = c.lists.load();
+  s.health = c.health.load();
+  s.protocol_errors = c.protocol_errors.load();
+  s.bytes_in = c.bytes_in.load();
+  s.bytes_out = c.bytes_out.load();
+  return s;
+}
+
+LmServer::LmServer(const LmServerOptions& options, Store& store)
+    : impl_(std::make_unique<Impl>(options, store)) {}
+LmServer::~LmServer() { Stop(); }
+Status LmServer::Start() { return impl_->Start(); }
+std::uint16_t LmServer::port() const { return impl_->port(); }
+void LmServer::Stop() { impl_->Stop(); }
+LmServerStats LmServer::stats() const { return impl_->stats(); }
+
+}  // namespace kvdepot::daemon

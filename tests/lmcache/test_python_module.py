@@ -1,0 +1,149 @@
+"""The kvdepot Python module (pybind11 over the client library) against a kvdepotd subprocess."""
+import hashlib
+import struct
+import threading
+
+import numpy as np
+import pytest
+
+kvdepot = pytest.importorskip("kvdepot", reason="the kvdepot Python module is not built")
+
+
+@pytest.fixture
+def client(daemon):
+    return kvdepot.Client(daemon.addr, timeout_ms=10000, pool_size=4)
+
+
+def test_put_get_bytes_and_buffers(client):
+    client.ping()
+    client.put(b"k-bytes", b"hello")
+    assert client.get(b"k-bytes") == b"hello"
+    client.put("k-str", bytearray(b"from a bytearray"))  # str keys are UTF-8
+    assert client.get(b"k-str") == b"from a bytearray"
+    arr = np.arange(3 * 1024 * 1024, dtype=np.float16).reshape(3, 1024, 1024)
+    client.put(b"k-array", arr)
+    assert client.get(b"k-array") == arr.tobytes()
+    assert client.get(b"absent") is None
+
+
+def test_get_into_caller_buffers(client):
+    arr = np.random.default_rng(1).standard_normal((256, 1024), dtype=np.float32)
+    client.put(b"t", arr)
+    out = np.empty_like(arr)
+    assert client.get_into(b"t", out) == arr.nbytes
+    assert np.array_equal(out, arr)
+    big = bytearray(arr.nbytes + 100)
+    assert client.get_into(b"t", big) == arr.nbytes
+    assert bytes(big[:arr.nbytes]) == arr.tobytes()
+    assert client.get_into(b"absent", big) is None
+    with pytest.raises(kvdepot.Error, match="out_of_range"):
+        client.get_into(b"t", bytearray(10))
+    client.ping()  # the connection survived the refused get
+    with pytest.raises(BufferError):
+        client.get_into(b"t", b"read-only bytes")
+    with pytest.raises((BufferError, ValueError)):  # numpy raises ValueError
+        client.get_into(b"t", np.empty((1024, 256), dtype=np.float32).T)  # not contiguous
+
+
+def test_put_parts_concatenates_without_joining(client):
+    header = kvdepot.lm_encode_header(1, 3, 0, (2, 4))
+    assert len(header) == kvdepot.LM_HEADER_BYTES == 32
+    payload = np.ones(1000, dtype=np.uint8)
+    client.put_parts(b"p", [header, memoryview(payload)])
+    assert client.get(b"p") == header + payload.tobytes()
+
+
+def test_get_lm_allocates_from_the_header(client):
+    payload = np.arange(4096, dtype=np.uint16)
+    client.put_parts(b"lm", [kvdepot.lm_encode_header(1, 3, 1, (2, 8, 256, 0)), payload])
+    seen = []
+
+    def allocate(size, fmt, dtype, location, shape):
+        seen.append((size, fmt, dtype, location, shape))
+        return np.empty(size, dtype=np.uint8)
+    targets = []
+
+    def allocate_keep(*args):
+        targets.append(allocate(*args))
+        return targets[-1]
+    assert client.get_lm(b"lm", allocate_keep) == (payload.nbytes, 1, 3, 1, (2, 8, 256, 0))
+    assert seen == [(payload.nbytes, 1, 3, 1, (2, 8, 256, 0))]
+    assert targets[0].tobytes() == payload.tobytes()
+    assert client.get_lm(b"lm", lambda *a: None) is None  # dropped by the allocator
+    assert client.get_lm(b"absent", allocate) is None
+    client.put(b"plain", b"no header here at all, not an lmcache value")
+    assert client.get_lm(b"plain", allocate) is None
+
+    def failing(*args):
+        raise KeyError("allocation failed")
+    with pytest.raises(KeyError):
+        client.get_lm(b"lm", failing)
+    client.ping()
+
+
+def test_batched_lookup_delete_scan_stats(client):
+    keys = [f"b{i}".encode() for i in range(5)]
+    for k in keys[:3]:
+        client.put(k, k)
+    prefix, tiers = client.lookup(keys)
+    assert prefix == 3 and tiers == [kvdepot.TIER_HOST] * 3 + [kvdepot.TIER_NONE] * 2
+    assert client.delete(b"b1") and not client.delete(b"b1")
+    assert client.lookup(keys)[0] == 1
+    assert [k for k, _, _ in client.scan(b"b")] == [b"b0", b"b2"]
+    assert '"tiers"' in client.stats()
+
+
+def test_chunk_keys_match_the_format_golden_vector(client):
+    ns = kvdepot.Namespace("m")
+    keys = kvdepot.chunk_keys(ns, [1, 2, 3], include_partial=True)
+    assert [k.hex() for k in keys] == [
+        "6ec8a8d6cc1bbc471232558193f70b33a74e37fefaeb850c155dce61be75c680"
+        "0b60ab1a0ebf666fdbd5de066a85eec0"]
+    assert kvdepot.chunk_keys(ns, [1, 2, 3]) == []  # partial chunks are left out by default
+    ns = kvdepot.Namespace("meta-llama/Llama-3.1-8B-Instruct", tp_world_size=2, tp_rank=1,
+                           dtype=2, codec=1, tenant="acme", salt="s3cret")
+    tokens = [(i * 2654435761) % 2**32 for i in range(600)]
+    keys = kvdepot.chunk_keys(ns, tokens)
+    assert len(keys) == 2 and keys[0].hex().startswith("2464864f1f3642583b7154cc1f55fdba")
+    client.put(keys[0], b"chunk 0")
+    prefix, found, tiers = client.lookup_prefix(ns, tokens)
+    assert prefix == 1 and found == keys and tiers == [kvdepot.TIER_HOST, kvdepot.TIER_NONE]
+    with pytest.raises(kvdepot.Error, match="invalid_argument"):
+        kvdepot.Namespace("m", tp_world_size=2, tp_rank=2)
+
+
+def test_lm_namespace_id_is_pinned():
+    d = hashlib.sha256(b"kvdepot.lm.v1\x00" + struct.pack("<I", 7) + b"lmcache").digest()
+    assert kvdepot.lm_namespace_id() == d[:16] == kvdepot.lm_namespace_id("lmcache")
+    assert kvdepot.lm_namespace_id("other") != d[:16]
+
+
+def test_threads_share_one_client(client):
+    errors = []
+    value = np.random.default_rng(2).integers(0, 255, 2 * 1024 * 1024, dtype=np.uint8)
+
+    def worker(t):
+        try:
+            out = np.empty_like(value)
+            for i in range(10):
+                key = f"thread-{t}-{i}".encode()
+                client.put(key, value)
+                assert client.get_into(key, out) == value.nbytes
+                assert np.array_equal(out, value)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+
+
+def test_errors_are_exceptions_not_crashes():
+    c = kvdepot.Client("127.0.0.1:1", timeout_ms=1000)
+    with pytest.raises(kvdepot.Error, match="unavailable"):
+        c.ping()
+    with pytest.raises(TypeError):
+        c.get(12)
+    assert issubclass(kvdepot.Error, RuntimeError)

@@ -205,5 +205,25 @@ TEST(MetricsProbeTest, ProbeRunsOnceEveryIoLoopWentRound) {
   server.Stop();
 }
 
+TEST(MetricsSsdTest, SsdTierSeriesComeFromItsStats) {
+  Metrics metrics("test");
+  SsdTierStats d;
+  d.bytes = 512 << 20;
+  d.capacity = 1 << 30;
+  d.chunks = 5;
+  d.reads = 7;
+  d.checksum_failures = 3;
+  d.io_path = "io_uring";
+  metrics.AddTier("ssd", [d] { return ToTierStats(d); });
+  metrics.SetSsdSource([d] { return d; });
+  const std::string text = metrics.Text();
+  EXPECT_NE(text.find("kvdepot_tier_chunks{tier=\"ssd\"} 5"), std::string::npos) << text;
+  EXPECT_NE(text.find("kvdepot_tier_capacity_bytes{tier=\"ssd\"} 1073741824"), std::string::npos);
+  EXPECT_NE(text.find("kvdepot_ssd_reads_total 7"), std::string::npos);
+  EXPECT_NE(text.find("kvdepot_ssd_checksum_failures_total 3"), std::string::npos);
+  EXPECT_NE(text.find("kvdepot_ssd_io_info{path=\"io_uring\",direct_io=\"true\"} 1"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvdepot::daemon

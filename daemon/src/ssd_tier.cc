@@ -555,9 +555,9 @@ Status SsdTier::Impl::Rollover() {
 }
 
 void SsdTier::Impl::WriteBatch(std::vector<WriteJob>& jobs) {
-  // 1. Place each record (rolling over segments as needed) and submit the writes together.
+  // 1. Place each record (rolling over segments as needed) and submit its write at once, so the
+  // device works on it while the next value's checksum is computed.
   Latch latch;
-  std::vector<IoRequest> requests;
   Status placement = Status::Ok();
   for (WriteJob& job : jobs) {
     const std::uint64_t record = ssd::RecordBytes(job.value->bytes().size());
@@ -598,10 +598,9 @@ void SsdTier::Impl::WriteBatch(std::vector<WriteJob>& jobs) {
       job.result = res;
       latch.Done();
     };
-    requests.push_back(std::move(r));
+    latch.Add(1);
+    engine_->Submit({std::move(r)});
   }
-  latch.Add(static_cast<int>(requests.size()));
-  if (!requests.empty()) engine_->Submit(std::move(requests));
   latch.Wait();
 
   // 2. Durability: under `sync`, the payloads reach stable storage before the index says so.

@@ -88,6 +88,23 @@ void Add(MetricFamily& f, std::vector<ClientMetric::Label> labels, double value)
   f.metric.push_back(std::move(m));
 }
 
+// One family with a single unlabelled series.
+struct UnlabelledRow {
+  const char* name;
+  const char* help;
+  MetricType type;
+  std::uint64_t value;
+};
+
+template <std::size_t N>
+void AddRows(const UnlabelledRow (&rows)[N], std::vector<MetricFamily>& out) {
+  for (const UnlabelledRow& r : rows) {
+    auto f = NewFamily(r.name, r.help, r.type);
+    Add(f, {}, static_cast<double>(r.value));
+    out.push_back(std::move(f));
+  }
+}
+
 std::string NamespaceHex(const std::string& id) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string hex;
@@ -219,12 +236,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
 
  private:
   static void CollectServer(const ServerStats& s, std::vector<MetricFamily>& out) {
-    const struct {
-      const char* name;
-      const char* help;
-      MetricType type;
-      std::uint64_t value;
-    } rows[] = {
+    const UnlabelledRow rows[] = {
         {"kvdepot_connections_open", "Client connections open now", MetricType::Gauge,
          s.connections_open},
         {"kvdepot_connections_accepted_total", "Client connections accepted", MetricType::Counter,
@@ -236,20 +248,11 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
         {"kvdepot_network_transmit_bytes_total", "Protocol bytes written to clients",
          MetricType::Counter, s.bytes_out},
     };
-    for (const auto& r : rows) {
-      auto f = NewFamily(r.name, r.help, r.type);
-      Add(f, {}, static_cast<double>(r.value));
-      out.push_back(std::move(f));
-    }
+    AddRows(rows, out);
   }
 
   static void CollectSsd(const SsdTierStats& s, std::vector<MetricFamily>& out) {
-    const struct {
-      const char* name;
-      const char* help;
-      MetricType type;
-      std::uint64_t value;
-    } rows[] = {
+    const UnlabelledRow rows[] = {
         {"kvdepot_ssd_reads_total", "Chunk reads from segment files (verified)",
          MetricType::Counter, s.reads},
         {"kvdepot_ssd_read_bytes_total", "Bytes read from segment files", MetricType::Counter,
@@ -278,11 +281,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
         {"kvdepot_ssd_recovered_chunks", "Chunks found valid in the index at start",
          MetricType::Gauge, s.recovered_chunks},
     };
-    for (const auto& r : rows) {
-      auto f = NewFamily(r.name, r.help, r.type);
-      Add(f, {}, static_cast<double>(r.value));
-      out.push_back(std::move(f));
-    }
+    AddRows(rows, out);
     auto path = NewFamily("kvdepot_ssd_io_info",
                           "The SSD tier's I/O path (the value is always 1)", MetricType::Gauge);
     Add(path, {{"path", s.io_path}, {"direct_io", s.direct_io ? "true" : "false"}}, 1);

@@ -29,14 +29,18 @@ void Store::Put(std::string_view key, ValueRef value, PutCallback done) {
     return done(Status::Ok());
   }
   const SsdTierOptions& o = ssd_->options();
-  const bool through = o.write_policy == SsdWritePolicy::kWriteThrough ||
-                       o.durability == SsdDurability::kSync;
   host_.Insert(key, value);
-  if (!through) {
-    ssd_->Erase(key);  // an older copy there is stale now; the new one is demoted on eviction
-    return done(Status::Ok());
+  if (o.durability == SsdDurability::kSync) {
+    // The committed write replaces the index entry atomically: until it is acknowledged, a crash
+    // keeps the previous acknowledged value.
+    return ssd_->Write(key, std::move(value), std::move(done));
   }
-  if (o.durability == SsdDurability::kSync) return ssd_->Write(key, std::move(value), std::move(done));
+  // An older SSD copy is stale now, and so is any older write still queued for the key: a GET
+  // that misses the host before the new value reaches the SSD must miss, not read the old one.
+  ssd_->Erase(key);
+  if (o.write_policy == SsdWritePolicy::kWriteBack) {
+    return done(Status::Ok());  // the new value is demoted when evicted
+  }
   ssd_->Write(key, std::move(value), nullptr);
   done(Status::Ok());
 }

@@ -138,9 +138,14 @@ TEST(SsdCrashTest, AcknowledgedSyncPutsSurviveSigkillAndNothingCorruptIsServed) 
         std::mt19937_64 local(cycle * 100 + w);
         for (int i = 0; !stop; ++i) {
           if (w < 2) {
-            const std::string key = "c" + std::to_string(cycle) + "w" + std::to_string(w) + "i" +
-                                    std::to_string(i);
+            // Mostly fresh keys; every fourth PUT overwrites an older acknowledged key (same
+            // bytes): a crash before that PUT is acknowledged must keep the older copy.
+            std::string key = "c" + std::to_string(cycle) + "w" + std::to_string(w) + "i" +
+                              std::to_string(i);
+            const bool fresh = i % 4 != 3 || old.empty();
+            if (!fresh) key = old[local() % old.size()];
             if (!(*c)->Put(key, ValueFor(key)).ok()) return;  // the daemon died
+            if (!fresh) continue;  // already in `acknowledged`
             std::lock_guard lock(mu);
             acked_now.push_back(key);
           } else {

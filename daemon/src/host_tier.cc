@@ -87,12 +87,16 @@ struct HostTier::Shard {
   std::list<std::string> order;
   std::list<std::string>::iterator hand = order.end();  // SIEVE only; end() = start at the back
 
-  // Adds an entry as the newest. Precondition: `key` is absent.
-  void Link(std::string_view key, ValueRef value) {
-    order.emplace_front(key);
+  // Adds an entry as the newest (or the oldest: the next victim). Precondition: `key` is absent.
+  void Link(std::string_view key, ValueRef value, bool newest = true) {
+    if (newest) {
+      order.emplace_front(key);
+    } else {
+      order.emplace_back(key);
+    }
     Entry e;
     e.value = std::move(value);
-    e.pos = order.begin();
+    e.pos = newest ? order.begin() : std::prev(order.end());
     e.last_access_ms = NowMs();
     index.emplace(std::string(key), std::move(e));
   }
@@ -163,8 +167,14 @@ bool HostTier::EvictOne(std::string_view ns, bool namespace_only) {
       victim_key = it->first;
       s.Unlink(it);
     }
+    if (eviction_listener_ && !eviction_listener_(victim_key, victim)) {
+      // The value may not leave memory yet (its SSD write cannot be queued): it goes back as
+      // this shard's next victim, unless a new value took its key meanwhile.
+      std::lock_guard lock(s.mu);
+      if (s.index.count(victim_key) == 0) s.Link(victim_key, std::move(victim), /*newest=*/false);
+      continue;
+    }
     evictions_.fetch_add(1, std::memory_order_relaxed);
-    if (eviction_listener_) eviction_listener_(victim_key, std::move(victim));
     return true;
   }
   return false;

@@ -189,7 +189,7 @@ TierStats ToTierStats(const SsdTierStats& ssd) {
   t.misses = ssd.misses;
   t.evictions = ssd.evictions;
   t.inserts = ssd.writes;
-  t.rejected = ssd.demotions_dropped;
+  t.rejected = ssd.demotions_refused + ssd.demotions_dropped;
   return t;  // the lowest tier: nothing is demoted from it or promoted into it
 }
 
@@ -268,8 +268,13 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
         {"kvdepot_ssd_checksum_failures_total",
          "Chunks whose stored copy failed verification (removed, served as misses)",
          MetricType::Counter, s.checksum_failures},
+        {"kvdepot_ssd_demotions_refused_total",
+         "Host-tier evictions refused for now because the SSD write buffer was full (the value "
+         "stayed in memory)",
+         MetricType::Counter, s.demotions_refused},
         {"kvdepot_ssd_demotions_dropped_total",
-         "Host-tier evictions not written to the SSD (write buffer full)", MetricType::Counter,
+         "Host-tier evictions of values too large for a segment (never written)",
+         MetricType::Counter,
          s.demotions_dropped},
         {"kvdepot_ssd_segments", "Segment files", MetricType::Gauge, s.segments},
         {"kvdepot_ssd_segments_evicted_total", "Segments dropped to stay within capacity",

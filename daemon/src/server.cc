@@ -828,6 +828,7 @@ std::string Server::Impl::StatsJson() const {
     field("evictions", d.evictions);
     field("demotions", d.demotions);
     field("demotions_dropped", d.demotions_dropped);
+    field("demotions_refused", d.demotions_refused);
     field("promotions", d.promotions);
     field("reads", d.reads);
     field("writes", d.writes);

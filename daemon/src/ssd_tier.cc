@@ -156,11 +156,11 @@ class SsdTier::Impl {
   Status Open();
   void Close();
   void Write(std::string_view key, ValueRef value, WriteCallback done);
-  void Demote(std::string_view key, ValueRef value);
+  bool Demote(std::string_view key, const ValueRef& value);
   void Read(std::string_view key, const Allocator& allocate, ReadCallback done);
   bool Contains(std::string_view key) const {
     std::lock_guard lock(mu_);
-    return index_.find(key) != index_.end();
+    return index_.find(key) != index_.end() || queued_.count(std::string(key)) != 0;
   }
   bool ShouldPromote(std::string_view key);
   void CountPromotion() { ++promotions_; }
@@ -197,6 +197,9 @@ class SsdTier::Impl {
   // Key -> ticket of its last Erase while writes were queued. Written under mu_ and wmu_; read
   // and pruned by the writer thread under either.
   std::unordered_map<std::string, std::uint64_t> erased_;
+  // The latest write queued (or being written) for each key, served from memory until it is
+  // indexed: a value being demoted is never a miss. Guarded by mu_.
+  std::unordered_map<std::string, ValueRef> queued_;
   std::uint64_t live_bytes_ = 0;
   std::uint64_t segment_bytes_total_ = 0;
 
@@ -205,7 +208,6 @@ class SsdTier::Impl {
   std::condition_variable wcv_;
   std::deque<WriteJob> jobs_;
   std::vector<ssd::IndexChange> index_deletes_;
-  std::unordered_set<const Value*> pending_;  // values queued or being written
   std::uint64_t pending_bytes_ = 0;           // write-through bytes queued
   std::uint64_t unfinished_jobs_ = 0;         // queued or being written
   std::uint64_t next_ticket_ = 0;             // guarded by wmu_ (Erase reads it under mu_+wmu_)
@@ -220,7 +222,7 @@ class SsdTier::Impl {
 
   std::shared_ptr<std::atomic<std::uint64_t>> write_buffer_used_;
   mutable std::atomic<std::uint64_t> hits_{0}, misses_{0}, evictions_{0}, segments_evicted_{0},
-      demotions_{0}, demotions_dropped_{0}, promotions_{0}, reads_{0}, read_bytes_{0}, writes_{0}, write_bytes_{0},
+      demotions_{0}, demotions_dropped_{0}, demotions_refused_{0}, promotions_{0}, reads_{0}, read_bytes_{0}, writes_{0}, write_bytes_{0},
       write_errors_{0}, read_errors_{0}, checksum_failures_{0}, recovered_{0},
       recovery_dropped_{0};
 };
@@ -348,7 +350,7 @@ void SsdTier::Impl::Close() {
 
 bool SsdTier::Impl::Enqueue(WriteJob job) {
   {
-    std::lock_guard lock(wmu_);
+    std::scoped_lock lock(mu_, wmu_);
     if (job.buffered) {
       // Write-through without a waiting client: skipped (the value is then demoted on eviction)
       // rather than queued past the write buffer.
@@ -357,7 +359,7 @@ bool SsdTier::Impl::Enqueue(WriteJob job) {
     }
     job.ticket = ++next_ticket_;
     ++unfinished_jobs_;
-    pending_.insert(job.value.get());
+    queued_[job.key] = job.value;
     jobs_.push_back(std::move(job));
   }
   wcv_.notify_one();
@@ -382,26 +384,31 @@ void SsdTier::Impl::Write(std::string_view key, ValueRef value, WriteCallback do
   Enqueue(std::move(job));
 }
 
-void SsdTier::Impl::Demote(std::string_view key, ValueRef value) {
+bool SsdTier::Impl::Demote(std::string_view key, const ValueRef& value) {
   if (const std::uint64_t sum = value->ssd_checksum(); sum != 0) {
     std::lock_guard lock(mu_);
     auto it = index_.find(key);
-    if (it != index_.end() && it->second.location.checksum == sum) return;  // already here
+    if (it != index_.end() && it->second.location.checksum == sum) return true;  // already here
   }
   {
-    std::lock_guard lock(wmu_);
-    if (pending_.count(value.get()) != 0) return;  // its write is queued already
+    std::lock_guard lock(mu_);
+    auto q = queued_.find(std::string(key));
+    if (q != queued_.end() && q->second == value) return true;  // its write is queued already
   }
-  if (ssd::RecordBytes(value->bytes().size()) > options_.segment_bytes ||
-      !value->TransferCharge(write_buffer_used_, options_.write_buffer_bytes)) {
+  if (ssd::RecordBytes(value->bytes().size()) > options_.segment_bytes) {
     ++demotions_dropped_;
-    return;
+    return true;
+  }
+  if (!value->TransferCharge(write_buffer_used_, options_.write_buffer_bytes)) {
+    ++demotions_refused_;
+    return false;
   }
   ++demotions_;
   WriteJob job;
   job.key = std::string(key);
-  job.value = std::move(value);
+  job.value = value;
   Enqueue(std::move(job));
+  return true;
 }
 
 void SsdTier::Impl::WriterLoop() {
@@ -617,6 +624,9 @@ void SsdTier::Impl::WriteBatch(std::vector<WriteJob>& jobs) {
     std::lock_guard lock(mu_);
     for (std::size_t i = 0; i < jobs.size(); ++i) {
       WriteJob& job = jobs[i];
+      if (auto q = queued_.find(job.key); q != queued_.end() && q->second == job.value) {
+        queued_.erase(q);  // from now on the index (or nothing, on failure) answers for it
+      }
       if (!job.placed || job.result <= 0) {
         ++write_errors_;
         outcome[i] = !job.placed ? placement
@@ -646,7 +656,6 @@ void SsdTier::Impl::WriteBatch(std::vector<WriteJob>& jobs) {
   {
     std::lock_guard lock(wmu_);
     for (WriteJob& job : jobs) {
-      pending_.erase(job.value.get());
       if (job.buffered) pending_bytes_ -= job.value->bytes().size();
     }
     unfinished_jobs_ -= jobs.size();
@@ -670,6 +679,15 @@ void SsdTier::Impl::WriteBatch(std::vector<WriteJob>& jobs) {
 void SsdTier::Impl::Read(std::string_view key, const Allocator& allocate, ReadCallback done) {
   Location loc;
   std::shared_ptr<Segment> seg;
+  ValueRef queued;
+  {
+    std::lock_guard lock(mu_);
+    if (auto q = queued_.find(std::string(key)); q != queued_.end()) queued = q->second;
+  }
+  if (queued) {
+    ++hits_;
+    return done(std::move(queued));  // still waiting for its write: served from memory
+  }
   {
     std::lock_guard lock(mu_);
     auto it = index_.find(key);
@@ -749,10 +767,12 @@ void SsdTier::Impl::QueueIndexDelete(std::string key) {
 }
 
 bool SsdTier::Impl::ShouldPromote(std::string_view key) {
+  std::lock_guard lock(mu_);
+  // A value served from the write queue stays the write buffer's; it is not copied up.
+  if (queued_.count(std::string(key)) != 0) return false;
   if (options_.promotion != SsdPromotion::kSecondHit) {
     return options_.promotion == SsdPromotion::kAlways;
   }
-  std::lock_guard lock(mu_);
   auto it = index_.find(key);
   return it != index_.end() && ++it->second.hits >= 2;
 }
@@ -767,9 +787,10 @@ bool SsdTier::Impl::Erase(std::string_view key) {
     if (it != index_.end()) {
       live_bytes_ -= it->second.location.value_length;
       index_.erase(it);
+      index_deletes_.push_back({std::string(key), std::nullopt});
       found = true;
     }
-    if (found) index_deletes_.push_back({std::string(key), std::nullopt});
+    found = queued_.erase(std::string(key)) != 0 || found;
   }
   if (found) wcv_.notify_one();
   return found;
@@ -806,6 +827,7 @@ SsdTierStats SsdTier::Impl::stats() const {
   s.segments_evicted = segments_evicted_;
   s.demotions = demotions_;
   s.demotions_dropped = demotions_dropped_;
+  s.demotions_refused = demotions_refused_;
   s.promotions = promotions_;
   s.reads = reads_;
   s.read_bytes = read_bytes_;
@@ -846,7 +868,9 @@ void SsdTier::Close() { impl_->Close(); }
 void SsdTier::Write(std::string_view key, ValueRef value, WriteCallback done) {
   impl_->Write(key, std::move(value), std::move(done));
 }
-void SsdTier::Demote(std::string_view key, ValueRef value) { impl_->Demote(key, std::move(value)); }
+bool SsdTier::Demote(std::string_view key, const ValueRef& value) {
+  return impl_->Demote(key, value);
+}
 void SsdTier::Read(std::string_view key, const Allocator& allocate, ReadCallback done) {
   impl_->Read(key, allocate, std::move(done));
 }

@@ -9,8 +9,8 @@ namespace kvdepot::daemon {
 
 Store::Store(HostTier& host, SsdTier* ssd) : host_(host), ssd_(ssd) {
   if (ssd_ != nullptr) {
-    host_.SetEvictionListener([ssd](std::string_view key, ValueRef value) {
-      ssd->Demote(key, std::move(value));
+    host_.SetEvictionListener([ssd](std::string_view key, const ValueRef& value) {
+      return ssd->Demote(key, value);
     });
   }
 }

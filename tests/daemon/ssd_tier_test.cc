@@ -12,6 +12,7 @@
 #include <fstream>
 #include <future>
 #include <random>
+#include <thread>
 
 #include "kvdepot/daemon/store.h"
 #include "ssd/io_engine.h"
@@ -320,6 +321,68 @@ TEST(StoreWithSsdTest, EvictedChunksAreDemotedThenServedAndPromoted) {
   EXPECT_EQ(listing.entries.size(), 32u) << "each key listed once";
   EXPECT_TRUE(store2.Erase("key5"));
   EXPECT_EQ(store2.Locate("key5"), protocol::Tier::kNone);
+}
+
+// A slow disk (writes held in the fault hook): values waiting for their write are served from
+// memory, and once the write buffer is full the host tier refuses to evict more of them, so a PUT
+// gets resource_exhausted instead of a value being lost.
+TEST(StoreWithSsdTest, QueuedValuesAreServedAndAFullWriteBufferIsBackpressure) {
+  TempDir dir;
+  std::atomic<bool> hold{true};
+  SsdTierOptions o;
+  o.dir = dir.str();
+  o.capacity_bytes = 64 << 20;
+  o.segment_bytes = 4 << 20;
+  o.write_buffer_bytes = 1 << 20;
+  o.fault = [&hold](const ssd::IoRequest& r) {
+    while (r.kind == ssd::IoKind::kWrite && hold) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return 0;
+  };
+  auto ssd = SsdTier::Open(o);
+  ASSERT_TRUE(ssd.ok()) << ssd.status().ToString();
+  const std::uint64_t entry = HostTier::ChargeFor(4, 300000);
+  HostTier host(HostTierOptions::With(3 * entry, EvictionPolicy::kLru, 1));
+  Store store(host, ssd->get());
+  auto put = [&](const std::string& key) -> Status {
+    auto v = store.Allocate(key, 300000);
+    if (!v.ok()) return v.status();
+    std::memset((*v)->mutable_bytes().data(), key.back(), 300000);
+    std::promise<Status> done;
+    store.Put(key, std::move(*v), [&](Status st) { done.set_value(st); });
+    return done.get_future().get();
+  };
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(put("k" + std::to_string(i)).ok()) << i;
+  // k0..k2 were demoted (0.9 MB of the 1 MiB buffer) and wait for their writes.
+  EXPECT_GE((*ssd)->stats().demotions, 3u);
+  {
+    auto got = GetAndWait(store, "k0");
+    ASSERT_TRUE(got.ok()) << "a value waiting for its write must not be a miss";
+    EXPECT_EQ(got->tier, protocol::Tier::kSsd);
+    EXPECT_EQ(got->value->bytes()[0], std::byte{'0'});
+  }
+  // The buffer cannot take another demotion: the PUT is refused, nothing is lost.
+  Status refused = put("k6");
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused.ToString();
+  EXPECT_GT((*ssd)->stats().demotions_refused, 0u);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_NE(store.Locate("k" + std::to_string(i)), protocol::Tier::kNone) << i;
+  }
+  hold = false;  // the disk catches up
+  Status later = Status::Ok();
+  for (int tries = 0; tries < 200; ++tries) {
+    later = put("k6");
+    if (later.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(later.ok()) << later.ToString();
+  for (int tries = 0; tries < 400 && (*ssd)->stats().write_buffer_bytes != 0; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the queued writes land
+  }
+  for (int i = 0; i < 7; ++i) {
+    auto v = GetAndWait(store, "k" + std::to_string(i));
+    ASSERT_TRUE(v.ok()) << i << ": " << v.status().ToString();
+    EXPECT_EQ(v->value->bytes()[299999], static_cast<std::byte>('0' + i));
+  }
 }
 
 }  // namespace

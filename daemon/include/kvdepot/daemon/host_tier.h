@@ -138,8 +138,11 @@ class HostTier {
   }
 
   // Called with each entry the policy evicts (not with erased or replaced ones), after the
-  // shard's lock is released, on the thread whose Allocate() evicted it. Set before use.
-  using EvictionListener = std::function<void(std::string_view key, ValueRef value)>;
+  // shard's lock is released, on the thread whose Allocate() evicted it. It returns whether the
+  // value may leave memory; false puts the entry back as its shard's next victim and eviction
+  // tries another shard (an Allocate() that can evict nothing then fails with
+  // kResourceExhausted: backpressure instead of loss). Set before use.
+  using EvictionListener = std::function<bool(std::string_view key, const ValueRef& value)>;
   void SetEvictionListener(EvictionListener listener) { eviction_listener_ = std::move(listener); }
 
   explicit HostTier(const HostTierOptions& options);

@@ -8,7 +8,7 @@
 //
 // Memory: values waiting to be written are charged either to the host tier (write-through) or,
 // once evicted from it, to this tier's write buffer (`write_buffer_bytes`); a demotion that does
-// not fit the buffer is dropped and counted.
+// not fit the buffer is refused, and the host tier keeps the value until the writer catches up.
 //
 // Integrity: every read verifies the record's key, length and XXH3-64 checksum; a copy that does
 // not verify is never served: it is reported as kNotFound, removed and counted.
@@ -79,7 +79,8 @@ struct SsdTierStats {
   std::uint64_t evictions = 0;          // chunks dropped with their segment
   std::uint64_t segments_evicted = 0;
   std::uint64_t demotions = 0;          // host evictions written here
-  std::uint64_t demotions_dropped = 0;  // ... that did not fit the write buffer or failed
+  std::uint64_t demotions_dropped = 0;  // ... that can never be written (larger than a segment)
+  std::uint64_t demotions_refused = 0;  // ... refused for now: the write buffer was full
   std::uint64_t promotions = 0;         // SSD hits inserted into the host tier
   std::uint64_t reads = 0;
   std::uint64_t read_bytes = 0;
@@ -118,9 +119,11 @@ class SsdTier {
   // value larger than a segment).
   void Write(std::string_view key, ValueRef value, WriteCallback done);
 
-  // A value the host tier evicted: written unless this tier already holds these bytes; dropped
-  // (counted) when the write buffer is full.
-  void Demote(std::string_view key, ValueRef value);
+  // A value the host tier evicts: queued for writing unless this tier already holds these bytes
+  // or has them queued. False when the write buffer is full: the value must stay in memory for
+  // now (the host tier keeps it; the PUT that needed room gets kResourceExhausted). A value that
+  // can never be written (larger than a segment) is dropped and counted.
+  bool Demote(std::string_view key, const ValueRef& value);
 
   // Reads `key` into a buffer from `allocate`; kNotFound when absent or when the copy failed
   // verification. `done` runs on an I/O thread (or inline for a miss or an allocation error).

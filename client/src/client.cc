@@ -410,7 +410,8 @@ Status Connection::Get(std::span<const std::string> keys, const GetCallback& on_
       }
       return Broken(Corruption("protocol: unexpected response to GET " + std::to_string(id)));
     }
-    if (expected == 0 && h.status != 0 && frame.size() < protocol::kGetItemPrefixBytes) {
+    // A refused request (its error message) vs. a failed item (exactly the 8-byte prefix).
+    if (expected == 0 && h.status != 0 && frame.size() != protocol::kGetItemPrefixBytes) {
       return FromWire(h.status, frame);  // the request itself was refused
     }
     KVD_ASSIGN_OR_RETURN(auto prefix, protocol::DecodeGetItemPrefix(frame));
@@ -515,7 +516,7 @@ Result<std::optional<std::size_t>> Connection::GetInto(std::string_view key,
   auto h = protocol::DecodeFrameHeader(raw, limits, /*expect_response=*/true);
   if (!h.ok()) return Broken(h.status());
   if (h->request_id != id || h->op() != Op::kGet || (h->flags & protocol::kFlagMore) != 0 ||
-      (h->status != 0 && h->body_length < protocol::kGetItemPrefixBytes)) {
+      (h->status != 0 && h->body_length != protocol::kGetItemPrefixBytes)) {
     std::vector<std::byte> body(h->body_length);
     KVD_RETURN_IF_ERROR(RecvAll(body.data(), body.size()));
     if (h->status != 0 && h->request_id == id) return FromWire(h->status, body);

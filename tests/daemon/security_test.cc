@@ -7,11 +7,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
 #include "kvdepot/client/client.h"
 #include "kvdepot/daemon/auth.h"
+#include "kvdepot/daemon/config.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/server.h"
 
@@ -75,6 +77,27 @@ TEST(AuthenticatorTest, RejectsBadFiles) {
   EXPECT_NE(line.status().message().find("f:2:"), std::string::npos);
 }
 
+TEST(SecurityConfigTest, LmNeedsExplicitOptInUnderAuthAndTlsFilesGoTogether) {
+  Config c;
+  ASSERT_TRUE(ApplyConfigFlag("auth-token-file", "/etc/kvdepot/tokens", c).ok());
+  ASSERT_TRUE(ApplyConfigFlag("lm-listen", "127.0.0.1:65432", c).ok());
+  const Status refused = ValidateConfig(c);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("lm.allow_unauthenticated"), std::string::npos);
+  ASSERT_TRUE(ApplyConfigFlag("lm-allow-unauthenticated", "true", c).ok());
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  EXPECT_FALSE(ApplyConfigFlag("lm-allow-unauthenticated", "yes please", c).ok());
+
+  Config t;
+  ASSERT_TRUE(ApplyConfigFlag("tls-cert-file", "server.crt", t).ok());
+  EXPECT_FALSE(ValidateConfig(t).ok());  // no key
+  ASSERT_TRUE(ApplyConfigFlag("tls-key-file", "server.key", t).ok());
+  EXPECT_TRUE(ValidateConfig(t).ok());
+  ASSERT_TRUE(ApplyConfigFlag("listen", "", t).ok());
+  ASSERT_TRUE(ApplyConfigFlag("unix", "/tmp/x.sock", t).ok());
+  EXPECT_FALSE(ValidateConfig(t).ok());  // TLS without a TCP listener
+}
+
 class SecurityTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -88,7 +111,9 @@ class SecurityTest : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
   void Start(bool auth, const TlsOptions& tls = {}) {
-    tier_ = std::make_unique<HostTier>(HostTierOptions::With(64ull << 20, EvictionPolicy::kLru, 4));
+    HostTierOptions host = HostTierOptions::With(64ull << 20, EvictionPolicy::kLru, 4);
+    host.namespace_quotas = quotas_;
+    tier_ = std::make_unique<HostTier>(host);
     store_ = std::make_unique<Store>(*tier_, nullptr);
     ServerOptions o;
     o.listen = "127.0.0.1:0";
@@ -129,6 +154,7 @@ class SecurityTest : public ::testing::Test {
   }
 
   fs::path dir_;
+  std::map<std::string, std::uint64_t> quotas_;
   std::unique_ptr<HostTier> tier_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Server> server_;
@@ -339,6 +365,20 @@ TEST_F(SecurityTest, MutualTlsRequiresClientCertificate) {
   auto c = Connect(o);
   ASSERT_NE(c, nullptr);
   EXPECT_TRUE(c->Ping().ok());
+}
+
+TEST_F(SecurityTest, StatsListsOnlyTheScopesQuotas) {
+  quotas_ = {{kNs1, 1 << 20}, {kNs2, 1 << 20}};
+  Start(/*auth=*/true);
+  auto t1 = Connect(Options(kTenant1));
+  auto admin = Connect(Options(kAdmin));
+  ASSERT_TRUE(t1 && admin);
+  auto mine = t1->Stats();
+  auto all = admin->Stats();
+  ASSERT_TRUE(mine.ok() && all.ok());
+  EXPECT_NE(mine->find(kNs1Hex), std::string::npos);
+  EXPECT_EQ(mine->find(kNs2Hex), std::string::npos) << *mine;
+  EXPECT_NE(all->find(kNs2Hex), std::string::npos);
 }
 
 }  // namespace

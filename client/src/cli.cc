@@ -18,7 +18,8 @@ constexpr const char* kVersion = "0.1.0";
 
 void PrintUsage(std::ostream& out) {
   out << "usage: kvdepot [--addr HOST:PORT | --addr unix:PATH] [--token-file FILE]\n"
-         "               [--tls] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] COMMAND [ARGS...]\n"
+         "               [--tls] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]\n"
+         "               COMMAND [ARGS...]\n"
          "\n"
          "commands:\n"
          "  codec     offline chunk tools: encode, decode, inspect, compare, synth\n"

@@ -200,7 +200,9 @@ Status Connection::StartTls() {
     }
   }
   tls_->ssl = SSL_new(tls_->ctx);
-  if (tls_->ssl == nullptr || SSL_set_fd(tls_->ssl, fd_) != 1) return fail("cannot create a session");
+  if (tls_->ssl == nullptr || SSL_set_fd(tls_->ssl, fd_) != 1) {
+    return fail("cannot create a session");
+  }
   std::string host = options_.tls_server_name;
   if (host.empty()) {
     host = options_.address.substr(0, options_.address.rfind(':'));

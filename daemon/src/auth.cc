@@ -10,14 +10,16 @@ namespace kvdepot::daemon {
 namespace {
 
 std::array<std::uint8_t, 32> Digest(std::string_view token) {
-  const auto d = Sha256Of(std::span(reinterpret_cast<const std::byte*>(token.data()), token.size()));
+  const auto d =
+      Sha256Of(std::span(reinterpret_cast<const std::byte*>(token.data()), token.size()));
   std::array<std::uint8_t, 32> out{};
   std::copy(d.begin(), d.end(), out.begin());
   return out;
 }
 
 // Equal or not, without an early exit: the time does not depend on where the digests differ.
-bool ConstantTimeEqual(const std::array<std::uint8_t, 32>& a, const std::array<std::uint8_t, 32>& b) {
+bool ConstantTimeEqual(const std::array<std::uint8_t, 32>& a,
+                       const std::array<std::uint8_t, 32>& b) {
   volatile std::uint8_t diff = 0;
   for (std::size_t i = 0; i < a.size(); ++i) diff = diff | static_cast<std::uint8_t>(a[i] ^ b[i]);
   return diff == 0;
@@ -52,7 +54,8 @@ Result<AuthScope> ParseScope(std::string_view text) {
     return scope;
   }
   if (text.substr(0, 3) != "ns=" || text.size() == 3) {
-    return InvalidArgument("scope '" + std::string(text) + "' is neither '*' nor ns=HEX32[,HEX32...]");
+    return InvalidArgument("scope '" + std::string(text) +
+                           "' is neither '*' nor ns=HEX32[,HEX32...]");
   }
   text.remove_prefix(3);
   while (!text.empty()) {

@@ -32,7 +32,9 @@ const char* kAdmin = "admin-token-0123456789";
 const char* kTenant1 = "tenant1-token-abcdefgh";
 const char* kTenant2 = "tenant2-token-ijklmnop";
 
-std::string ChunkKey(const std::string& ns, char fill) { return ns + std::string(32, fill); }
+std::string ChunkKey(const std::string& ns, char fill) {
+  return ns + std::string(32, fill);
+}
 
 std::vector<std::byte> Value(const std::string& text) {
   const auto* p = reinterpret_cast<const std::byte*>(text.data());
@@ -40,8 +42,8 @@ std::vector<std::byte> Value(const std::string& text) {
 }
 
 TEST(AuthenticatorTest, ParsesScopesAndChecksTokens) {
-  const std::string text = std::string("# tokens\n\n") + kAdmin + " *\n" + kTenant1 + "  ns=" +
-                           kNs1Hex + "," + kNs2Hex + "\r\n";
+  const std::string text = std::string("# tokens\n\n") + kAdmin + " *\n" + kTenant1 +
+                           "  ns=" + kNs1Hex + "," + kNs2Hex + "\r\n";
   auto auth = Authenticator::Parse(text, "tokens");
   ASSERT_TRUE(auth.ok()) << auth.status().ToString();
   EXPECT_EQ((*auth)->size(), 2u);
@@ -61,8 +63,8 @@ TEST(AuthenticatorTest, ParsesScopesAndChecksTokens) {
 }
 
 TEST(AuthenticatorTest, RejectsBadFiles) {
-  for (const std::string bad : {"", "# only a comment\n", "token-without-scope-1234\n",
-                                "short *\n", "long-enough-token-123 ns=1234\n",
+  for (const std::string bad : {"", "# only a comment\n", "token-without-scope-1234\n", "short *\n",
+                                "long-enough-token-123 ns=1234\n",
                                 "long-enough-token-123 ns=zz111111111111111111111111111111\n",
                                 "long-enough-token-123 everything\n",
                                 "long-enough-token-123 *\nlong-enough-token-123 *\n"}) {
@@ -101,8 +103,9 @@ TEST(SecurityConfigTest, LmNeedsExplicitOptInUnderAuthAndTlsFilesGoTogether) {
 class SecurityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kvdepot-sec-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("kvdepot-sec-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
   void TearDown() override {

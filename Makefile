@@ -8,13 +8,14 @@
 #   make bench       build and run the CPU benchmarks and the eviction trace study
 #   make bench-loopback  kvdepotd vs Redis vs iperf3 over loopback (docs/benchmarks.md)
 #   make bench-lm    lm:// (LMCache's protocol) vs kvdepot's protocol, 4 and 8 MiB chunks
+#   make soak        1,000 connections of mixed PUT/GET/LOOKUP for 150 s: errors, RSS, p50/p99/p999
 #   make test-asan   build with AddressSanitizer + UBSan into build-asan/ and run every test
 #   make install     install kvdepotd, kvdepot, the systemd unit and the default config (PREFIX)
 #   make gpu         build the GPU test/bench binaries into .gpu/ (for a GPU machine)
 #   make format      clang-format every C++/CUDA source
 #
 # Variables: BUILD_DIR (build), BUILD_TYPE (RelWithDebInfo), CUDA (AUTO|ON|OFF), JOBS (nproc),
-# PREFIX (/usr/local, for make install).
+# PREFIX (/usr/local, for make install), SOAK_CONNECTIONS (1000), SOAK_SECONDS (150).
 # With CI=true warnings are errors.
 
 BUILD_DIR ?= build
@@ -22,10 +23,12 @@ BUILD_TYPE ?= RelWithDebInfo
 CUDA ?= AUTO
 JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
+SOAK_CONNECTIONS ?= 1000
+SOAK_SECONDS ?= 150
 WERROR := $(if $(filter true 1,$(CI)),ON,OFF)
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVDEPOT_CUDA=$(CUDA) -DKVDEPOT_WERROR=$(WERROR)
 
-.PHONY: all deps configure build run demo test bench bench-loopback bench-lm test-asan install gpu \
+.PHONY: all deps configure build run demo test bench bench-loopback bench-lm soak test-asan install gpu \
 	format clean
 
 all: build
@@ -58,6 +61,10 @@ bench-loopback: build
 
 bench-lm: build
 	@/usr/bin/python3 bench/lmcache/lm_bench.py --build $(BUILD_DIR)
+
+soak: build
+	@/usr/bin/python3 scripts/soak.py --build $(BUILD_DIR) --connections $(SOAK_CONNECTIONS) \
+	  --duration $(SOAK_SECONDS)
 
 test-asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVDEPOT_CUDA=OFF \

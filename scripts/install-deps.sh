@@ -10,6 +10,8 @@ packages=(
   librocksdb-dev liburing-dev libyaml-cpp-dev prometheus-cpp-dev libcivetweb-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev libsystemd-dev
+  # TLS (Boost.Asio SSL over OpenSSL); the openssl CLI makes the tests' self-signed certificates.
+  libssl-dev openssl
   python3 python3-numpy python3-pytest python3-xxhash
   python3-dev pybind11-dev python3-pybind11 python3-setuptools
   redis-server iperf3 fio

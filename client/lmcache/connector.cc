@@ -46,6 +46,19 @@ Result<std::unique_ptr<Connector>> Create(std::string_view json) {
   options.timeout = std::chrono::milliseconds(timeout);
   options.pool_size = static_cast<std::size_t>(pool);
   if (options.address.empty()) return InvalidArgument("address is empty");
+  // Security (docs/security.md): a token file, and TLS when a CA or client certificate is named.
+  if (cfg.count("token_file") && !cfg["token_file"].empty()) {
+    KVD_ASSIGN_OR_RETURN(options.token, client::ReadTokenFile(cfg["token_file"]));
+  }
+  for (const auto& [name, field] :
+       {std::pair<const char*, std::string*>{"tls_ca_file", &options.tls_ca_file},
+        {"tls_cert_file", &options.tls_cert_file},
+        {"tls_key_file", &options.tls_key_file},
+        {"tls_server_name", &options.tls_server_name}}) {
+    if (cfg.count(name)) *field = cfg[name];
+  }
+  options.tls = (cfg.count("tls") && cfg["tls"] == "true") || !options.tls_ca_file.empty() ||
+                !options.tls_cert_file.empty();
   auto c = std::make_unique<Connector>();
   KVD_ASSIGN_OR_RETURN(c->prefix, lm::NamespaceId(cfg.count("namespace") ? cfg["namespace"]
                                                                          : std::string(

@@ -43,6 +43,11 @@ int Guard(kvdepot_client* c, Fn&& fn) {
 extern "C" {
 
 int kvdepot_open(const char* address, int timeout_ms, kvdepot_client** out) {
+  return kvdepot_open_ex(address, timeout_ms, nullptr, out);
+}
+
+int kvdepot_open_ex(const char* address, int timeout_ms, const kvdepot_options* opts,
+                    kvdepot_client** out) {
   if (address == nullptr || out == nullptr) return KVDEPOT_INVALID_ARGUMENT;
   *out = nullptr;
   const std::string addr(address);
@@ -52,6 +57,20 @@ int kvdepot_open(const char* address, int timeout_ms, kvdepot_client** out) {
   kvdepot::client::ClientOptions options;
   options.address = addr;
   if (timeout_ms > 0) options.timeout = std::chrono::milliseconds(timeout_ms);
+  if (opts != nullptr) {
+    const auto text = [](const char* s) { return s == nullptr ? std::string() : std::string(s); };
+    options.token = text(opts->token);
+    if (options.token.empty() && !text(opts->token_file).empty()) {
+      auto token = kvdepot::client::ReadTokenFile(opts->token_file);
+      if (!token.ok()) return static_cast<int>(token.status().code());
+      options.token = std::move(*token);
+    }
+    options.tls_ca_file = text(opts->tls_ca_file);
+    options.tls_cert_file = text(opts->tls_cert_file);
+    options.tls_key_file = text(opts->tls_key_file);
+    options.tls_server_name = text(opts->tls_server_name);
+    options.tls = opts->tls != 0 || !options.tls_ca_file.empty() || !options.tls_cert_file.empty();
+  }
   *out = new (std::nothrow) kvdepot_client(std::move(options));
   return *out == nullptr ? KVDEPOT_RESOURCE_EXHAUSTED : KVDEPOT_OK;
 }

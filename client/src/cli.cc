@@ -17,7 +17,9 @@ namespace {
 constexpr const char* kVersion = "0.1.0";
 
 void PrintUsage(std::ostream& out) {
-  out << "usage: kvdepot [--addr HOST:PORT | --addr unix:PATH] COMMAND [ARGS...]\n"
+  out << "usage: kvdepot [--addr HOST:PORT | --addr unix:PATH] [--token-file FILE]\n"
+         "               [--tls] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]\n"
+         "               COMMAND [ARGS...]\n"
          "\n"
          "commands:\n"
          "  codec     offline chunk tools: encode, decode, inspect, compare, synth\n"
@@ -40,20 +42,48 @@ std::string OneLine(std::string message) {
 
 int Run(int argc, const char* const* argv, Io io) {
   int first = 1;
+  client::ClientOptions remote;
   const char* env_addr = std::getenv("KVDEPOT_ADDR");
-  std::string addr = env_addr != nullptr && *env_addr != '\0' ? env_addr : "127.0.0.1:7600";
-  if (argc > 1 && std::string_view(argv[1]).rfind("--addr", 0) == 0) {
-    const std::string_view flag = argv[1];
-    if (flag.size() > 7 && flag[6] == '=') {
-      addr = std::string(flag.substr(7));
-      first = 2;
-    } else if (flag == "--addr" && argc > 2) {
-      addr = argv[2];
-      first = 3;
-    } else {
-      io.err << "kvdepot: error: usage: --addr needs HOST:PORT or unix:PATH\n";
-      return kExitUsage;
+  remote.address = env_addr != nullptr && *env_addr != '\0' ? env_addr : "127.0.0.1:7600";
+  const char* env_token = std::getenv("KVDEPOT_TOKEN_FILE");
+  std::string token_file = env_token != nullptr ? env_token : "";
+  // Connection flags, before the command: --NAME VALUE or --NAME=VALUE; --tls is a switch.
+  const std::pair<const char*, std::string*> valued[] = {
+      {"--addr", &remote.address},          {"--token-file", &token_file},
+      {"--tls-ca", &remote.tls_ca_file},    {"--tls-cert", &remote.tls_cert_file},
+      {"--tls-key", &remote.tls_key_file},  {"--tls-server-name", &remote.tls_server_name}};
+  while (first < argc && std::string_view(argv[first]).rfind("--", 0) == 0) {
+    const std::string_view arg = argv[first];
+    if (arg == "--tls") {
+      remote.tls = true;
+      ++first;
+      continue;
     }
+    bool known = false;
+    for (const auto& [name, target] : valued) {
+      const std::string_view n = name;
+      if (arg == n && first + 1 < argc) {
+        *target = argv[first + 1];
+        first += 2;
+      } else if (arg.size() > n.size() && arg.substr(0, n.size()) == n && arg[n.size()] == '=') {
+        *target = std::string(arg.substr(n.size() + 1));
+        first += 1;
+      } else {
+        continue;
+      }
+      known = true;
+      break;
+    }
+    if (!known) break;  // --help, --version, or an error reported below
+  }
+  if (!remote.tls_ca_file.empty() || !remote.tls_cert_file.empty()) remote.tls = true;
+  if (!token_file.empty()) {
+    auto token = client::ReadTokenFile(token_file);
+    if (!token.ok()) {
+      io.err << "kvdepot: error: " << token.status().message() << "\n";
+      return kExitError;
+    }
+    remote.token = std::move(*token);
   }
   if (argc <= first) {
     PrintUsage(io.err);
@@ -73,7 +103,7 @@ int Run(int argc, const char* const* argv, Io io) {
   } else if (command == "codec") {
     status = RunCodecCommand(rest, io);
   } else {
-    status = RunRemoteCommand(addr, command, rest, io, &handled);
+    status = RunRemoteCommand(remote, command, rest, io, &handled);
     if (!handled) {
       status = UsageError("unknown command '" + std::string(command) + "' (try 'kvdepot help')");
     }

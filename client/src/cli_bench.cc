@@ -3,6 +3,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iomanip>
 #include <mutex>
 #include <random>
@@ -30,7 +32,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum class BenchOp { kPut, kGet, kLookup };
+// kMixed: each batch is a PUT (20%), GET (50%) or LOOKUP (30%), drawn at random.
+enum class BenchOp { kPut, kGet, kLookup, kMixed };
 
 struct BenchConfig {
   BenchOp op = BenchOp::kGet;
@@ -69,9 +72,7 @@ class Backend {
 
 class KvdepotBackend : public Backend {
  public:
-  static Result<std::unique_ptr<Backend>> Connect(const std::string& addr) {
-    client::ClientOptions o;
-    o.address = addr;
+  static Result<std::unique_ptr<Backend>> Connect(const client::ClientOptions& o) {
     KVD_ASSIGN_OR_RETURN(auto c, client::Connection::Connect(o));
     auto b = std::make_unique<KvdepotBackend>();
     b->conn_ = std::move(c);
@@ -218,7 +219,7 @@ class RedisBackend : public Backend {
   std::size_t pos_ = 0, len_ = 0;
 };
 
-using Connector = Result<std::unique_ptr<Backend>> (*)(const std::string&);
+using Connector = std::function<Result<std::unique_ptr<Backend>>(const std::string&)>;
 
 BenchResult RunOne(const std::string& target, const std::string& addr, Connector connect,
                    const BenchConfig& cfg, Io io) {
@@ -258,8 +259,13 @@ BenchResult RunOne(const std::string& target, const std::string& addr, Connector
       Status status = backend.status();
       while (status.ok() && !stop.load(std::memory_order_relaxed)) {
         for (auto& k : batch) k = &keys[rng() % keys.size()];
+        BenchOp op = cfg.op;
+        if (op == BenchOp::kMixed) {
+          const unsigned draw = rng() % 10;
+          op = draw < 2 ? BenchOp::kPut : draw < 7 ? BenchOp::kGet : BenchOp::kLookup;
+        }
         const auto t0 = Clock::now();
-        status = (*backend)->Batch(cfg.op, batch, value);
+        status = (*backend)->Batch(op, batch, value);
         const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0);
         for (std::size_t i = 0; i < batch.size(); ++i) lat.push_back(static_cast<std::uint64_t>(ns.count()));
         ops += batch.size();
@@ -295,19 +301,36 @@ BenchResult RunOne(const std::string& target, const std::string& addr, Connector
   return result;
 }
 
+
+// Each connection is a descriptor (and a thread): raise the soft open-file limit to the hard one.
+static void RaiseFileLimit(Io io, std::uint32_t connections) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+    ::getrlimit(RLIMIT_NOFILE, &lim);
+  }
+  if (lim.rlim_cur < connections + 64) {
+    io.err << "kvdepot bench: open file limit " << lim.rlim_cur << " is low for " << connections
+           << " connections\n";
+  }
+}
+
 }  // namespace
 
-Status RunBench(const std::string& addr, std::span<const char* const> argv, Io io) {
+Status RunBench(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(
       Args args, Args::Parse(argv, {{"--op", "--connections", "--value-size", "--keys",
                                      "--duration", "--pipeline", "--redis"},
                                     {"--json", "--no-progress", "--help"}}));
   if (args.Has("--help")) {
-    io.out << "usage: kvdepot [--addr ADDR] bench [--op get|put|lookup] [--connections N]\n"
+    io.out << "usage: kvdepot [--addr ADDR] bench [--op get|put|lookup|mixed] [--connections N]\n"
               "       [--value-size SIZE] [--keys N] [--duration SECONDS] [--pipeline DEPTH]\n"
               "       [--redis HOST:PORT] [--json] [--no-progress]\n"
               "Preloads KEYS values, then runs the operation on random keys from N connections\n"
-              "for the duration; with --redis runs the same workload against Redis (SET, GET,\n"
+              "for the duration (mixed: 20% PUT, 50% GET, 30% LOOKUP; N up to 8192, one thread\n"
+              "each); with --redis runs the same workload against Redis (SET, GET,\n"
               "EXISTS) afterwards and prints both.\n";
     return Status::Ok();
   }
@@ -317,9 +340,11 @@ Status RunBench(const std::string& addr, std::span<const char* const> argv, Io i
   if (op == "get") cfg.op = BenchOp::kGet;
   else if (op == "put") cfg.op = BenchOp::kPut;
   else if (op == "lookup") cfg.op = BenchOp::kLookup;
-  else return UsageError("--op must be get, put or lookup");
-  KVD_ASSIGN_OR_RETURN(std::uint64_t conns, args.GetUint("--connections", 1, 1, 1024));
+  else if (op == "mixed") cfg.op = BenchOp::kMixed;
+  else return UsageError("--op must be get, put, lookup or mixed");
+  KVD_ASSIGN_OR_RETURN(std::uint64_t conns, args.GetUint("--connections", 1, 1, 8192));
   cfg.connections = static_cast<std::uint32_t>(conns);
+  RaiseFileLimit(io, cfg.connections);
   if (const auto size = args.Get("--value-size")) {
     std::uint64_t mul = 1;
     std::string digits = *size;
@@ -348,7 +373,9 @@ Status RunBench(const std::string& addr, std::span<const char* const> argv, Io i
   cfg.progress = !args.Has("--no-progress");
 
   std::vector<BenchResult> results;
-  results.push_back(RunOne("kvdepot", addr, &KvdepotBackend::Connect, cfg, io));
+  results.push_back(RunOne(
+      "kvdepot", remote.address,
+      [&remote](const std::string&) { return KvdepotBackend::Connect(remote); }, cfg, io));
   if (const auto redis = args.Get("--redis")) {
     results.push_back(RunOne("redis", *redis, &RedisBackend::Connect, cfg, io));
   }

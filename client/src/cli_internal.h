@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "kvdepot/client/client.h"
 #include "kvdepot/status.h"
 
 namespace kvdepot::cli {
@@ -28,13 +29,14 @@ void PrintCodecUsage(std::ostream& out);
 Status InspectContainerBytes(const std::string& name, std::span<const std::byte> bytes,
                              bool json, Io io);
 
-// Commands that talk to kvdepotd at `addr`. Sets *handled = false for an unknown command.
-Status RunRemoteCommand(const std::string& addr, std::string_view command,
+// Commands that talk to kvdepotd as `remote` says (address, token, TLS). Sets *handled = false
+// for an unknown command.
+Status RunRemoteCommand(const client::ClientOptions& remote, std::string_view command,
                         std::span<const char* const> argv, Io io, bool* handled);
 void PrintRemoteUsage(std::ostream& out);
 
 // `kvdepot bench`: a PUT/GET/LOOKUP load generator against kvdepotd, or Redis with --redis.
-Status RunBench(const std::string& addr, std::span<const char* const> argv, Io io);
+Status RunBench(const client::ClientOptions& remote, std::span<const char* const> argv, Io io);
 
 // A command-line KEY: 96 hex digits decode to a 48-byte chunk key; anything else is taken as is.
 std::string KeyFromArg(std::string_view arg);

@@ -68,23 +68,22 @@ Status CheckKey(const std::string& key) {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<client::Connection>> Connect(const std::string& addr) {
-  client::ClientOptions o;
-  o.address = addr;
+Result<std::unique_ptr<client::Connection>> Connect(const client::ClientOptions& remote) {
+  const client::ClientOptions& o = remote;
   auto c = client::Connection::Connect(o);
-  if (!c.ok()) return c.status().WithContext("kvdepotd at " + addr);
+  if (!c.ok()) return c.status().WithContext("kvdepotd at " + remote.address);
   return c;
 }
 
-Status Ping(const std::string& addr, std::span<const char* const> argv, Io io) {
+Status Ping(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {}));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({}));
   const auto start = std::chrono::steady_clock::now();
-  KVD_ASSIGN_OR_RETURN(auto c, Connect(addr));
-  KVD_RETURN_IF_ERROR(c->Ping().WithContext(addr));
+  KVD_ASSIGN_OR_RETURN(auto c, Connect(remote));
+  KVD_RETURN_IF_ERROR(c->Ping().WithContext(remote.address));
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                               start).count();
-  io.out << "pong from " << addr << " in " << std::fixed << std::setprecision(2) << ms << " ms\n";
+  io.out << "pong from " << remote.address << " in " << std::fixed << std::setprecision(2) << ms << " ms\n";
   return Status::Ok();
 }
 
@@ -137,10 +136,10 @@ void PrintJsonAsLines(std::string_view json, std::ostream& out) {
   }
 }
 
-Status Stats(const std::string& addr, std::span<const char* const> argv, Io io) {
+Status Stats(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{}, {"--json"}}));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({}));
-  KVD_ASSIGN_OR_RETURN(auto c, Connect(addr));
+  KVD_ASSIGN_OR_RETURN(auto c, Connect(remote));
   KVD_ASSIGN_OR_RETURN(std::string json, c->Stats());
   if (args.Has("--json")) {
     io.out << json << "\n";
@@ -150,7 +149,7 @@ Status Stats(const std::string& addr, std::span<const char* const> argv, Io io) 
   return Status::Ok();
 }
 
-Status Ls(const std::string& addr, std::span<const char* const> argv, Io io) {
+Status Ls(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{"--namespace", "--prefix", "--tier",
                                                       "--limit"},
                                                      {"--json"}}));
@@ -169,7 +168,7 @@ Status Ls(const std::string& addr, std::span<const char* const> argv, Io io) {
     KVD_ASSIGN_OR_RETURN(q.tier, protocol::ParseTierName(*tier));
   }
   KVD_ASSIGN_OR_RETURN(std::uint64_t limit, args.GetUint("--limit", 100, 1, 1000000));
-  KVD_ASSIGN_OR_RETURN(auto c, Connect(addr));
+  KVD_ASSIGN_OR_RETURN(auto c, Connect(remote));
   std::vector<protocol::ScanEntry> entries;
   while (entries.size() < limit) {
     q.limit = static_cast<std::uint32_t>(std::min<std::uint64_t>(limit - entries.size(), 1000));
@@ -201,14 +200,14 @@ Status Ls(const std::string& addr, std::span<const char* const> argv, Io io) {
   return Status::Ok();
 }
 
-Status Get(const std::string& addr, std::span<const char* const> argv, Io io) {
+Status Get(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{"-o", "--output"}, {}}));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"KEY"}));
   const std::string key = KeyFromArg(args.positional()[0]);
   KVD_RETURN_IF_ERROR(CheckKey(key));
   const auto out = args.Get("-o") ? args.Get("-o") : args.Get("--output");
   if (!out) return UsageError("get needs -o FILE (use -o - for stdout)");
-  KVD_ASSIGN_OR_RETURN(auto c, Connect(addr));
+  KVD_ASSIGN_OR_RETURN(auto c, Connect(remote));
   KVD_ASSIGN_OR_RETURN(auto value, c->Get(key));
   if (!value) return NotFound("key '" + args.positional()[0] + "' is not in the cache");
   if (*out == "-") {
@@ -221,19 +220,19 @@ Status Get(const std::string& addr, std::span<const char* const> argv, Io io) {
   return Status::Ok();
 }
 
-Status Put(const std::string& addr, std::span<const char* const> argv, Io io) {
+Status Put(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {}));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"KEY", "FILE"}));
   const std::string key = KeyFromArg(args.positional()[0]);
   KVD_RETURN_IF_ERROR(CheckKey(key));
   KVD_ASSIGN_OR_RETURN(auto bytes, ReadFile(args.positional()[1], protocol::Limits{}.max_value_bytes));
-  KVD_ASSIGN_OR_RETURN(auto c, Connect(addr));
+  KVD_ASSIGN_OR_RETURN(auto c, Connect(remote));
   KVD_RETURN_IF_ERROR(c->Put(key, bytes));
   io.out << "stored " << bytes.size() << " bytes under " << args.positional()[0] << "\n";
   return Status::Ok();
 }
 
-Status Del(const std::string& addr, std::span<const char* const> argv, Io io) {
+Status Del(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {}));
   if (args.positional().empty()) return UsageError("del needs at least one KEY");
   std::vector<std::string> keys;
@@ -241,7 +240,7 @@ Status Del(const std::string& addr, std::span<const char* const> argv, Io io) {
     keys.push_back(KeyFromArg(k));
     KVD_RETURN_IF_ERROR(CheckKey(keys.back()));
   }
-  KVD_ASSIGN_OR_RETURN(auto c, Connect(addr));
+  KVD_ASSIGN_OR_RETURN(auto c, Connect(remote));
   KVD_ASSIGN_OR_RETURN(auto codes, c->Delete(keys));
   std::size_t missing = 0;
   for (std::size_t i = 0; i < codes.size(); ++i) {
@@ -253,7 +252,7 @@ Status Del(const std::string& addr, std::span<const char* const> argv, Io io) {
   return Status::Ok();
 }
 
-Status Lookup(const std::string& addr, std::span<const char* const> argv, Io io) {
+Status Lookup(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{}, {"--json"}}));
   if (args.positional().empty()) return UsageError("lookup needs KEYs in prefix order");
   std::vector<std::string> keys;
@@ -261,7 +260,7 @@ Status Lookup(const std::string& addr, std::span<const char* const> argv, Io io)
     keys.push_back(KeyFromArg(k));
     KVD_RETURN_IF_ERROR(CheckKey(keys.back()));
   }
-  KVD_ASSIGN_OR_RETURN(auto c, Connect(addr));
+  KVD_ASSIGN_OR_RETURN(auto c, Connect(remote));
   KVD_ASSIGN_OR_RETURN(auto r, c->Lookup(keys));
   if (args.Has("--json")) {
     JsonWriter json(io.out);
@@ -279,12 +278,12 @@ Status Lookup(const std::string& addr, std::span<const char* const> argv, Io io)
   return Status::Ok();
 }
 
-Status InspectRemote(const std::string& addr, std::span<const char* const> argv, Io io) {
+Status InspectRemote(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{}, {"--json"}}));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"KEY"}));
   const std::string key = KeyFromArg(args.positional()[0]);
   KVD_RETURN_IF_ERROR(CheckKey(key));
-  KVD_ASSIGN_OR_RETURN(auto c, Connect(addr));
+  KVD_ASSIGN_OR_RETURN(auto c, Connect(remote));
   KVD_ASSIGN_OR_RETURN(auto value, c->Get(key));
   if (!value) return NotFound("key '" + args.positional()[0] + "' is not in the cache");
   return InspectContainerBytes(args.positional()[0], *value, args.Has("--json"), io);
@@ -292,25 +291,27 @@ Status InspectRemote(const std::string& addr, std::span<const char* const> argv,
 
 }  // namespace
 
-Status RunRemoteCommand(const std::string& addr, std::string_view command,
+Status RunRemoteCommand(const client::ClientOptions& remote, std::string_view command,
                         std::span<const char* const> argv, Io io, bool* handled) {
   *handled = true;
-  if (command == "ping") return Ping(addr, argv, io);
-  if (command == "stats") return Stats(addr, argv, io);
-  if (command == "ls") return Ls(addr, argv, io);
-  if (command == "get") return Get(addr, argv, io);
-  if (command == "put") return Put(addr, argv, io);
-  if (command == "del") return Del(addr, argv, io);
-  if (command == "lookup") return Lookup(addr, argv, io);
-  if (command == "inspect") return InspectRemote(addr, argv, io);
-  if (command == "bench") return RunBench(addr, argv, io);
+  if (command == "ping") return Ping(remote, argv, io);
+  if (command == "stats") return Stats(remote, argv, io);
+  if (command == "ls") return Ls(remote, argv, io);
+  if (command == "get") return Get(remote, argv, io);
+  if (command == "put") return Put(remote, argv, io);
+  if (command == "del") return Del(remote, argv, io);
+  if (command == "lookup") return Lookup(remote, argv, io);
+  if (command == "inspect") return InspectRemote(remote, argv, io);
+  if (command == "bench") return RunBench(remote, argv, io);
   *handled = false;
   return Status::Ok();
 }
 
 void PrintRemoteUsage(std::ostream& out) {
   out << "kvdepot [--addr HOST:PORT | --addr unix:PATH] commands (default address:\n"
-         "$KVDEPOT_ADDR, else 127.0.0.1:7600):\n"
+         "$KVDEPOT_ADDR, else 127.0.0.1:7600). Before the command, also: --token-file FILE\n"
+         "(or $KVDEPOT_TOKEN_FILE) to AUTH with the file's first token; --tls, --tls-ca FILE,\n"
+         "--tls-cert FILE, --tls-key FILE, --tls-server-name NAME for a TLS listener:\n"
          "  ping\n"
          "  stats [--json]\n"
          "  ls [--namespace NSID | --prefix P] [--tier gpu|host|ssd] [--limit N] [--json]\n"

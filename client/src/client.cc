@@ -7,10 +7,17 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <arpa/inet.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "kvdepot/byte_order.h"
@@ -79,6 +86,46 @@ Result<int> ConnectSocket(const ClientOptions& options) {
   return fd;
 }
 
+// The last OpenSSL error queue entries as text (the queue is cleared).
+std::string OpenSslErrors() {
+  std::string out;
+  while (const unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    out += (out.empty() ? "" : "; ") + std::string(buf);
+  }
+  return out.empty() ? "no OpenSSL error recorded" : out;
+}
+
+// OpenSSL writes to the socket with write(), which raises SIGPIPE on a closed peer: block it in
+// this thread for the duration and swallow one that became pending, like MSG_NOSIGNAL does.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    sigpending(&pending_before_);
+    pthread_sigmask(SIG_BLOCK, &pipe, &old_);
+  }
+  ~SigpipeGuard() {
+    if (!sigismember(&pending_before_, SIGPIPE)) {
+      sigset_t pipe, now;
+      sigemptyset(&pipe);
+      sigaddset(&pipe, SIGPIPE);
+      sigpending(&now);
+      if (sigismember(&now, SIGPIPE)) {
+        const timespec zero{};
+        sigtimedwait(&pipe, nullptr, &zero);
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t old_{}, pending_before_{};
+};
+
 Status FromWire(std::uint16_t code, std::span<const std::byte> body) {
   std::string message(reinterpret_cast<const char*>(body.data()), body.size());
   if (message.empty()) message = "server returned " + std::string(StatusCodeName(static_cast<StatusCode>(code)));
@@ -87,21 +134,115 @@ Status FromWire(std::uint16_t code, std::span<const std::byte> body) {
 
 }  // namespace
 
+struct Connection::Tls {
+  SSL_CTX* ctx = nullptr;
+  SSL* ssl = nullptr;
+  ~Tls() {
+    if (ssl != nullptr) SSL_free(ssl);
+    if (ctx != nullptr) SSL_CTX_free(ctx);
+  }
+};
+
+Result<std::string> ReadTokenFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("token file " + path + ": cannot be opened");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string token;
+    if (!(words >> token) || token[0] == '#') continue;
+    return token;
+  }
+  return InvalidArgument("token file " + path + ": no token in it");
+}
+
+Connection::Connection(int fd, const ClientOptions& options) : fd_(fd), options_(options) {}
+
 Result<std::unique_ptr<Connection>> Connection::Connect(const ClientOptions& options) {
+  if (options.tls && options.address.rfind("unix:", 0) == 0) {
+    return InvalidArgument("address '" + options.address + "': TLS is for TCP addresses only");
+  }
   KVD_ASSIGN_OR_RETURN(int fd, ConnectSocket(options));
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(options.timeout.count() / 1000);
   tv.tv_usec = static_cast<suseconds_t>((options.timeout.count() % 1000) * 1000);
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  return std::unique_ptr<Connection>(new Connection(fd, options));
+  std::unique_ptr<Connection> c(new Connection(fd, options));
+  if (options.tls) KVD_RETURN_IF_ERROR(c->StartTls());
+  if (!options.token.empty()) KVD_RETURN_IF_ERROR(c->Authenticate());
+  return c;
 }
 
-Connection::~Connection() {
-  if (fd_ >= 0) ::close(fd_);
+Status Connection::StartTls() {
+  ERR_clear_error();
+  tls_ = std::make_unique<Tls>();
+  const auto fail = [this](const std::string& what) {
+    return Broken(Unavailable("tls: " + what + " (" + options_.address + "): " + OpenSslErrors()));
+  };
+  tls_->ctx = SSL_CTX_new(TLS_client_method());
+  if (tls_->ctx == nullptr) return fail("cannot create a context");
+  SSL_CTX_set_min_proto_version(tls_->ctx, TLS1_2_VERSION);
+  SSL_CTX_set_verify(tls_->ctx, SSL_VERIFY_PEER, nullptr);
+  const int ca_ok = options_.tls_ca_file.empty()
+                        ? SSL_CTX_set_default_verify_paths(tls_->ctx)
+                        : SSL_CTX_load_verify_locations(tls_->ctx, options_.tls_ca_file.c_str(),
+                                                        nullptr);
+  if (ca_ok != 1) return fail("cannot load CA file '" + options_.tls_ca_file + "'");
+  if (!options_.tls_cert_file.empty()) {
+    if (SSL_CTX_use_certificate_chain_file(tls_->ctx, options_.tls_cert_file.c_str()) != 1) {
+      return fail("cannot load certificate '" + options_.tls_cert_file + "'");
+    }
+    const std::string& key =
+        options_.tls_key_file.empty() ? options_.tls_cert_file : options_.tls_key_file;
+    if (SSL_CTX_use_PrivateKey_file(tls_->ctx, key.c_str(), SSL_FILETYPE_PEM) != 1) {
+      return fail("cannot load private key '" + key + "'");
+    }
+  }
+  tls_->ssl = SSL_new(tls_->ctx);
+  if (tls_->ssl == nullptr || SSL_set_fd(tls_->ssl, fd_) != 1) {
+    return fail("cannot create a session");
+  }
+  std::string host = options_.tls_server_name;
+  if (host.empty()) {
+    host = options_.address.substr(0, options_.address.rfind(':'));
+    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  }
+  in6_addr ip{};
+  const bool is_ip = ::inet_pton(AF_INET, host.c_str(), &ip) == 1 ||
+                     ::inet_pton(AF_INET6, host.c_str(), &ip) == 1;
+  X509_VERIFY_PARAM* param = SSL_get0_param(tls_->ssl);
+  if (is_ip) {
+    X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str());
+  } else {
+    SSL_set_tlsext_host_name(tls_->ssl, host.c_str());
+    SSL_set1_host(tls_->ssl, host.c_str());
+  }
+  SigpipeGuard guard;
+  if (SSL_connect(tls_->ssl) != 1) {
+    const long verify = SSL_get_verify_result(tls_->ssl);
+    if (verify != X509_V_OK) {
+      ERR_clear_error();
+      return Broken(Unavailable("tls: handshake with " + options_.address +
+                                " failed: server certificate not trusted: " +
+                                X509_verify_cert_error_string(verify)));
+    }
+    return fail("handshake failed");
+  }
+  return Status::Ok();
 }
+
+Status Connection::Authenticate() {
+  const std::vector<std::byte> body = protocol::EncodeAuthRequest(options_.token);
+  auto response = Call(Op::kAuth, body);
+  if (!response.ok()) return Broken(response.status());
+  return Status::Ok();
+}
+
+Connection::~Connection() { static_cast<void>(Broken(Status::Ok())); }
 
 Status Connection::Broken(Status status) {
+  tls_.reset();
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   return status;
@@ -113,6 +254,7 @@ Status Connection::SendAll(std::span<const std::span<const std::byte>> parts) {
   for (auto p : parts) {
     if (!p.empty()) iov.push_back({const_cast<std::byte*>(p.data()), p.size()});
   }
+  if (tls_) return SendTls(iov);
   if (Status s = SendAllIov(fd_, iov, "send"); !s.ok()) {
     return Broken(Status(StatusCode::kUnavailable, s.message()));
   }
@@ -122,6 +264,19 @@ Status Connection::SendAll(std::span<const std::span<const std::byte>> parts) {
 Status Connection::RecvAll(std::byte* out, std::size_t n) {
   if (fd_ < 0) return Unavailable("connection is closed");
   std::size_t done = 0;
+  while (tls_ && done < n) {
+    const int chunk = static_cast<int>(std::min<std::size_t>(n - done, 1 << 30));
+    const int r = SSL_read(tls_->ssl, out + done, chunk);
+    if (r <= 0) {
+      const int err = SSL_get_error(tls_->ssl, r);
+      const std::string why = err == SSL_ERROR_ZERO_RETURN ? "connection closed by the server"
+                              : err == SSL_ERROR_SYSCALL && errno == EAGAIN
+                                  ? "receive (timeout)"
+                                  : "tls receive failed: " + OpenSslErrors();
+      return Broken(Unavailable(why));
+    }
+    done += static_cast<std::size_t>(r);
+  }
   while (done < n) {
     const ssize_t r = ::recv(fd_, out + done, n - done, 0);
     if (r < 0) {
@@ -134,6 +289,36 @@ Status Connection::RecvAll(std::byte* out, std::size_t n) {
     if (r == 0) return Broken(Unavailable("connection closed by the server"));
     done += static_cast<std::size_t>(r);
   }
+  return Status::Ok();
+}
+
+// TLS: small pieces are joined so that a request goes out as one record; large values are
+// written as they are.
+Status Connection::SendTls(const std::vector<iovec>& iov) {
+  SigpipeGuard guard;
+  std::vector<std::byte> joined;
+  const auto write = [this](const void* data, std::size_t len) -> Status {
+    const auto* p = static_cast<const std::byte*>(data);
+    while (len > 0) {
+      const int chunk = static_cast<int>(std::min<std::size_t>(len, 1 << 30));
+      const int w = SSL_write(tls_->ssl, p, chunk);
+      if (w <= 0) return Broken(Unavailable("tls send failed: " + OpenSslErrors()));
+      p += w;
+      len -= static_cast<std::size_t>(w);
+    }
+    return Status::Ok();
+  };
+  for (const iovec& v : iov) {
+    if (v.iov_len < 16384) {
+      const auto* p = static_cast<const std::byte*>(v.iov_base);
+      joined.insert(joined.end(), p, p + v.iov_len);
+      continue;
+    }
+    if (!joined.empty()) KVD_RETURN_IF_ERROR(write(joined.data(), joined.size()));
+    joined.clear();
+    KVD_RETURN_IF_ERROR(write(v.iov_base, v.iov_len));
+  }
+  if (!joined.empty()) return write(joined.data(), joined.size());
   return Status::Ok();
 }
 
@@ -227,7 +412,8 @@ Status Connection::Get(std::span<const std::string> keys, const GetCallback& on_
       }
       return Broken(Corruption("protocol: unexpected response to GET " + std::to_string(id)));
     }
-    if (expected == 0 && h.status != 0 && frame.size() < protocol::kGetItemPrefixBytes) {
+    // A refused request (its error message) vs. a failed item (exactly the 8-byte prefix).
+    if (expected == 0 && h.status != 0 && frame.size() != protocol::kGetItemPrefixBytes) {
       return FromWire(h.status, frame);  // the request itself was refused
     }
     KVD_ASSIGN_OR_RETURN(auto prefix, protocol::DecodeGetItemPrefix(frame));
@@ -332,7 +518,7 @@ Result<std::optional<std::size_t>> Connection::GetInto(std::string_view key,
   auto h = protocol::DecodeFrameHeader(raw, limits, /*expect_response=*/true);
   if (!h.ok()) return Broken(h.status());
   if (h->request_id != id || h->op() != Op::kGet || (h->flags & protocol::kFlagMore) != 0 ||
-      (h->status != 0 && h->body_length < protocol::kGetItemPrefixBytes)) {
+      (h->status != 0 && h->body_length != protocol::kGetItemPrefixBytes)) {
     std::vector<std::byte> body(h->body_length);
     KVD_RETURN_IF_ERROR(RecvAll(body.data(), body.size()));
     if (h->status != 0 && h->request_id == id) return FromWire(h->status, body);

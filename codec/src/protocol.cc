@@ -103,6 +103,7 @@ std::string_view OpName(Op op) {
     case Op::kDelete: return "delete";
     case Op::kStats: return "stats";
     case Op::kScan: return "scan";
+    case Op::kAuth: return "auth";
   }
   return "unknown";
 }
@@ -135,6 +136,7 @@ std::uint64_t MaxRequestBody(Op op, const Limits& limits) {
     case Op::kLookup:
     case Op::kDelete: return std::min(key_list, limits.max_body_bytes);
     case Op::kScan: return 4 + 1 + 1 + 2 * (2 + std::uint64_t{limits.max_key_bytes});
+    case Op::kAuth: return 2 + kMaxTokenBytes;
   }
   return 0;
 }
@@ -365,6 +367,25 @@ Result<ScanResult> DecodeScanResult(std::span<const std::byte> body) {
   out.next_cursor.assign(AsString(cursor));
   KVD_RETURN_IF_ERROR(r.ExpectEnd());
   return out;
+}
+
+std::vector<std::byte> EncodeAuthRequest(std::string_view token) {
+  std::vector<std::byte> out(2 + token.size());
+  StoreLE<std::uint16_t>(out.data(), static_cast<std::uint16_t>(token.size()));
+  std::memcpy(out.data() + 2, token.data(), token.size());
+  return out;
+}
+
+Result<std::string> DecodeAuthRequest(std::span<const std::byte> body) {
+  Reader r(body, "auth");
+  KVD_ASSIGN_OR_RETURN(std::uint16_t len, r.Read<std::uint16_t>("length"));
+  if (len == 0 || len > kMaxTokenBytes) {
+    return OutOfRange("protocol: auth: token length " + std::to_string(len) +
+                      " is out of range [1, " + std::to_string(kMaxTokenBytes) + "]");
+  }
+  KVD_ASSIGN_OR_RETURN(auto bytes, r.Take(len, "token"));
+  KVD_RETURN_IF_ERROR(r.ExpectEnd());
+  return std::string(AsString(bytes));
 }
 
 std::vector<std::byte> EncodeErrorBody(std::string_view message) {

@@ -21,6 +21,8 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kDeviceError: return "device_error";
     case StatusCode::kAlreadyExists: return "already_exists";
     case StatusCode::kCancelled: return "cancelled";
+    case StatusCode::kUnauthenticated: return "unauthenticated";
+    case StatusCode::kPermissionDenied: return "permission_denied";
   }
   return "unknown";
 }
@@ -51,6 +53,8 @@ Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(
 Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 Status DeviceError(std::string m) { return {StatusCode::kDeviceError, std::move(m)}; }
+Status Unauthenticated(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
+Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
 
 Status StatusFromErrno(int err, std::string_view context) {
   StatusCode code = StatusCode::kIOError;

@@ -201,6 +201,33 @@ const std::vector<KeySpec>& Specs() {
          c.metrics_listen = std::string(v);
          return Status::Ok();
        }},
+      {"auth.token_file", "token file (docs/security.md); set: every client must AUTH first",
+       [](std::string_view v, Config& c) {
+         c.auth_token_file = std::string(v);
+         return Status::Ok();
+       }},
+      {"tls.cert_file", "PEM certificate chain; set: the TCP listener speaks TLS",
+       [](std::string_view v, Config& c) {
+         c.server.tls.cert_file = std::string(v);
+         return Status::Ok();
+       }},
+      {"tls.key_file", "PEM private key of tls.cert_file",
+       [](std::string_view v, Config& c) {
+         c.server.tls.key_file = std::string(v);
+         return Status::Ok();
+       }},
+      {"tls.client_ca_file", "PEM CA; set: TLS clients must present a certificate it signed",
+       [](std::string_view v, Config& c) {
+         c.server.tls.client_ca_file = std::string(v);
+         return Status::Ok();
+       }},
+      {"lm.allow_unauthenticated", "serve lm:// (no auth in LMCache's protocol) with auth on",
+       [](std::string_view v, Config& c) -> Status {
+         if (v == "true") c.lm_allow_unauthenticated = true;
+         else if (v == "false") c.lm_allow_unauthenticated = false;
+         else return InvalidArgument("'" + std::string(v) + "' is not true or false");
+         return Status::Ok();
+       }},
       {"limits.max_output_bytes", "queued response bytes per connection before reading pauses",
        [](std::string_view v, Config& c) -> Status {
          KVD_ASSIGN_OR_RETURN(c.server.max_output_bytes, ParseSizeIn(v, 4096, 1ull << 40));
@@ -349,6 +376,21 @@ Status ValidateConfig(const Config& config) {
     return InvalidArgument("limits.max_value_bytes exceeds host.capacity: such values could "
                            "never be stored");
   }
+  if (config.server.tls.enabled() != !config.server.tls.key_file.empty()) {
+    return InvalidArgument("tls.cert_file and tls.key_file go together");
+  }
+  if (!config.server.tls.client_ca_file.empty() && !config.server.tls.enabled()) {
+    return InvalidArgument("tls.client_ca_file needs tls.cert_file and tls.key_file");
+  }
+  if (config.server.tls.enabled() && config.server.listen.empty()) {
+    return InvalidArgument("tls.cert_file is set but there is no TCP listener (listen)");
+  }
+  if (!config.auth_token_file.empty() && !config.lm.listen.empty() &&
+      !config.lm_allow_unauthenticated) {
+    return InvalidArgument("lm.listen is set with auth.token_file, but LMCache's protocol has no "
+                           "authentication: set lm.allow_unauthenticated: true to serve lm:// "
+                           "unauthenticated anyway (docs/security.md)");
+  }
   if (!config.ssd.dir.empty()) {
     if (config.ssd.capacity_bytes < 2 * config.ssd.segment_bytes) {
       return InvalidArgument("ssd.capacity must hold at least two segments of ssd.segment_size");
@@ -393,6 +435,11 @@ std::vector<std::pair<std::string, std::string>> ConfigEntries(const Config& c) 
       {"lm.io_threads", n(c.lm.io_threads)},
       {"lm.max_value_bytes", n(c.lm.max_value_bytes)},
       {"limits.max_output_bytes", n(c.server.max_output_bytes)},
+      {"auth.token_file", c.auth_token_file},
+      {"tls.cert_file", c.server.tls.cert_file},
+      {"tls.key_file", c.server.tls.key_file},
+      {"tls.client_ca_file", c.server.tls.client_ca_file},
+      {"lm.allow_unauthenticated", c.lm_allow_unauthenticated ? "true" : "false"},
   };
   for (const auto& [id, bytes] : c.host.namespace_quotas) {
     std::string hex;

@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvdepot/daemon/auth.h"
 #include "kvdepot/daemon/config.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/lm_server.h"
@@ -78,6 +80,57 @@ Status LoadConfig(const std::string& config_file, const std::vector<std::string_
     return Status(s.code(), (config_file.empty() ? "" : config_file + ": ") + s.message());
   }
   return Status::Ok();
+}
+
+// Raises the soft open-file limit to the hard limit (each connection is a descriptor; the default
+// soft limit of 1024 would refuse connections long before memory runs out) and logs both.
+void RaiseFileLimit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  const rlim_t before = lim.rlim_cur;
+  if (lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) lim.rlim_cur = before;
+  }
+  Log(LogLevel::kInfo, "open file limit",
+      {{"soft_before", std::to_string(before)}, {"soft", std::to_string(lim.rlim_cur)},
+       {"hard", std::to_string(lim.rlim_max)}});
+}
+
+// Whether HOST:PORT's host is a loopback address (127.0.0.0/8, ::1, localhost).
+bool IsLoopback(const std::string& listen) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// A warning per listener reachable from other hosts without credentials.
+void WarnExposedListeners(const Config& config) {
+  const bool auth = config.server.auth != nullptr;
+  if (!config.server.listen.empty() && !IsLoopback(config.server.listen) && !auth) {
+    Log(LogLevel::kWarn, "listening on a non-loopback address without authentication: any host "
+        "that can reach it can read and write every key (set auth.token_file, docs/security.md)",
+        {{"listen", config.server.listen}});
+  }
+  if (!config.server.listen.empty() && !IsLoopback(config.server.listen) &&
+      !config.server.tls.enabled()) {
+    Log(LogLevel::kWarn, "listening on a non-loopback address without TLS: tokens and values "
+        "cross the network in clear (set tls.cert_file, docs/security.md)",
+        {{"listen", config.server.listen}});
+  }
+  if (!config.lm.listen.empty() && !IsLoopback(config.lm.listen)) {
+    Log(LogLevel::kWarn, "lm:// listens on a non-loopback address; LMCache's protocol has no "
+        "authentication: any host that can reach it can read and write the LMCache namespace",
+        {{"lm_listen", config.lm.listen}});
+  } else if (!config.lm.listen.empty() && auth) {
+    Log(LogLevel::kWarn, "lm:// serves without authentication (lm.allow_unauthenticated)",
+        {{"lm_listen", config.lm.listen}});
+  }
+  if (!config.metrics_listen.empty() && !IsLoopback(config.metrics_listen)) {
+    Log(LogLevel::kWarn, "metrics listen on a non-loopback address; /metrics has no "
+        "authentication (it shows counters and namespace ids, never keys or values)",
+        {{"metrics_listen", config.metrics_listen}});
+  }
 }
 
 std::string Join(const std::vector<std::string>& items) {
@@ -172,6 +225,19 @@ int DaemonMain(int argc, char** argv) {
     Log(LogLevel::kInfo, "effective configuration", fields);
   }
 
+  RaiseFileLimit();
+  if (!config.auth_token_file.empty()) {
+    auto auth = Authenticator::LoadFile(config.auth_token_file);
+    if (!auth.ok()) {
+      Log(LogLevel::kError, "cannot start", {{"error", auth.status().message()}});
+      return Fail(1, auth.status().message());
+    }
+    config.server.auth = std::move(*auth);
+    Log(LogLevel::kInfo, "authentication on",
+        {{"token_file", config.auth_token_file},
+         {"tokens", std::to_string(config.server.auth->size())}});
+  }
+  WarnExposedListeners(config);
   Metrics metrics(kVersion);
   HostTier host(config.host);
   std::unique_ptr<SsdTier> ssd;

@@ -2,6 +2,7 @@
 
 #include "kvdepot/daemon/server.h"
 
+#include "kvdepot/daemon/log.h"
 #include "kvdepot/daemon/ssd_tier.h"
 
 #include "kvdepot/byte_order.h"
@@ -11,6 +12,7 @@
 
 #include <array>
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -103,6 +105,8 @@ class Server::Impl {
     s.connections_total = total_.load();
     s.requests = requests_.load();
     s.protocol_errors = protocol_errors_.load();
+    s.auth_failures = auth_failures_.load();
+    s.tls_handshake_failures = tls_failures_.load();
     s.bytes_in = bytes_in_.load();
     s.bytes_out = bytes_out_.load();
     return s;
@@ -112,7 +116,12 @@ class Server::Impl {
   const ServerOptions& options() const { return options_; }
   Store& store() { return store_; }
   RequestObserver* observer() const { return observer_; }
-  std::string StatsJson() const;
+  // `scope` limits the namespaces listed (null: all).
+  std::string StatsJson(const AuthScope* scope) const;
+  // Counts a refused connection and logs it, at most once a second (with how many were not
+  // logged since), so that a client hammering wrong tokens cannot flood the log.
+  void OnAuthFailure(const std::string& peer, std::string_view reason);
+  void OnTlsFailure(const std::string& peer, const std::string& error);
   void Probe(std::function<void()> done);
   using Registration = std::list<std::weak_ptr<ConnectionBase>>::iterator;
   // Tracks a live connection (for shutdown); its destructor calls Unregister with the result.
@@ -128,6 +137,7 @@ class Server::Impl {
     --open_;
   }
   std::atomic<std::uint64_t> requests_{0}, protocol_errors_{0}, bytes_in_{0}, bytes_out_{0};
+  std::atomic<std::uint64_t> auth_failures_{0}, tls_failures_{0};
 
  private:
   template <typename Acceptor>
@@ -144,6 +154,10 @@ class Server::Impl {
   std::vector<std::unique_ptr<asio::io_context>> contexts_;
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
   std::size_t next_context_ = 0;  // used by accept handlers, which all run on contexts_[0]
+  std::unique_ptr<asio::ssl::context> tls_;  // set when the TCP listener speaks TLS
+  std::mutex log_mu_;                         // rate limit of the refusal log lines
+  std::chrono::steady_clock::time_point last_refusal_log_{};
+  std::uint64_t refusals_not_logged_ = 0;
   std::unique_ptr<asio::ip::tcp::acceptor> tcp_;
   std::unique_ptr<asio::local::stream_protocol::acceptor> unix_;
   std::uint16_t tcp_port_ = 0;
@@ -157,17 +171,44 @@ class Server::Impl {
 
 namespace {
 
+// The scope of a connection on a server without authentication.
+const AuthScope kEverything{true, {}};
+
+template <typename Stream>
+constexpr bool kIsTls = false;
+template <typename Inner>
+constexpr bool kIsTls<asio::ssl::stream<Inner>> = true;
+
+// `Socket` is a plain TCP or Unix stream socket, or an asio::ssl::stream over a TCP socket.
 template <typename Socket>
 class Connection : public ConnectionBase,
                    public std::enable_shared_from_this<Connection<Socket>> {
  public:
   Connection(Socket socket, Server::Impl& server)
-      : socket_(std::move(socket)), server_(server), limits_(server.options().limits) {}
+      : socket_(std::move(socket)),
+        server_(server),
+        limits_(server.options().limits),
+        scope_(server.options().auth ? nullptr : &kEverything) {}
   ~Connection() override { server_.Unregister(registration_); }
   void set_registration(Server::Impl::Registration r) { registration_ = r; }
 
   void Start() {
-    asio::dispatch(socket_.get_executor(), [self = this->shared_from_this()] { self->ReadHeader(); });
+    if constexpr (kIsTls<Socket>) {
+      asio::dispatch(socket_.get_executor(), [self = this->shared_from_this()] {
+        self->awaiting_header_ = true;  // a stop while handshaking closes at once
+        self->socket_.async_handshake(asio::ssl::stream_base::server, [self](auto ec) {
+          self->awaiting_header_ = false;
+          if (ec) {
+            self->server_.OnTlsFailure(self->PeerName(), ec.message());
+            return self->Close();
+          }
+          self->ReadHeader();
+        });
+      });
+    } else {
+      asio::dispatch(socket_.get_executor(),
+                     [self = this->shared_from_this()] { self->ReadHeader(); });
+    }
   }
 
   // Graceful stop: requests already received (fully or partly, including pipelined ones waiting
@@ -176,7 +217,9 @@ class Connection : public ConnectionBase,
     asio::post(socket_.get_executor(), [self = this->shared_from_this()] {
       self->draining_ = true;
       boost::system::error_code ec;
-      if (self->awaiting_header_ && self->socket_.available(ec) == 0) self->socket_.cancel(ec);
+      if (self->awaiting_header_ && self->socket_.lowest_layer().available(ec) == 0) {
+        self->socket_.lowest_layer().cancel(ec);
+      }
       self->MaybeClose();
     });
   }
@@ -190,7 +233,7 @@ class Connection : public ConnectionBase,
   void ReadHeader() {
     if (draining_ && !stop_reading_) {
       boost::system::error_code ec;
-      if (socket_.available(ec) == 0 || ec) stop_reading_ = true;  // nothing more was sent
+      if (socket_.lowest_layer().available(ec) == 0 || ec) stop_reading_ = true;  // nothing more
     }
     if (stop_reading_ || closed_) {
       MaybeClose();
@@ -224,6 +267,12 @@ class Connection : public ConnectionBase,
     ++server_.requests_;
     if (server_.observer() != nullptr) {
       pending_.push_back({h->op(), std::chrono::steady_clock::now(), StatusCode::kOk});
+    }
+    if (scope_ == nullptr && h->op() != Op::kAuth) {
+      // Nothing but AUTH before authentication; the body, if any, is not read.
+      server_.OnAuthFailure(PeerName(), "request before auth");
+      return Refuse(*h, Unauthenticated(std::string(protocol::OpName(h->op())) +
+                                        " before auth: this server requires an AUTH token first"));
     }
     if (h->op() == Op::kPut) {
       StartPut(*h);
@@ -317,6 +366,10 @@ class Connection : public ConnectionBase,
                                           " runs past the frame body"));
         }
         put_.remaining -= put_.value_length;
+        if (!scope_->AllowsKey(put_.key)) {  // decided before the store is touched
+          put_.results->codes.push_back(StatusCode::kPermissionDenied);
+          return Discard(put_.value_length);
+        }
         if (put_.value_length > limits_.max_value_bytes) {
           put_.results->codes.push_back(StatusCode::kOutOfRange);
           return Discard(put_.value_length);
@@ -412,18 +465,70 @@ class Connection : public ConnectionBase,
       case Op::kLookup: return HandleLookup(h);
       case Op::kDelete: return HandleDelete(h);
       case Op::kStats: {
-        const std::string json = server_.StatsJson();
+        const std::string json = server_.StatsJson(scope_->all ? nullptr : scope_);
         const auto* p = reinterpret_cast<const std::byte*>(json.data());
         return SendBody(h, StatusCode::kOk, std::vector<std::byte>(p, p + json.size()));
       }
       case Op::kScan: return HandleScan(h);
+      case Op::kAuth: return HandleAuth(h);
       case Op::kPut: break;  // handled while reading
+    }
+  }
+
+  // ---- authentication and authorisation ------------------------------------------------------
+  void HandleAuth(const FrameHeader& h) {
+    auto token = protocol::DecodeAuthRequest(body_);
+    if (!token.ok()) {
+      if (scope_ == nullptr) server_.OnAuthFailure(PeerName(), "malformed auth");
+      if (scope_ == nullptr) return Refuse(h, Unauthenticated(token.status().message()));
+      return RequestError(h, token.status());
+    }
+    const Authenticator* auth = server_.options().auth.get();
+    if (auth == nullptr) return SendBody(h, StatusCode::kOk, {});  // auth off: any token is fine
+    const AuthScope* scope = auth->Check(*token);
+    if (scope == nullptr) {
+      server_.OnAuthFailure(PeerName(), "wrong token");
+      return Refuse(h, Unauthenticated("auth: token not accepted"));
+    }
+    scope_ = scope;  // a later AUTH may switch to another token's scope
+    SendBody(h, StatusCode::kOk, {});
+  }
+
+  // Answers `status` (unauthenticated) and closes the connection once it is written.
+  void Refuse(const FrameHeader& h, const Status& status) {
+    SendBody(h, status.code(), protocol::EncodeErrorBody(status.message()));
+    stop_reading_ = true;
+    MaybeClose();
+  }
+
+  // Every key is in an allowed namespace; else a permission error names the first that is not.
+  Status CheckKeys(const std::vector<std::string_view>& keys) const {
+    if (scope_->all) return Status::Ok();
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (!scope_->AllowsKey(keys[i])) {
+        return PermissionDenied("key " + std::to_string(i) +
+                                " is outside the namespaces this token may use");
+      }
+    }
+    return Status::Ok();
+  }
+
+  std::string PeerName() {
+    boost::system::error_code ec;
+    if constexpr (std::is_same_v<typename Socket::lowest_layer_type::protocol_type,
+                                 asio::ip::tcp>) {
+      const auto ep = socket_.lowest_layer().remote_endpoint(ec);
+      if (!ec) return ep.address().to_string() + ":" + std::to_string(ep.port());
+      return "tcp:?";
+    } else {
+      return "unix";
     }
   }
 
   void HandleGet(const FrameHeader& h) {
     auto keys = protocol::DecodeKeyList(body_, limits_);
     if (!keys.ok()) return RequestError(h, keys.status());
+    if (Status s = CheckKeys(*keys); !s.ok()) return RequestError(h, s);
     for (std::uint32_t i = 0; i < keys->size(); ++i) {
       get_backlog_.push_back({h, std::string((*keys)[i]), i, i + 1 == keys->size(),
                               ReserveSlot()});
@@ -475,6 +580,7 @@ class Connection : public ConnectionBase,
   void HandleLookup(const FrameHeader& h) {
     auto keys = protocol::DecodeKeyList(body_, limits_);
     if (!keys.ok()) return RequestError(h, keys.status());
+    if (Status s = CheckKeys(*keys); !s.ok()) return RequestError(h, s);
     protocol::LookupResult result;
     bool prefix = true;
     for (std::string_view key : *keys) {
@@ -493,6 +599,7 @@ class Connection : public ConnectionBase,
   void HandleDelete(const FrameHeader& h) {
     auto keys = protocol::DecodeKeyList(body_, limits_);
     if (!keys.ok()) return RequestError(h, keys.status());
+    if (Status s = CheckKeys(*keys); !s.ok()) return RequestError(h, s);
     std::vector<StatusCode> codes;
     for (std::string_view key : *keys) {
       codes.push_back(server_.store().Erase(key) ? StatusCode::kOk : StatusCode::kNotFound);
@@ -503,9 +610,45 @@ class Connection : public ConnectionBase,
   void HandleScan(const FrameHeader& h) {
     auto q = protocol::DecodeScanRequest(body_, limits_);
     if (!q.ok()) return RequestError(h, q.status());
+    if (!scope_->all) return HandleScopedScan(h, *q);
     const protocol::ScanResult result =
         server_.store().Scan(q->prefix, q->cursor, q->limit, q->tier);
     SendBody(h, StatusCode::kOk, protocol::EncodeScanResult(result));
+  }
+
+  // SCAN for a namespace-restricted token: each allowed namespace matching the prefix is scanned
+  // in byte order (so other namespaces' keys are never even read), keeping only 48-byte chunk
+  // keys. A prefix that names a namespace the token may not use is a permission error.
+  void HandleScopedScan(const FrameHeader& h, const protocol::ScanRequest& q) {
+    if (q.prefix.size() >= kNamespaceIdBytes &&
+        !scope_->AllowsNamespace(std::string_view(q.prefix).substr(0, kNamespaceIdBytes))) {
+      return RequestError(h, PermissionDenied("scan: the prefix names a namespace this token "
+                                              "may not use"));
+    }
+    protocol::ScanResult out;
+    for (const std::string& ns : scope_->namespaces) {
+      const std::string_view want(q.prefix);
+      if (want.size() >= ns.size() ? want.substr(0, ns.size()) != ns
+                                   : std::string_view(ns).substr(0, want.size()) != want) {
+        continue;
+      }
+      if (!q.cursor.empty() && std::string_view(q.cursor).substr(0, ns.size()) > ns) continue;
+      if (out.entries.size() == q.limit) {  // more namespaces follow: resume after the last key
+        out.next_cursor = out.entries.back().key;
+        break;
+      }
+      const std::string& prefix = want.size() > ns.size() ? q.prefix : ns;
+      protocol::ScanResult part = server_.store().Scan(
+          prefix, q.cursor, q.limit - static_cast<std::uint32_t>(out.entries.size()), q.tier);
+      for (auto& e : part.entries) {
+        if (e.key.size() == 48) out.entries.push_back(std::move(e));
+      }
+      if (!part.next_cursor.empty()) {
+        out.next_cursor = std::move(part.next_cursor);
+        break;
+      }
+    }
+    SendBody(h, StatusCode::kOk, protocol::EncodeScanResult(out));
   }
 
   // A well-formed request the server refuses (over a limit, bad field): an error response; the
@@ -641,14 +784,15 @@ class Connection : public ConnectionBase,
     closed_ = true;
     queue_.clear();
     boost::system::error_code ec;
-    socket_.shutdown(Socket::shutdown_both, ec);
-    socket_.close(ec);
+    socket_.lowest_layer().shutdown(asio::socket_base::shutdown_both, ec);
+    socket_.lowest_layer().close(ec);
   }
 
   Socket socket_;
   Server::Impl& server_;
   Server::Impl::Registration registration_{};
   const protocol::Limits limits_;
+  const AuthScope* scope_;  // null until a successful AUTH (auth on); owned by the Authenticator
   std::array<std::byte, protocol::kFrameHeaderBytes> header_{};
   std::vector<std::byte> body_;
   std::array<std::byte, 256 + 8> small_{};
@@ -701,6 +845,15 @@ void Server::Impl::Accept(Acceptor& acceptor) {
     if constexpr (std::is_same_v<typename Acceptor::protocol_type, asio::ip::tcp>) {
       boost::system::error_code ignored;
       socket.set_option(asio::ip::tcp::no_delay(true), ignored);
+      if (tls_) {
+        using TlsStream = asio::ssl::stream<SocketType>;
+        auto conn =
+            std::make_shared<Connection<TlsStream>>(TlsStream(std::move(socket), *tls_), *this);
+        conn->set_registration(Register(conn));
+        conn->Start();
+        Accept(acceptor);
+        return;
+      }
     }
     auto conn = std::make_shared<Connection<SocketType>>(std::move(socket), *this);
     conn->set_registration(Register(conn));
@@ -711,6 +864,26 @@ void Server::Impl::Accept(Acceptor& acceptor) {
 
 Status Server::Impl::Start() {
   boost::system::error_code ec;
+  if (options_.tls.enabled()) {
+    const TlsOptions& t = options_.tls;
+    tls_ = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
+    tls_->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                          asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                          asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use,
+                      ec);
+    if (tls_->use_certificate_chain_file(t.cert_file, ec); ec) {
+      return InvalidArgument("tls.cert_file " + t.cert_file + ": " + ec.message());
+    }
+    if (tls_->use_private_key_file(t.key_file, asio::ssl::context::pem, ec); ec) {
+      return InvalidArgument("tls.key_file " + t.key_file + ": " + ec.message());
+    }
+    if (!t.client_ca_file.empty()) {
+      if (tls_->load_verify_file(t.client_ca_file, ec); ec) {
+        return InvalidArgument("tls.client_ca_file " + t.client_ca_file + ": " + ec.message());
+      }
+      tls_->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert, ec);
+    }
+  }
   if (!options_.listen.empty()) {
     KVD_ASSIGN_OR_RETURN(auto host_port, SplitHostPort(options_.listen));
     const auto address = asio::ip::make_address(host_port.first, ec);
@@ -788,7 +961,42 @@ void Server::Impl::Stop() {
   if (!options_.unix_path.empty()) ::unlink(options_.unix_path.c_str());
 }
 
-std::string Server::Impl::StatsJson() const {
+void Server::Impl::OnAuthFailure(const std::string& peer, std::string_view reason) {
+  ++auth_failures_;
+  std::uint64_t not_logged = 0;
+  {
+    std::lock_guard lock(log_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_refusal_log_ < std::chrono::seconds(1)) {
+      ++refusals_not_logged_;
+      return;
+    }
+    last_refusal_log_ = now;
+    not_logged = std::exchange(refusals_not_logged_, 0);
+  }
+  Log(LogLevel::kWarn, "connection refused: authentication failed",
+      {{"peer", peer}, {"reason", std::string(reason)},
+       {"refusals_not_logged", std::to_string(not_logged)}});
+}
+
+void Server::Impl::OnTlsFailure(const std::string& peer, const std::string& error) {
+  ++tls_failures_;
+  std::uint64_t not_logged = 0;
+  {
+    std::lock_guard lock(log_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_refusal_log_ < std::chrono::seconds(1)) {
+      ++refusals_not_logged_;
+      return;
+    }
+    last_refusal_log_ = now;
+    not_logged = std::exchange(refusals_not_logged_, 0);
+  }
+  Log(LogLevel::kWarn, "connection refused: TLS handshake failed",
+      {{"peer", peer}, {"error", error}, {"refusals_not_logged", std::to_string(not_logged)}});
+}
+
+std::string Server::Impl::StatsJson(const AuthScope* scope) const {
   const HostTierStats h = store_.host().stats();
   const ServerStats s = stats();
   const auto uptime = std::chrono::duration_cast<std::chrono::seconds>(
@@ -803,6 +1011,8 @@ std::string Server::Impl::StatsJson() const {
   field("connections_total", s.connections_total);
   field("requests", s.requests);
   field("protocol_errors", s.protocol_errors);
+  field("auth_failures", s.auth_failures);
+  field("tls_handshake_failures", s.tls_handshake_failures);
   field("bytes_in", s.bytes_in);
   field("bytes_out", s.bytes_out);
   out += "\"tiers\":{\"host\":{";
@@ -843,13 +1053,16 @@ std::string Server::Impl::StatsJson() const {
   out += "},";
   out += "\"namespaces\":[";
   static constexpr char kHex[] = "0123456789abcdef";
+  bool first = true;
   for (std::size_t i = 0; i < h.namespaces.size(); ++i) {
+    if (scope != nullptr && !scope->AllowsNamespace(h.namespaces[i].id)) continue;
     std::string id;
     for (unsigned char c : h.namespaces[i].id) {
       id += kHex[c >> 4];
       id += kHex[c & 15];
     }
-    out += std::string(i ? "," : "") + "{\"id\":\"" + id + "\",";
+    out += std::string(first ? "" : ",") + "{\"id\":\"" + id + "\",";
+    first = false;
     field("bytes", h.namespaces[i].bytes);
     out += "\"quota\":" + std::to_string(h.namespaces[i].quota) + "}";
   }

@@ -147,3 +147,25 @@ def test_errors_are_exceptions_not_crashes():
     with pytest.raises(TypeError):
         c.get(12)
     assert issubclass(kvdepot.Error, RuntimeError)
+
+
+def test_token_and_tls(make_daemon, tmp_path):
+    """kvdepot.Client with a token file and TLS (docs/security.md)."""
+    import subprocess
+    crt, key = tmp_path / "server.crt", tmp_path / "server.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key),
+                    "-out", str(crt)], check=True, capture_output=True)
+    tokens = tmp_path / "tokens"
+    tokens.write_text("python-token-0123456789 *\n")
+    d = make_daemon("--auth-token-file", str(tokens), "--lm-allow-unauthenticated", "true",
+                    "--tls-cert-file", str(crt), "--tls-key-file", str(key))
+    c = kvdepot.Client(d.addr, timeout_ms=10000, token_file=str(tokens), tls_ca_file=str(crt))
+    c.put(b"k", b"v")
+    assert c.get(b"k") == b"v"
+    with pytest.raises(kvdepot.Error, match="unauthenticated"):
+        kvdepot.Client(d.addr, token="wrong-token-0123456789", tls_ca_file=str(crt)).ping()
+    with pytest.raises(kvdepot.Error, match="certificate"):  # not signed by a system CA
+        kvdepot.Client(d.addr, token_file=str(tokens), tls=True).ping()
+    c.ping()

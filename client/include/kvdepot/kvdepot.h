@@ -26,7 +26,9 @@ enum {
   KVDEPOT_IO_ERROR = 6,
   KVDEPOT_UNAVAILABLE = 7,
   KVDEPOT_UNIMPLEMENTED = 8,
-  KVDEPOT_INTERNAL = 9
+  KVDEPOT_INTERNAL = 9,
+  KVDEPOT_UNAUTHENTICATED = 13,  /* no or a refused AUTH token (docs/security.md) */
+  KVDEPOT_PERMISSION_DENIED = 14 /* the token may not use that key's namespace */
 };
 
 /* Tiers reported by kvdepot_lookup. */
@@ -40,6 +42,23 @@ typedef struct kvdepot_client kvdepot_client;
  * and availability errors at the first call. */
 int kvdepot_open(const char* address, int timeout_ms, kvdepot_client** out);
 void kvdepot_close(kvdepot_client* client);
+
+/* Security options for kvdepot_open_ex; NULL or "" leaves a field unset. */
+typedef struct kvdepot_options {
+  const char* token;           /* AUTH token sent on every connection */
+  const char* token_file;      /* or: a file whose first token is sent */
+  int tls;                     /* non-zero: TLS (TCP only) */
+  const char* tls_ca_file;     /* CA to verify the server (NULL: system CAs) */
+  const char* tls_cert_file;   /* client certificate (mutual TLS) */
+  const char* tls_key_file;    /* its key */
+  const char* tls_server_name; /* name to verify (NULL: the address's host) */
+} kvdepot_options;
+
+/* kvdepot_open with authentication and TLS (options may be NULL: same as kvdepot_open). A
+ * token_file that cannot be read fails here with KVDEPOT_NOT_FOUND or KVDEPOT_INVALID_ARGUMENT
+ * and *out stays NULL; a refused token or TLS failure surfaces at the first call. */
+int kvdepot_open_ex(const char* address, int timeout_ms, const kvdepot_options* options,
+                    kvdepot_client** out);
 /* The last failure's message ("" after a success). Owned by the client. */
 const char* kvdepot_last_error(const kvdepot_client* client);
 

@@ -103,7 +103,12 @@ class KvdepotConnector(RemoteConnector):
         self.url = url
         self.loop = loop
         self.local_cpu_backend = local_cpu_backend
-        self.client = kvdepot.Client(address, pool_size=pool_size)
+        # Security (docs/security.md): token_file, and TLS with tls_ca_file / tls_cert_file.
+        self.client = kvdepot.Client(
+            address, pool_size=pool_size, token_file=option("token_file", ""),
+            tls=str(option("tls", "false")).lower() == "true",
+            tls_ca_file=option("tls_ca_file", ""), tls_cert_file=option("tls_cert_file", ""),
+            tls_key_file=option("tls_key_file", ""))
         self.prefix = kvdepot.lm_namespace_id(namespace)
         self.executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=pool_size, thread_name_prefix="kvdepot")

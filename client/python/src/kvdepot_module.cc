@@ -97,11 +97,21 @@ std::vector<py::bytes> KeysOf(const std::vector<ChunkKey>& keys) {
 
 class PyClient {
  public:
-  PyClient(const std::string& address, int timeout_ms, std::size_t pool_size) {
+  PyClient(const std::string& address, int timeout_ms, std::size_t pool_size,
+           const std::string& token, const std::string& token_file, bool tls,
+           const std::string& tls_ca_file, const std::string& tls_cert_file,
+           const std::string& tls_key_file, const std::string& tls_server_name) {
     client::ClientOptions o;
     o.address = address;
     o.timeout = std::chrono::milliseconds(timeout_ms);
     o.pool_size = pool_size;
+    o.token = token;
+    if (o.token.empty() && !token_file.empty()) o.token = Unwrap(client::ReadTokenFile(token_file));
+    o.tls = tls || !tls_ca_file.empty() || !tls_cert_file.empty();
+    o.tls_ca_file = tls_ca_file;
+    o.tls_cert_file = tls_cert_file;
+    o.tls_key_file = tls_key_file;
+    o.tls_server_name = tls_server_name;
     client_ = std::make_unique<client::Client>(o);
   }
 
@@ -340,9 +350,17 @@ PYBIND11_MODULE(_kvdepot, m) {
       "The 32-byte header kept in front of an LMCache value (shape padded with zeros to 4).");
 
   py::class_<PyClient>(m, "Client")
-      .def(py::init<const std::string&, int, std::size_t>(), py::arg("address") = "127.0.0.1:7600",
-           py::arg("timeout_ms") = 30000, py::arg("pool_size") = 4,
-           "A thread-safe pooled client; connections are made on demand.")
+      .def(py::init<const std::string&, int, std::size_t, const std::string&, const std::string&,
+                    bool, const std::string&, const std::string&, const std::string&,
+                    const std::string&>(),
+           py::arg("address") = "127.0.0.1:7600", py::arg("timeout_ms") = 30000,
+           py::arg("pool_size") = 4, py::kw_only(), py::arg("token") = "",
+           py::arg("token_file") = "", py::arg("tls") = false, py::arg("tls_ca_file") = "",
+           py::arg("tls_cert_file") = "", py::arg("tls_key_file") = "",
+           py::arg("tls_server_name") = "",
+           "A thread-safe pooled client; connections are made on demand. token / token_file: "
+           "AUTH on every connection (docs/security.md); tls*: TLS over TCP, verifying the "
+           "server against tls_ca_file (or the system CAs).")
       .def("ping", &PyClient::Ping)
       .def("put", &PyClient::Put, py::arg("key"), py::arg("value"))
       .def("put_parts", &PyClient::PutParts, py::arg("key"), py::arg("parts"))

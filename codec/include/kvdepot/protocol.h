@@ -35,8 +35,11 @@ enum class Op : std::uint8_t {
   kDelete = 5,
   kStats = 6,
   kScan = 7,
+  kAuth = 8,  // presents a token; the first request on a connection when the server has auth on
 };
-inline constexpr std::uint8_t kMaxOp = 7;
+inline constexpr std::uint8_t kMaxOp = 8;
+// AUTH tokens: 1 ..= kMaxTokenBytes bytes.
+inline constexpr std::size_t kMaxTokenBytes = 1024;
 inline constexpr std::uint8_t kResponseBit = 0x80;
 // Response flag: more response frames follow for the same request (a GET streams one frame per
 // key; every frame but the last carries this flag).
@@ -145,6 +148,11 @@ struct ScanResult {
 };
 std::vector<std::byte> EncodeScanResult(const ScanResult& result);
 Result<ScanResult> DecodeScanResult(std::span<const std::byte> body);
+
+// AUTH request body: `u16 n` + the token (1 ..= kMaxTokenBytes bytes). Decoding errors are
+// kCorruption (a malformed body) or kOutOfRange (a token of 0 or more than kMaxTokenBytes bytes).
+std::vector<std::byte> EncodeAuthRequest(std::string_view token);
+Result<std::string> DecodeAuthRequest(std::span<const std::byte> body);
 
 // Error response body (any op, status != ok): the message, UTF-8, at most 1 KiB.
 std::vector<std::byte> EncodeErrorBody(std::string_view message);

@@ -35,6 +35,8 @@ enum class StatusCode : std::uint8_t {
   kDeviceError = 10,       // the GPU or its driver reported an error
   kAlreadyExists = 11,     // the thing being created exists already
   kCancelled = 12,         // the operation was cancelled (shutdown, client gone)
+  kUnauthenticated = 13,   // no valid credentials were presented (e.g. no or a wrong AUTH token)
+  kPermissionDenied = 14,  // the credentials do not allow this (e.g. another tenant's namespace)
 };
 
 // Stable lower-case name of a code ("invalid_argument"), used in logs, JSON and the protocol.
@@ -76,6 +78,8 @@ Status Unavailable(std::string message);
 Status Unimplemented(std::string message);
 Status Internal(std::string message);
 Status DeviceError(std::string message);
+Status Unauthenticated(std::string message);
+Status PermissionDenied(std::string message);
 
 // The one place errno becomes a Status: "<context>: <strerror(err)> (errno N)". ENOENT maps to
 // kNotFound, ENOSPC/ENOMEM/EMFILE to kResourceExhausted, EINVAL to kInvalidArgument, EEXIST to

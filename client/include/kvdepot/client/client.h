@@ -9,6 +9,8 @@
 // once on a fresh one (every operation is idempotent).
 #pragma once
 
+#include <sys/uio.h>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -34,7 +36,21 @@ struct ClientOptions {
   std::chrono::milliseconds timeout{30000};  // per send/receive
   protocol::Limits limits;                   // what this client accepts from the server
   std::size_t pool_size = 4;                 // Client only: connections kept open
+  // Non-empty: sent in an AUTH request right after connecting (docs/security.md); a refused token
+  // fails Connect with kUnauthenticated. A server without auth accepts any token.
+  std::string token;
+  // TLS (TCP addresses only). The server's certificate is verified against tls_ca_file (empty:
+  // the system's CA store) and must name the host of `address` (or tls_server_name when set).
+  bool tls = false;
+  std::string tls_ca_file;
+  std::string tls_cert_file;  // client certificate and key, for servers that require one
+  std::string tls_key_file;
+  std::string tls_server_name;
 };
+
+// Reads a token file for ClientOptions::token: the first non-empty line that is not a comment,
+// first word only (so a daemon token file line "TOKEN ns=..." works as is). Errors name the file.
+Result<std::string> ReadTokenFile(const std::string& path);
 
 // One GET result, delivered in request order.
 struct GetItem {
@@ -53,6 +69,7 @@ class Connection {
   Connection& operator=(const Connection&) = delete;
 
   bool broken() const { return fd_ < 0; }
+  bool tls() const { return tls_ != nullptr; }
 
   Status Ping();
   // Per-item statuses (ok, resource_exhausted, out_of_range, ...).
@@ -92,8 +109,12 @@ class Connection {
   Result<protocol::FrameHeader> ReadResponse(std::vector<std::byte>& body);
 
  private:
-  explicit Connection(int fd, const ClientOptions& options) : fd_(fd), options_(options) {}
+  explicit Connection(int fd, const ClientOptions& options);
+  struct Tls;  // the OpenSSL session (client.cc)
+  Status StartTls();
+  Status Authenticate();
   Status SendAll(std::span<const std::span<const std::byte>> parts);
+  Status SendTls(const std::vector<iovec>& iov);
   Status RecvAll(std::byte* out, std::size_t n);
   Status Drain(std::uint64_t n);  // receives and drops n bytes
   // Sends a request and reads its single response; non-ok statuses become errors.
@@ -102,6 +123,7 @@ class Connection {
 
   int fd_;
   ClientOptions options_;
+  std::unique_ptr<Tls> tls_;
   std::uint64_t next_id_ = 1;
 };
 

@@ -31,6 +31,10 @@ struct Config {
   LogLevel log_level = LogLevel::kInfo;
   // HTTP address of /metrics and /healthz (HOST:PORT; port 0 = ephemeral); empty = none.
   std::string metrics_listen = "127.0.0.1:9600";
+  // Token file (auth.h, docs/security.md); empty: no authentication. Loaded at start.
+  std::string auth_token_file;
+  // With auth on, lm:// (whose protocol has no credentials) starts only when this is true.
+  bool lm_allow_unauthenticated = false;
 };
 
 // "64MiB", "1GiB", "512KiB", "1000000" (bytes), "2GB" (10^9). Errors name the text.

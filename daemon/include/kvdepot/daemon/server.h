@@ -11,6 +11,14 @@
 // Responses to one connection go out in the order its requests were read; a response that waits
 // for the SSD tier holds back the ones after it (a GET's frames must stay in key order anyway).
 //
+// Security (docs/security.md): with `auth` set, the first request on every connection must be an
+// AUTH with a listed token; anything else, or a wrong token, is answered `unauthenticated` and the
+// connection closes. An authenticated connection reaches only its token's namespaces: a request
+// naming another namespace's key is answered `permission_denied` before the store is touched, a
+// SCAN lists only allowed namespaces' keys and STATS lists only their quotas. With `tls.cert_file`
+// set the TCP listener speaks TLS (optionally requiring client certificates); the Unix socket
+// stays plain (its file permissions guard it).
+//
 // Thread-safety: Start/Stop/Wait from one controlling thread; the handlers run on the I/O threads
 // and never block on I/O (disk reads and writes go through the store's asynchronous calls).
 #pragma once
@@ -22,12 +30,21 @@
 #include <memory>
 #include <string>
 
+#include "kvdepot/daemon/auth.h"
 #include "kvdepot/daemon/request_observer.h"
 #include "kvdepot/daemon/store.h"
 #include "kvdepot/protocol.h"
 #include "kvdepot/status.h"
 
 namespace kvdepot::daemon {
+
+// TLS for the TCP listener (PEM files). cert_file empty: plain TCP.
+struct TlsOptions {
+  std::string cert_file;       // the server's certificate chain
+  std::string key_file;        // its private key
+  std::string client_ca_file;  // non-empty: clients must present a certificate signed by this CA
+  bool enabled() const { return !cert_file.empty(); }
+};
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:7600";  // HOST:PORT; empty = no TCP listener; port 0 = ephemeral
@@ -37,6 +54,8 @@ struct ServerOptions {
   std::uint64_t max_output_bytes = 64ull << 20;  // per connection, before reading pauses
   // Stop(): how long connections may take to finish before they are closed regardless.
   std::chrono::milliseconds drain_timeout{10000};
+  std::shared_ptr<const Authenticator> auth;  // null: no authentication (every key reachable)
+  TlsOptions tls;
 };
 
 struct ServerStats {
@@ -44,6 +63,8 @@ struct ServerStats {
   std::uint64_t connections_total = 0;
   std::uint64_t requests = 0;
   std::uint64_t protocol_errors = 0;  // malformed frames (connection closed)
+  std::uint64_t auth_failures = 0;    // connections refused: no AUTH first, or a wrong token
+  std::uint64_t tls_handshake_failures = 0;
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
 };
@@ -56,7 +77,8 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Binds the listeners and starts the I/O threads. Errors name the address (e.g. in use).
+  // Binds the listeners and starts the I/O threads. Errors name the address (e.g. in use) or the
+  // TLS file that cannot be loaded.
   Status Start();
   // The bound TCP port (useful with port 0), or 0 without a TCP listener.
   std::uint16_t tcp_port() const;

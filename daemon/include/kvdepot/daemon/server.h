@@ -11,6 +11,12 @@
 // Responses to one connection go out in the order its requests were read; a response that waits
 // for the SSD tier holds back the ones after it (a GET's frames must stay in key order anyway).
 //
+// Same-host zero-copy (docs/gpu-tier.md): MAP hands a Unix-socket client the host arena's fd
+// (SCM_RIGHTS) and the GPU pool's IPC handle; LEASE_GET answers (offset, length, lease id) and
+// the connection keeps a reference to each leased value until RELEASE or until it closes, so a
+// crashed client leaks nothing and no leased byte is freed or reused. GET_AS transcodes on a
+// worker pool.
+//
 // Thread-safety: Start/Stop/Wait from one controlling thread; the handlers run on the I/O threads
 // and never block on I/O (disk reads and writes go through the store's asynchronous calls).
 #pragma once
@@ -24,6 +30,7 @@
 
 #include "kvdepot/daemon/request_observer.h"
 #include "kvdepot/daemon/store.h"
+#include "kvdepot/daemon/transcoder.h"
 #include "kvdepot/protocol.h"
 #include "kvdepot/status.h"
 
@@ -37,6 +44,11 @@ struct ServerOptions {
   std::uint64_t max_output_bytes = 64ull << 20;  // per connection, before reading pauses
   // Stop(): how long connections may take to finish before they are closed regardless.
   std::chrono::milliseconds drain_timeout{10000};
+  // GET_AS: worker threads that transcode (never the I/O threads).
+  std::uint32_t transcode_threads = 2;
+  // LEASE_GET: bytes one connection may hold leased at once; a lease over it answers
+  // resource_exhausted (a client must not pin the whole tier).
+  std::uint64_t max_lease_bytes = 256ull << 20;
 };
 
 struct ServerStats {
@@ -51,7 +63,9 @@ struct ServerStats {
 class Server {
  public:
   // `store` must outlive the server, and so must `observer` (optional; see request_observer.h).
-  Server(const ServerOptions& options, Store& store, RequestObserver* observer = nullptr);
+  // `hooks` sets GET_AS's GPU path and its metrics (see transcoder.h).
+  Server(const ServerOptions& options, Store& store, RequestObserver* observer = nullptr,
+         TranscoderHooks hooks = {});
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

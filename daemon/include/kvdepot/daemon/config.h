@@ -31,6 +31,10 @@ struct Config {
   LogLevel log_level = LogLevel::kInfo;
   // HTTP address of /metrics and /healthz (HOST:PORT; port 0 = ephemeral); empty = none.
   std::string metrics_listen = "127.0.0.1:9600";
+  // The GPU tier (docs/gpu-tier.md): a device-memory pool of gpu_capacity bytes on CUDA device
+  // gpu_device above the host tier; 0 = off. Needs a build with CUDA and a GPU at start.
+  std::uint64_t gpu_capacity = 0;
+  std::int32_t gpu_device = 0;
 };
 
 // "64MiB", "1GiB", "512KiB", "1000000" (bytes), "2GB" (10^9). Errors name the text.

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -75,8 +76,11 @@ int main(int argc, char** argv) {
   uo.address = "unix:" + sock;
   client::ClientOptions to;
   to.address = "127.0.0.1:" + std::to_string(server.tcp_port());
-  auto unix_conn = std::move(*client::Connection::Connect(uo));
-  auto tcp_conn = std::move(*client::Connection::Connect(to));
+  auto unix_r = client::Connection::Connect(uo);
+  auto tcp_r = client::Connection::Connect(to);
+  if (!unix_r.ok() || !tcp_r.ok()) return 1;
+  std::unique_ptr<client::Connection> unix_conn = std::move(*unix_r);
+  std::unique_ptr<client::Connection> tcp_conn = std::move(*tcp_r);
   std::vector<std::string> keys;
   std::vector<std::byte> value(value_size);
   for (std::uint32_t i = 0; i < values; ++i) {
@@ -84,7 +88,9 @@ int main(int argc, char** argv) {
     std::memset(value.data(), static_cast<int>(i), value.size());
     if (!unix_conn->Put(keys.back(), value).ok()) return 1;
   }
-  auto arena = std::move(*client::SharedArena::Map(*unix_conn));
+  auto arena_r = client::SharedArena::Map(*unix_conn);
+  if (!arena_r.ok()) return 1;
+  std::unique_ptr<client::SharedArena> arena = std::move(*arena_r);
   std::vector<std::byte> dest(value_size * batch);
   std::vector<std::byte> src(value_size * values);
   std::memset(src.data(), 1, src.size());

@@ -116,8 +116,10 @@ int main(int argc, char** argv) {
   m.decoded_bytes = t.data.size();
   std::vector<cuda::GpuBlockRef> leases;
   for (std::uint64_t c = 0; c < chunks; ++c) {
-    if (!(*tier)->Insert("c" + std::to_string(c), container, nullptr).ok()) return 1;
-    leases.push_back((*tier)->Get("c" + std::to_string(c)));
+    std::string key = "c";  // (not "c" + to_string: GCC 12 -O3 -Wrestrict false positive)
+    key += std::to_string(c);
+    if (!(*tier)->Insert(key, container, nullptr).ok()) return 1;
+    leases.push_back((*tier)->Get(key));
     m.offsets[c] = leases.back()->offset();
     m.lengths[c] = leases.back()->length();
   }

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -403,21 +404,35 @@ Status Connection::Put(std::string_view key, std::span<const std::byte> value) {
 Status Connection::Get(std::span<const std::string> keys, const GetCallback& on_item) {
   const std::vector<std::byte> body = protocol::EncodeKeyList(keys);
   KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendRequest(Op::kGet, body));
+  return ReadGetFrames(id, Op::kGet, keys.size(), on_item);
+}
+
+Status Connection::GetAs(std::span<const std::string> keys, CodecId codec,
+                         const GetCallback& on_item) {
+  const std::vector<std::byte> body =
+      protocol::EncodeGetAsRequest(static_cast<std::uint8_t>(codec), keys);
+  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendRequest(Op::kGetAs, body));
+  return ReadGetFrames(id, Op::kGetAs, keys.size(), on_item);
+}
+
+Status Connection::ReadGetFrames(std::uint64_t id, Op op, std::size_t keys,
+                                 const GetCallback& on_item) {
   std::vector<std::byte> frame;
   for (std::uint32_t expected = 0;; ++expected) {
     KVD_ASSIGN_OR_RETURN(FrameHeader h, ReadResponse(frame));
-    if (h.request_id != id || h.op() != Op::kGet) {
+    if (h.request_id != id || h.op() != op) {
       if (h.status == static_cast<std::uint16_t>(StatusCode::kCorruption)) {
         return Broken(FromWire(h.status, frame));
       }
-      return Broken(Corruption("protocol: unexpected response to GET " + std::to_string(id)));
+      return Broken(Corruption("protocol: unexpected response to " +
+                               std::string(protocol::OpName(op)) + " " + std::to_string(id)));
     }
     // A refused request (its error message) vs. a failed item (exactly the 8-byte prefix).
     if (expected == 0 && h.status != 0 && frame.size() != protocol::kGetItemPrefixBytes) {
       return FromWire(h.status, frame);  // the request itself was refused
     }
     KVD_ASSIGN_OR_RETURN(auto prefix, protocol::DecodeGetItemPrefix(frame));
-    if (prefix.index != expected || expected >= keys.size()) {
+    if (prefix.index != expected || expected >= keys) {
       return Broken(Corruption("protocol: GET items out of order"));
     }
     GetItem item;
@@ -431,10 +446,114 @@ Status Connection::Get(std::span<const std::string> keys, const GetCallback& on_
     item.value = std::span<const std::byte>(frame).subspan(protocol::kGetItemPrefixBytes);
     on_item(item);
     if ((h.flags & protocol::kFlagMore) == 0) {
-      if (expected + 1 != keys.size()) return Broken(Corruption("protocol: GET ended early"));
+      if (expected + 1 != keys) return Broken(Corruption("protocol: GET ended early"));
       return Status::Ok();
     }
   }
+}
+
+Result<Connection::MapResult> Connection::Map() {
+  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendRequest(Op::kMap, {}));
+  // The descriptor rides on the first byte of the response: read the header with recvmsg.
+  std::byte head[protocol::kFrameHeaderBytes];
+  MapResult result;
+  std::size_t got = 0;
+  while (got < sizeof(head)) {
+    iovec iov{head + got, sizeof(head) - got};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    const ssize_t r = ::recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return Broken(Unavailable(StatusFromErrno(errno, "map: recvmsg").message()));
+    if (r == 0) return Broken(Unavailable("connection closed by the server"));
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+          c->cmsg_len == CMSG_LEN(sizeof(int)) && result.host_fd < 0) {
+        std::memcpy(&result.host_fd, CMSG_DATA(c), sizeof(int));
+      }
+    }
+    got += static_cast<std::size_t>(r);
+  }
+  auto close_fd = [&result] {
+    if (result.host_fd >= 0) ::close(result.host_fd);
+    result.host_fd = -1;
+  };
+  auto h = protocol::DecodeFrameHeader(head, options_.limits, /*expect_response=*/true);
+  if (!h.ok()) {
+    close_fd();
+    return Broken(h.status());
+  }
+  std::vector<std::byte> body(h->body_length);
+  if (Status s = RecvAll(body.data(), body.size()); !s.ok()) {
+    close_fd();
+    return s;
+  }
+  if (h->request_id != id || h->op() != Op::kMap) {
+    close_fd();
+    return Broken(Corruption("protocol: unexpected response to MAP " + std::to_string(id)));
+  }
+  if (h->status != 0) {
+    close_fd();
+    return FromWire(h->status, body);
+  }
+  auto info = protocol::DecodeMapInfo(body);
+  if (!info.ok()) {
+    close_fd();
+    return Broken(info.status());
+  }
+  result.info = *info;
+  if (result.info.host_arena_bytes != 0 && result.host_fd < 0) {
+    return Broken(Corruption("map: the daemon announced a host arena but sent no descriptor"));
+  }
+  return result;
+}
+
+Result<std::vector<protocol::Lease>> Connection::LeaseGet(std::span<const std::string> keys,
+                                                          protocol::Tier tier) {
+  KVD_ASSIGN_OR_RETURN(auto response,
+                       Call(Op::kLeaseGet, protocol::EncodeLeaseGetRequest(tier, keys)));
+  KVD_ASSIGN_OR_RETURN(auto leases, protocol::DecodeLeases(response));
+  if (leases.size() != keys.size()) return Broken(Corruption("protocol: lease_get count"));
+  return leases;
+}
+
+Result<std::vector<StatusCode>> Connection::Release(std::span<const std::uint64_t> lease_ids) {
+  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kRelease, protocol::EncodeLeaseIds(lease_ids)));
+  return protocol::DecodeStatusList(response);
+}
+
+Result<std::unique_ptr<SharedArena>> SharedArena::Map(Connection& connection) {
+  KVD_ASSIGN_OR_RETURN(Connection::MapResult m, connection.Map());
+  if (m.host_fd < 0) return Unavailable("map: the daemon has no shared host arena");
+  void* p = ::mmap(nullptr, m.info.host_arena_bytes, PROT_READ, MAP_SHARED, m.host_fd, 0);
+  const int err = errno;
+  ::close(m.host_fd);
+  if (p == MAP_FAILED) return StatusFromErrno(err, "map: mmap of the host arena");
+  std::unique_ptr<SharedArena> a(new SharedArena());
+  a->base_ = static_cast<const std::byte*>(p);
+  a->size_ = m.info.host_arena_bytes;
+  a->info_ = m.info;
+  return a;
+}
+
+SharedArena::~SharedArena() {
+  if (base_ != nullptr) ::munmap(const_cast<std::byte*>(base_), size_);
+}
+
+Result<std::span<const std::byte>> SharedArena::View(const protocol::Lease& lease) const {
+  if (lease.status != StatusCode::kOk || lease.tier != protocol::Tier::kHost) {
+    return InvalidArgument("shared arena: not an ok host-tier lease");
+  }
+  if (lease.offset > size_ || lease.length > size_ - lease.offset) {
+    return OutOfRange("shared arena: lease [" + std::to_string(lease.offset) + ", +" +
+                      std::to_string(lease.length) + ") lies outside the arena of " +
+                      std::to_string(size_) + " bytes");
+  }
+  return std::span<const std::byte>(base_ + lease.offset, lease.length);
 }
 
 Result<std::optional<std::vector<std::byte>>> Connection::Get(std::string_view key) {

@@ -104,6 +104,10 @@ std::string_view OpName(Op op) {
     case Op::kStats: return "stats";
     case Op::kScan: return "scan";
     case Op::kAuth: return "auth";
+    case Op::kMap: return "map";
+    case Op::kLeaseGet: return "lease_get";
+    case Op::kRelease: return "release";
+    case Op::kGetAs: return "get_as";
   }
   return "unknown";
 }
@@ -137,6 +141,11 @@ std::uint64_t MaxRequestBody(Op op, const Limits& limits) {
     case Op::kDelete: return std::min(key_list, limits.max_body_bytes);
     case Op::kScan: return 4 + 1 + 1 + 2 * (2 + std::uint64_t{limits.max_key_bytes});
     case Op::kAuth: return 2 + kMaxTokenBytes;
+    case Op::kMap: return 0;
+    case Op::kLeaseGet:
+    case Op::kGetAs: return std::min(4 + key_list, limits.max_body_bytes);
+    case Op::kRelease:
+      return std::min(4 + 8 * std::uint64_t{limits.max_batch}, limits.max_body_bytes);
   }
   return 0;
 }
@@ -393,6 +402,152 @@ std::vector<std::byte> EncodeErrorBody(std::string_view message) {
   std::vector<std::byte> out(n);
   std::memcpy(out.data(), message.data(), n);
   return out;
+}
+
+// ---- same-host zero-copy and transcoding ---------------------------------------------------------
+
+std::vector<std::byte> EncodeMapInfo(const MapInfo& info) {
+  Writer w;
+  w.Put<std::uint64_t>(info.host_arena_bytes);
+  w.Put<std::uint64_t>(info.gpu_pool_bytes);
+  w.Put<std::uint32_t>(static_cast<std::uint32_t>(info.gpu_device));
+  w.Put<std::uint32_t>(0);
+  w.PutBytes(info.ipc_handle.data(), info.ipc_handle.size());
+  return w.Take();
+}
+
+Result<MapInfo> DecodeMapInfo(std::span<const std::byte> body) {
+  Reader r(body, "map");
+  MapInfo info;
+  KVD_ASSIGN_OR_RETURN(info.host_arena_bytes, r.Read<std::uint64_t>("host_arena_bytes"));
+  KVD_ASSIGN_OR_RETURN(info.gpu_pool_bytes, r.Read<std::uint64_t>("gpu_pool_bytes"));
+  KVD_ASSIGN_OR_RETURN(std::uint32_t device, r.Read<std::uint32_t>("gpu_device"));
+  info.gpu_device = static_cast<std::int32_t>(device);
+  KVD_ASSIGN_OR_RETURN(std::uint32_t reserved, r.Read<std::uint32_t>("reserved"));
+  if (reserved != 0) return Malformed("map: reserved field is " + std::to_string(reserved));
+  KVD_ASSIGN_OR_RETURN(auto handle, r.Take(kIpcHandleBytes, "ipc_handle"));
+  std::copy(handle.begin(), handle.end(), info.ipc_handle.begin());
+  KVD_RETURN_IF_ERROR(r.ExpectEnd());
+  return info;
+}
+
+namespace {
+
+// u8 selector, 3 zero bytes, key list: the common prefix of LEASE_GET and GET_AS.
+std::vector<std::byte> EncodeSelectorKeys(std::uint8_t selector, std::span<const std::string> keys) {
+  Writer w;
+  w.Put<std::uint8_t>(selector);
+  w.Put<std::uint8_t>(0);
+  w.Put<std::uint16_t>(0);
+  std::vector<std::byte> out = w.Take();
+  const std::vector<std::byte> list = EncodeKeyList(keys);
+  out.insert(out.end(), list.begin(), list.end());
+  return out;
+}
+
+Result<std::pair<std::uint8_t, std::vector<std::string_view>>> DecodeSelectorKeys(
+    std::span<const std::byte> body, const Limits& limits, const char* what) {
+  if (body.size() < 4) return Malformed(std::string(what) + ": body of " +
+                                        std::to_string(body.size()) + " bytes is truncated");
+  if (body[1] != std::byte{0} || body[2] != std::byte{0} || body[3] != std::byte{0}) {
+    return Malformed(std::string(what) + ": reserved bytes are not zero");
+  }
+  KVD_ASSIGN_OR_RETURN(auto keys, DecodeKeyList(body.subspan(4), limits));
+  return std::make_pair(static_cast<std::uint8_t>(body[0]), std::move(keys));
+}
+
+}  // namespace
+
+std::vector<std::byte> EncodeLeaseGetRequest(Tier tier, std::span<const std::string> keys) {
+  return EncodeSelectorKeys(static_cast<std::uint8_t>(tier), keys);
+}
+
+Result<LeaseGetView> DecodeLeaseGetRequest(std::span<const std::byte> body, const Limits& limits) {
+  KVD_ASSIGN_OR_RETURN(auto parts, DecodeSelectorKeys(body, limits, "lease_get"));
+  if (parts.first > static_cast<std::uint8_t>(Tier::kHost)) {
+    return InvalidArgument("protocol: lease_get: tier " + std::to_string(parts.first) +
+                           " is not 0 (any), 1 (gpu) or 2 (host)");
+  }
+  return LeaseGetView{static_cast<Tier>(parts.first), std::move(parts.second)};
+}
+
+std::vector<std::byte> EncodeLeases(std::span<const Lease> leases) {
+  Writer w;
+  w.Put<std::uint32_t>(static_cast<std::uint32_t>(leases.size()));
+  for (const Lease& l : leases) {
+    const bool ok = l.status == StatusCode::kOk;
+    w.Put<std::uint16_t>(static_cast<std::uint16_t>(l.status));
+    w.Put<std::uint8_t>(ok ? static_cast<std::uint8_t>(l.tier) : 0);
+    w.Put<std::uint8_t>(0);
+    w.Put<std::uint32_t>(0);
+    w.Put<std::uint64_t>(ok ? l.lease_id : 0);
+    w.Put<std::uint64_t>(ok ? l.offset : 0);
+    w.Put<std::uint64_t>(ok ? l.length : 0);
+  }
+  return w.Take();
+}
+
+Result<std::vector<Lease>> DecodeLeases(std::span<const std::byte> body) {
+  Reader r(body, "leases");
+  KVD_ASSIGN_OR_RETURN(std::uint32_t count, r.Read<std::uint32_t>("count"));
+  if (r.remaining() != std::uint64_t{count} * kLeaseEntryBytes) {
+    return Malformed("leases: " + std::to_string(r.remaining()) + " bytes for " +
+                     std::to_string(count) + " entries of " + std::to_string(kLeaseEntryBytes));
+  }
+  std::vector<Lease> out(count);
+  for (Lease& l : out) {
+    KVD_ASSIGN_OR_RETURN(std::uint16_t status, r.Read<std::uint16_t>("status"));
+    KVD_ASSIGN_OR_RETURN(std::uint8_t tier, r.Read<std::uint8_t>("tier"));
+    KVD_ASSIGN_OR_RETURN(std::uint8_t pad8, r.Read<std::uint8_t>("reserved"));
+    KVD_ASSIGN_OR_RETURN(std::uint32_t pad32, r.Read<std::uint32_t>("reserved"));
+    if (pad8 != 0 || pad32 != 0) return Malformed("leases: reserved bytes are not zero");
+    if (tier > static_cast<std::uint8_t>(Tier::kSsd)) {
+      return Malformed("leases: tier " + std::to_string(tier) + " is out of range [0, 3]");
+    }
+    l.status = static_cast<StatusCode>(status);
+    l.tier = static_cast<Tier>(tier);
+    KVD_ASSIGN_OR_RETURN(l.lease_id, r.Read<std::uint64_t>("lease_id"));
+    KVD_ASSIGN_OR_RETURN(l.offset, r.Read<std::uint64_t>("offset"));
+    KVD_ASSIGN_OR_RETURN(l.length, r.Read<std::uint64_t>("length"));
+    if (l.offset + l.length < l.offset) return Malformed("leases: offset + length overflows");
+  }
+  return out;
+}
+
+std::vector<std::byte> EncodeLeaseIds(std::span<const std::uint64_t> ids) {
+  Writer w;
+  w.Put<std::uint32_t>(static_cast<std::uint32_t>(ids.size()));
+  for (std::uint64_t id : ids) w.Put<std::uint64_t>(id);
+  return w.Take();
+}
+
+Result<std::vector<std::uint64_t>> DecodeLeaseIds(std::span<const std::byte> body,
+                                                  const Limits& limits) {
+  Reader r(body, "release");
+  KVD_ASSIGN_OR_RETURN(std::uint32_t count, r.Read<std::uint32_t>("count"));
+  KVD_RETURN_IF_ERROR(CheckCount(count, limits, "release"));
+  if (r.remaining() != std::uint64_t{count} * 8) {
+    return Malformed("release: " + std::to_string(r.remaining()) + " bytes for " +
+                     std::to_string(count) + " lease ids");
+  }
+  std::vector<std::uint64_t> ids(count);
+  for (auto& id : ids) {
+    KVD_ASSIGN_OR_RETURN(id, r.Read<std::uint64_t>("lease_id"));
+  }
+  return ids;
+}
+
+std::vector<std::byte> EncodeGetAsRequest(std::uint8_t codec, std::span<const std::string> keys) {
+  return EncodeSelectorKeys(codec, keys);
+}
+
+Result<GetAsView> DecodeGetAsRequest(std::span<const std::byte> body, const Limits& limits) {
+  KVD_ASSIGN_OR_RETURN(auto parts, DecodeSelectorKeys(body, limits, "get_as"));
+  if (parts.first > 2) {
+    return InvalidArgument("protocol: get_as: codec " + std::to_string(parts.first) +
+                           " is not 0 (raw), 1 (cachegen) or 2 (hack-int2)");
+  }
+  return GetAsView{parts.first, std::move(parts.second)};
 }
 
 }  // namespace kvdepot::protocol

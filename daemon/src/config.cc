@@ -92,6 +92,27 @@ const std::vector<KeySpec>& Specs() {
          c.host.shards = static_cast<std::uint32_t>(n);
          return Status::Ok();
        }},
+      {"host.shared_memory", "true: values live in a memfd arena same-host clients map read-only",
+       [](std::string_view v, Config& c) -> Status {
+         if (v == "true") c.host.shared_memory = true;
+         else if (v == "false") c.host.shared_memory = false;
+         else return InvalidArgument("'" + std::string(v) + "' is not true or false");
+         return Status::Ok();
+       }},
+      {"gpu.capacity", "GPU tier device-memory pool, e.g. 8GiB (0: no GPU tier)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.gpu_capacity, ParseSizeIn(v, 0, 1ull << 50));
+         if (c.gpu_capacity != 0 && c.gpu_capacity < (2u << 20)) {
+           return OutOfRange(std::string(v) + " is below the minimum of 2 MiB (or 0: off)");
+         }
+         return Status::Ok();
+       }},
+      {"gpu.device", "CUDA device ordinal of the GPU tier (0-63)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 0, 63));
+         c.gpu_device = static_cast<std::int32_t>(n);
+         return Status::Ok();
+       }},
       {"ssd.dir", "SSD tier directory (empty: no SSD tier)",
        [](std::string_view v, Config& c) {
          c.ssd.dir = std::string(v);
@@ -415,6 +436,9 @@ std::vector<std::pair<std::string, std::string>> ConfigEntries(const Config& c) 
       {"host.capacity", n(c.host.capacity_bytes)},
       {"host.eviction", std::string(EvictionPolicyName(c.host.policy))},
       {"host.shards", n(c.host.shards)},
+      {"host.shared_memory", c.host.shared_memory ? "true" : "false"},
+      {"gpu.capacity", n(c.gpu_capacity)},
+      {"gpu.device", n(static_cast<std::uint64_t>(c.gpu_device))},
       {"limits.max_key_bytes", n(c.server.limits.max_key_bytes)},
       {"limits.max_value_bytes", n(c.server.limits.max_value_bytes)},
       {"limits.max_batch", n(c.server.limits.max_batch)},

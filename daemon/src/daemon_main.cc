@@ -26,6 +26,12 @@
 #include "kvdepot/daemon/service_notify.h"
 #include "kvdepot/daemon/ssd_tier.h"
 #include "kvdepot/daemon/store.h"
+#include "kvdepot/daemon/transcoder.h"
+#if defined(KVDEPOT_WITH_CUDA)
+#include "gpu_device_tier.h"
+#include "kvdepot/cuda/device.h"
+#include "kvdepot/cuda/gpu_tier.h"
+#endif
 
 namespace kvdepot::daemon {
 namespace {
@@ -249,9 +255,64 @@ int DaemonMain(int argc, char** argv) {
     }
     ssd = std::move(*opened);
   }
+  if (config.host.shared_memory) {
+    if (Status s = host.EnableSharedArena(); !s.ok()) {
+      Log(LogLevel::kError, "cannot start", {{"error", s.message()}});
+      return Fail(1, "host.shared_memory: " + s.message());
+    }
+  }
   Store store(host, ssd.get());
+  // The GPU tier: only when asked for; asking without CUDA or without a GPU is an error.
+  std::unique_ptr<DeviceTier> gpu;
+  TranscoderHooks hooks;
+  hooks.observe = [&metrics](const TranscodeTimings& t, CodecId target, std::string_view device) {
+    if (t.decode_seconds > 0) {
+      metrics.ObserveCodec(CodecOp::kDecode, CodecName(t.from), device, t.decode_seconds,
+                           t.raw_bytes, t.input_bytes);
+    }
+    if (t.encode_seconds > 0) {
+      metrics.ObserveCodec(CodecOp::kEncode, CodecName(target), device, t.encode_seconds,
+                           t.raw_bytes, t.output_bytes);
+    }
+  };
+#if defined(KVDEPOT_WITH_CUDA)
+  if (config.gpu_capacity > 0) {
+    auto created = CreateGpuDeviceTier({config.gpu_device, config.gpu_capacity}, host);
+    if (!created.ok()) {
+      const std::string why = "gpu.capacity is " + std::to_string(config.gpu_capacity) +
+                              " but the GPU tier cannot start on device " +
+                              std::to_string(config.gpu_device) + ": " +
+                              created.status().message();
+      Log(LogLevel::kError, "cannot start", {{"error", why}});
+      return Fail(1, why);
+    }
+    gpu = std::move(*created);
+    store.SetDeviceTier(gpu.get());
+    const int device = config.gpu_device;
+    hooks.device_name = "gpu";
+    hooks.device_transcode = [device](std::span<const std::byte> in, CodecId target,
+                                      TranscodeTimings* t) -> Result<std::vector<std::byte>> {
+      if (cudaSetDevice(device) != cudaSuccess) return Unavailable("cudaSetDevice failed");
+      return cuda::TranscodeGpu(in, target, {}, t);
+    };
+    Log(LogLevel::kInfo, "gpu tier on", {{"device", DescribeGpu(device)},
+                                         {"gpu_capacity", std::to_string(config.gpu_capacity)}});
+  } else {
+    // Not probed: touching CUDA would create a context (device memory) for nothing.
+    Log(LogLevel::kInfo, "gpu tier off (gpu.capacity 0): serving host + SSD tiers");
+  }
+#else
+  if (config.gpu_capacity > 0) {
+    const std::string why = "gpu.capacity is " + std::to_string(config.gpu_capacity) +
+                            " but this kvdepotd was built without CUDA (-DKVDEPOT_CUDA=ON)";
+    Log(LogLevel::kError, "cannot start", {{"error", why}});
+    return Fail(1, why);
+  }
+  Log(LogLevel::kInfo, "gpu tier off: built without CUDA; serving host + SSD tiers");
+#endif
   // Without a metrics endpoint nobody reads the per-request metrics: the server skips them.
-  Server server(config.server, store, config.metrics_listen.empty() ? nullptr : &metrics);
+  Server server(config.server, store, config.metrics_listen.empty() ? nullptr : &metrics,
+                std::move(hooks));
   metrics.AddTier("host", [&host, &ssd] {
     TierStats t = ToTierStats(host.stats());
     if (ssd) {
@@ -261,6 +322,20 @@ int DaemonMain(int argc, char** argv) {
     }
     return t;
   });
+  if (gpu) {
+    metrics.AddTier("gpu", [&gpu] {
+      const DeviceTierStats g = gpu->stats();
+      TierStats t;
+      t.bytes = g.bytes;
+      t.capacity = g.capacity;
+      t.chunks = g.chunks;
+      t.hits = g.hits;
+      t.misses = g.misses;
+      t.evictions = g.evictions;
+      t.promotions = g.promotions;
+      return t;
+    });
+  }
   if (ssd) {
     metrics.AddTier("ssd", [&ssd] { return ToTierStats(ssd->stats()); });
     metrics.SetSsdSource([&ssd] { return ssd->stats(); });
@@ -305,6 +380,8 @@ int DaemonMain(int argc, char** argv) {
                                      std::to_string(http->port()) + "/metrics"});
   }
   fields.push_back({"host_capacity", std::to_string(config.host.capacity_bytes)});
+  fields.push_back({"host_shared_memory", config.host.shared_memory ? "on" : "off"});
+  fields.push_back({"gpu", gpu ? "on" : "off"});
   if (ssd) {
     fields.push_back({"ssd_dir", config.ssd.dir});
     fields.push_back({"ssd_capacity", std::to_string(config.ssd.capacity_bytes)});

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "kvdepot/checksum.h"
+#include "kvdepot/daemon/shm_arena.h"
 
 namespace kvdepot::daemon {
 namespace {
@@ -23,12 +24,21 @@ std::uint64_t NowMs() {
 
 Value::Value(std::shared_ptr<std::atomic<std::uint64_t>> used,
              std::shared_ptr<std::atomic<std::uint64_t>> namespace_used, std::uint64_t charge,
-             std::size_t size)
+             std::size_t size, const std::shared_ptr<ShmArena>& arena)
     : used_(std::move(used)),
       namespace_used_(std::move(namespace_used)),
       charge_(charge),
-      size_(size),
-      allocation_(static_cast<std::byte*>(std::malloc(padded_size() + kAlignment))) {
+      size_(size) {
+  if (arena) {
+    if (auto offset = arena->Allocate(std::max<std::size_t>(padded_size(), kAlignment))) {
+      arena_ = arena;
+      arena_offset_ = *offset;
+      data_ = arena->base() + *offset;
+      std::memset(data_ + size_, 0, padded_size() - size_);
+      return;
+    }
+  }
+  allocation_ = static_cast<std::byte*>(std::malloc(padded_size() + kAlignment));
   // Plain malloc plus manual alignment rather than aligned_alloc: glibc's memalign splits its
   // blocks so that freed values are not reused for new ones and the heap grows without bound
   // under churn (measured: +138 MB RSS for 160 MiB through a 16 MiB tier).
@@ -39,7 +49,11 @@ Value::Value(std::shared_ptr<std::atomic<std::uint64_t>> used,
 }
 
 Value::~Value() {
-  std::free(allocation_);
+  if (arena_) {
+    arena_->Free(arena_offset_);
+  } else {
+    std::free(allocation_);
+  }
   used_->fetch_sub(charge_, std::memory_order_acq_rel);
   if (namespace_used_) namespace_used_->fetch_sub(charge_, std::memory_order_acq_rel);
 }
@@ -221,7 +235,9 @@ Result<std::shared_ptr<Value>> HostTier::Allocate(std::string_view key, std::siz
                              " bytes: the remaining capacity is held by values in use");
   }
   try {
-    return std::shared_ptr<Value>(new Value(used_, ns_used, charge, size));
+    auto value = std::shared_ptr<Value>(new Value(used_, ns_used, charge, size, arena_));
+    if (arena_ && !value->arena_offset()) arena_fallbacks_.fetch_add(1, std::memory_order_relaxed);
+    return value;
   } catch (const std::bad_alloc&) {
     used_->fetch_sub(charge, std::memory_order_acq_rel);
     if (ns_used) ns_used->fetch_sub(charge, std::memory_order_acq_rel);
@@ -335,8 +351,19 @@ Result<std::uint64_t> HostTier::SetNamespaceQuota(std::string_view ns, std::uint
   return evicted;
 }
 
+Status HostTier::EnableSharedArena() {
+  if (arena_) return Status::Ok();
+  KVD_ASSIGN_OR_RETURN(arena_, ShmArena::Create(capacity_.load(std::memory_order_relaxed)));
+  return Status::Ok();
+}
+
 HostTierStats HostTier::stats() const {
   HostTierStats st;
+  if (arena_) {
+    st.arena_bytes = arena_->size();
+    st.arena_used = arena_->stats().used;
+    st.arena_fallbacks = arena_fallbacks_.load();
+  }
   st.bytes = used_->load(std::memory_order_acquire);
   st.capacity = capacity_.load(std::memory_order_relaxed);
   for (const auto& shard : shards_) {

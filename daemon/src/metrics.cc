@@ -22,7 +22,7 @@ using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
 
-constexpr std::size_t kOps = 8;        // protocol::Op values are 1..7
+constexpr std::size_t kOps = protocol::kMaxOp + 1;  // protocol::Op values are 1..kMaxOp
 constexpr std::size_t kStatuses = 16;  // StatusCode values are 0..12
 // Request latencies from tens of microseconds (a host-tier hit over a Unix socket) to seconds
 // (large values to a slow reader, SSD reads under load), in nanoseconds.

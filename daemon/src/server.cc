@@ -7,8 +7,15 @@
 
 #include "kvdepot/byte_order.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <unordered_map>
+
+#include "kvdepot/daemon/shm_arena.h"
 
 #include <array>
 #include <boost/asio.hpp>
@@ -43,6 +50,7 @@ struct Outgoing {
   ValueRef value;
   bool ready = true;
   std::uint64_t slot = 0;
+  int pass_fd = -1;  // a descriptor to attach (SCM_RIGHTS) to the frame's first byte (MAP)
 
   std::size_t size() const { return head_len + body.size() + (value ? value->bytes().size() : 0); }
 };
@@ -76,8 +84,10 @@ class ConnectionBase {
 
 class Server::Impl {
  public:
-  Impl(const ServerOptions& options, Store& store, RequestObserver* observer)
-      : options_(options), store_(store), observer_(observer) {
+  Impl(const ServerOptions& options, Store& store, RequestObserver* observer,
+       TranscoderHooks hooks)
+      : options_(options), store_(store), observer_(observer),
+        transcoder_(std::make_unique<Transcoder>(options.transcode_threads, std::move(hooks))) {
     // One io_context per I/O thread, each connection bound to one of them: a connection's
     // handlers always run on the same thread (no cross-thread wake-ups, no strand needed).
     for (std::uint32_t i = 0; i < std::max<std::uint32_t>(options.io_threads, 1); ++i) {
@@ -90,6 +100,7 @@ class Server::Impl {
   // contexts while the rest of the server is alive.
   ~Impl() {
     Stop();
+    transcoder_.reset();  // finishes queued jobs; their callbacks post to the contexts below
     tcp_.reset();
     unix_.reset();
     guards_.clear();
@@ -115,6 +126,7 @@ class Server::Impl {
   // Called by connections.
   const ServerOptions& options() const { return options_; }
   Store& store() { return store_; }
+  Transcoder& transcoder() { return *transcoder_; }
   RequestObserver* observer() const { return observer_; }
   // `scope` limits the namespaces listed (null: all).
   std::string StatsJson(const AuthScope* scope) const;
@@ -146,6 +158,7 @@ class Server::Impl {
   ServerOptions options_;
   Store& store_;
   RequestObserver* const observer_;
+  std::unique_ptr<Transcoder> transcoder_;
   asio::io_context& io() { return *contexts_[0]; }  // acceptors and timers
   asio::io_context::executor_type NextExecutor() {
     return contexts_[next_context_++ % contexts_.size()]->get_executor();
@@ -229,6 +242,8 @@ class Connection : public ConnectionBase,
   }
 
  private:
+  struct PendingGet;  // below
+
   // ---- reading ------------------------------------------------------------------------------
   void ReadHeader() {
     if (draining_ && !stop_reading_) {
@@ -471,6 +486,10 @@ class Connection : public ConnectionBase,
       }
       case Op::kScan: return HandleScan(h);
       case Op::kAuth: return HandleAuth(h);
+      case Op::kMap: return HandleMap(h);
+      case Op::kLeaseGet: return HandleLeaseGet(h);
+      case Op::kRelease: return HandleRelease(h);
+      case Op::kGetAs: return HandleGetAs(h);
       case Op::kPut: break;  // handled while reading
     }
   }
@@ -525,13 +544,165 @@ class Connection : public ConnectionBase,
     }
   }
 
+  // ---- same-host zero-copy (docs/gpu-tier.md) -------------------------------------------------
+  static constexpr bool kIsUnix = std::is_same_v<typename Socket::lowest_layer_type::protocol_type,
+                                                 asio::local::stream_protocol>;
+
+  void HandleMap(const FrameHeader& h) {
+    if (!kIsUnix) {
+      return RequestError(h, Unavailable("map: shared memory is offered on the Unix socket only"));
+    }
+    if (!scope_->all) {
+      // The arena and the GPU pool hold every namespace's values: only an unrestricted token
+      // may map them (docs/security.md).
+      return RequestError(h, PermissionDenied("map: the shared arena spans every namespace; "
+                                              "this token is restricted to some"));
+    }
+    protocol::MapInfo info;
+    const auto& arena = server_.store().host().arena();
+    if (arena) info.host_arena_bytes = arena->size();
+    if (DeviceTier* d = server_.store().device()) info = MergeGpu(info, d->MapInfo());
+    if (info.host_arena_bytes == 0 && info.gpu_pool_bytes == 0) {
+      return RequestError(h, Unavailable("map: this daemon has no shared host arena "
+                                         "(host.shared_memory) and no GPU tier"));
+    }
+    Outgoing out = BodyFrame(h, StatusCode::kOk, protocol::EncodeMapInfo(info));
+    if (arena) out.pass_fd = arena->fd();
+    Enqueue(std::move(out));
+  }
+
+  static protocol::MapInfo MergeGpu(protocol::MapInfo info, const protocol::MapInfo& gpu) {
+    info.gpu_pool_bytes = gpu.gpu_pool_bytes;
+    info.gpu_device = gpu.gpu_device;
+    info.ipc_handle = gpu.ipc_handle;
+    return info;
+  }
+
+  void HandleLeaseGet(const FrameHeader& h) {
+    if (!kIsUnix) {
+      return RequestError(h, Unavailable("lease_get: shared memory is offered on the Unix socket "
+                                         "only"));
+    }
+    auto q = protocol::DecodeLeaseGetRequest(body_, limits_);
+    if (!q.ok()) return RequestError(h, q.status());
+    if (Status s = CheckKeys(q->keys); !s.ok()) return RequestError(h, s);
+    std::vector<protocol::Lease> out;
+    out.reserve(q->keys.size());
+    Store& store = server_.store();
+    for (std::string_view key : q->keys) {
+      protocol::Lease l;
+      std::shared_ptr<const void> hold;
+      DeviceTier* device = store.device();
+      if (device != nullptr && q->tier != protocol::Tier::kHost) {
+        if (auto d = device->Lease(key)) {
+          l.tier = protocol::Tier::kGpu;
+          l.offset = d->offset;
+          l.length = d->length;
+          hold = std::move(d->hold);
+        }
+      }
+      if (!hold && q->tier != protocol::Tier::kGpu) {
+        if (ValueRef v = store.host().Get(key)) {
+          if (v->arena_offset()) {
+            l.tier = protocol::Tier::kHost;
+            l.offset = *v->arena_offset();
+            l.length = v->bytes().size();
+            hold = std::move(v);
+          } else {
+            l.status = StatusCode::kUnavailable;  // in private memory: use GET
+          }
+        }
+      }
+      if (!hold && l.status == StatusCode::kOk) {
+        // Absent from the shared tiers: unavailable when another tier has it (use GET).
+        l.status = store.Locate(key) == protocol::Tier::kNone ? StatusCode::kNotFound
+                                                              : StatusCode::kUnavailable;
+      }
+      if (hold && leased_bytes_ + l.length > server_.options().max_lease_bytes) {
+        hold.reset();
+        l = protocol::Lease{};
+        l.status = StatusCode::kResourceExhausted;
+      }
+      if (hold) {
+        l.lease_id = ++last_lease_id_;
+        leased_bytes_ += l.length;
+        leases_.emplace(l.lease_id, HeldLease{std::move(hold), l.length});
+      }
+      out.push_back(l);
+    }
+    SendBody(h, StatusCode::kOk, protocol::EncodeLeases(out));
+  }
+
+  void HandleRelease(const FrameHeader& h) {
+    auto ids = protocol::DecodeLeaseIds(body_, limits_);
+    if (!ids.ok()) return RequestError(h, ids.status());
+    std::vector<StatusCode> codes;
+    codes.reserve(ids->size());
+    for (std::uint64_t id : *ids) {
+      auto it = leases_.find(id);
+      if (it == leases_.end()) {
+        codes.push_back(StatusCode::kNotFound);
+        continue;
+      }
+      leased_bytes_ -= it->second.length;
+      leases_.erase(it);  // the last reference may free the value's range
+      codes.push_back(StatusCode::kOk);
+    }
+    SendBody(h, StatusCode::kOk, protocol::EncodeStatusList(codes));
+  }
+
+  void HandleGetAs(const FrameHeader& h) {
+    auto q = protocol::DecodeGetAsRequest(body_, limits_);
+    if (!q.ok()) return RequestError(h, q.status());
+    if (Status s = CheckKeys(q->keys); !s.ok()) return RequestError(h, s);
+    for (std::uint32_t i = 0; i < q->keys.size(); ++i) {
+      get_backlog_.push_back({h, std::string(q->keys[i]), i, i + 1 == q->keys.size(),
+                              ReserveSlot(), static_cast<int>(q->codec)});
+    }
+    PumpGets();
+  }
+
+  // A GET_AS item found in the store: transcoded on the worker pool, then answered here.
+  void Transcode(const PendingGet& g, Found found) {
+    const protocol::Tier tier = found.tier;
+    server_.transcoder().Submit(
+        std::move(found.value), static_cast<CodecId>(g.target_codec),
+        [self = this->shared_from_this(), work = asio::make_work_guard(socket_.get_executor()),
+         h = g.header, i = g.index, last = g.last, slot = g.slot,
+         tier](Result<std::vector<std::byte>> out) {
+          asio::post(work.get_executor(), [self, h, i, last, slot, tier,
+                                           out = std::move(out)]() mutable {
+            --self->outstanding_gets_;
+            self->FillSlot(slot, TranscodedFrame(h, i, last, tier, std::move(out)));
+            self->PumpGets();
+          });
+        });
+  }
+
+  static Outgoing TranscodedFrame(const FrameHeader& h, std::uint32_t index, bool last,
+                                  protocol::Tier tier, Result<std::vector<std::byte>> out) {
+    Outgoing frame;
+    FrameHeader r;
+    r.type = h.type | protocol::kResponseBit;
+    r.request_id = h.request_id;
+    r.flags = last ? 0 : protocol::kFlagMore;
+    r.status = static_cast<std::uint16_t>(out.ok() ? StatusCode::kOk : out.status().code());
+    if (out.ok()) frame.body = std::move(*out);
+    r.body_length = static_cast<std::uint32_t>(protocol::kGetItemPrefixBytes + frame.body.size());
+    protocol::EncodeFrameHeader(r, frame.head.data());
+    protocol::EncodeGetItemPrefix(index, out.ok() ? tier : protocol::Tier::kNone,
+                                  frame.head.data() + protocol::kFrameHeaderBytes);
+    frame.head_len = protocol::kFrameHeaderBytes + protocol::kGetItemPrefixBytes;
+    return frame;
+  }
+
   void HandleGet(const FrameHeader& h) {
     auto keys = protocol::DecodeKeyList(body_, limits_);
     if (!keys.ok()) return RequestError(h, keys.status());
     if (Status s = CheckKeys(*keys); !s.ok()) return RequestError(h, s);
     for (std::uint32_t i = 0; i < keys->size(); ++i) {
       get_backlog_.push_back({h, std::string((*keys)[i]), i, i + 1 == keys->size(),
-                              ReserveSlot()});
+                              ReserveSlot(), -1});
     }
     PumpGets();
   }
@@ -547,11 +718,11 @@ class Connection : public ConnectionBase,
       PendingGet g = std::move(get_backlog_.front());
       get_backlog_.pop_front();
       ++outstanding_gets_;
-      server_.store().Get(g.key, [self = this->shared_from_this(), h = g.header, i = g.index,
-                                  last = g.last, slot = g.slot](Result<Found> found) {
-        self->OnOwnThread([self, h, i, last, slot, found = std::move(found)]() mutable {
+      server_.store().Get(g.key, [self = this->shared_from_this(), g](Result<Found> found) {
+        self->OnOwnThread([self, g, found = std::move(found)]() mutable {
+          if (g.target_codec >= 0 && found.ok()) return self->Transcode(g, std::move(*found));
           --self->outstanding_gets_;
-          self->FillSlot(slot, GetItemFrame(h, i, last, std::move(found)));
+          self->FillSlot(g.slot, GetItemFrame(g.header, g.index, g.last, std::move(found)));
           self->PumpGets();
         });
       });
@@ -720,10 +891,12 @@ class Connection : public ConnectionBase,
       return;
     }
     writing_ = true;
+    if (queue_.front().pass_fd >= 0) return SendWithFd();
     // Gather up to 64 queued frames into one write.
     buffers_.clear();
     in_flight_ = 0;
-    for (auto it = queue_.begin(); it != queue_.end() && it->ready && in_flight_ < 64;
+    for (auto it = queue_.begin();
+         it != queue_.end() && it->ready && it->pass_fd < 0 && in_flight_ < 64;
          ++it, ++in_flight_) {
       buffers_.emplace_back(it->head.data(), it->head_len);
       if (!it->body.empty()) buffers_.emplace_back(it->body.data(), it->body.size());
@@ -748,6 +921,51 @@ class Connection : public ConnectionBase,
                         }
                         self->WriteSome();
                       });
+  }
+
+  // Sends the front frame (small: a MAP response) with its descriptor as SCM_RIGHTS on the first
+  // byte, without blocking: retried when the socket is writable; a partial send finishes with an
+  // ordinary write (the descriptor went with the first byte).
+  void SendWithFd() {
+    Outgoing& f = queue_.front();
+    fd_frame_.assign(f.head.begin(), f.head.begin() + static_cast<std::ptrdiff_t>(f.head_len));
+    fd_frame_.insert(fd_frame_.end(), f.body.begin(), f.body.end());
+    iovec iov{fd_frame_.data(), fd_frame_.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &f.pass_fd, sizeof(int));
+    auto& raw = socket_.lowest_layer();  // only Unix sockets pass descriptors
+    const ssize_t n = ::sendmsg(raw.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      raw.async_wait(asio::socket_base::wait_write, [self = this->shared_from_this()](auto ec) {
+        if (ec) return self->Close();
+        self->SendWithFd();
+      });
+      return;
+    }
+    if (n < 0) return Close();
+    server_.bytes_out_ += static_cast<std::uint64_t>(n);
+    f.pass_fd = -1;
+    auto finish = [self = this->shared_from_this()](auto ec, std::size_t written) {
+      self->server_.bytes_out_ += written;
+      if (ec) return self->Close();
+      if (!self->pending_.empty()) self->ObserveWritten(self->queue_.front());
+      self->queued_bytes_ -= self->queue_.front().size();
+      self->queue_.pop_front();
+      self->WriteSome();
+    };
+    const std::size_t sent = static_cast<std::size_t>(n);
+    if (sent == fd_frame_.size()) return finish(boost::system::error_code{}, 0);
+    asio::async_write(socket_, asio::buffer(fd_frame_.data() + sent, fd_frame_.size() - sent),
+                      std::move(finish));
   }
 
   // ---- metrics ------------------------------------------------------------------------------
@@ -806,6 +1024,7 @@ class Connection : public ConnectionBase,
   std::deque<PendingRequest> pending_;
   std::deque<Outgoing> queue_;
   std::vector<asio::const_buffer> buffers_;
+  std::vector<std::byte> fd_frame_;  // the frame SendWithFd is sending
   std::size_t in_flight_ = 0;
   std::uint64_t queued_bytes_ = 0;
   std::uint64_t last_slot_ = 0;
@@ -816,8 +1035,18 @@ class Connection : public ConnectionBase,
     std::uint32_t index;
     bool last;
     std::uint64_t slot;
+    int target_codec;  // GET_AS: the CodecId to transcode into; GET: -1
   };
   static constexpr std::uint32_t kMaxOutstandingGets = 16;
+  // Leases of this connection (LEASE_GET): each holds its value (host) or pool range (GPU) until
+  // RELEASE or until the connection is destroyed.
+  struct HeldLease {
+    std::shared_ptr<const void> hold;
+    std::uint64_t length;
+  };
+  std::unordered_map<std::uint64_t, HeldLease> leases_;
+  std::uint64_t last_lease_id_ = 0;
+  std::uint64_t leased_bytes_ = 0;
   std::deque<PendingGet> get_backlog_;
   std::uint32_t outstanding_gets_ = 0;
   bool pumping_ = false;
@@ -1024,6 +1253,11 @@ std::string Server::Impl::StatsJson(const AuthScope* scope) const {
   field("evictions", h.evictions);
   field("inserts", h.inserts);
   field("rejected", h.rejected);
+  if (h.arena_bytes != 0) {
+    field("arena_bytes", h.arena_bytes);
+    field("arena_used", h.arena_used);
+    field("arena_fallbacks", h.arena_fallbacks);
+  }
   out += "\"policy\":\"" + std::string(EvictionPolicyName(store_.host().policy())) + "\"}";
   if (const SsdTier* ssd = store_.ssd(); ssd != nullptr) {
     const SsdTierStats d = ssd->stats();
@@ -1049,6 +1283,19 @@ std::string Server::Impl::StatsJson(const AuthScope* scope) const {
     field("recovered_chunks", d.recovered_chunks);
     out += "\"durability\":\"" + std::string(SsdDurabilityName(ssd->options().durability)) +
            "\",\"io_path\":\"" + d.io_path + "\"}";
+  }
+  if (const DeviceTier* gpu = store_.device(); gpu != nullptr) {
+    const DeviceTierStats g = gpu->stats();
+    out += ",\"gpu\":{";
+    field("bytes", g.bytes);
+    field("capacity", g.capacity);
+    field("chunks", g.chunks);
+    field("hits", g.hits);
+    field("misses", g.misses);
+    field("evictions", g.evictions);
+    field("promotions", g.promotions);
+    field("rejected", g.rejected);
+    out += "\"device\":" + std::to_string(g.device) + "}";
   }
   out += "},";
   out += "\"namespaces\":[";
@@ -1080,8 +1327,9 @@ void Server::Impl::Probe(std::function<void()> done) {
   }
 }
 
-Server::Server(const ServerOptions& options, Store& store, RequestObserver* observer)
-    : impl_(std::make_unique<Impl>(options, store, observer)) {}
+Server::Server(const ServerOptions& options, Store& store, RequestObserver* observer,
+               TranscoderHooks hooks)
+    : impl_(std::make_unique<Impl>(options, store, observer, std::move(hooks))) {}
 Server::~Server() { Stop(); }
 Status Server::Start() { return impl_->Start(); }
 std::uint16_t Server::tcp_port() const { return impl_->tcp_port(); }

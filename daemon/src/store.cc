@@ -24,6 +24,7 @@ Result<std::shared_ptr<Value>> Store::Allocate(std::string_view key, std::size_t
 }
 
 void Store::Put(std::string_view key, ValueRef value, PutCallback done) {
+  if (device_ != nullptr) device_->Erase(key);  // its copy is stale now
   if (ssd_ == nullptr) {
     host_.Insert(key, std::move(value));
     return done(Status::Ok());
@@ -46,7 +47,21 @@ void Store::Put(std::string_view key, ValueRef value, PutCallback done) {
 }
 
 void Store::Get(std::string_view key, GetCallback done) {
-  if (ValueRef v = host_.Get(key)) return done(Found{std::move(v), protocol::Tier::kHost});
+  if (ValueRef v = host_.Get(key)) {
+    if (device_ != nullptr) device_->OnHostHit(key, v);
+    return done(Found{std::move(v), protocol::Tier::kHost});
+  }
+  if (device_ != nullptr && device_->Contains(key)) {
+    auto allocate = [this, k = std::string(key)](std::size_t size) {
+      return host_.Allocate(k, size);
+    };
+    auto fetched = [this, k = std::string(key), done](Result<ValueRef> value) {
+      if (!value.ok()) return done(value.status());
+      host_.InsertIfAbsent(k, *value);  // back in the host tier; a newer PUT wins
+      done(Found{std::move(*value), protocol::Tier::kGpu});
+    };
+    if (device_->FetchToHost(key, std::move(allocate), std::move(fetched))) return;
+  }
   if (ssd_ == nullptr) return done(NotFound("key not found"));
   ssd_->Read(
       key, [this, k = std::string(key)](std::size_t size) { return host_.Allocate(k, size); },
@@ -59,15 +74,17 @@ void Store::Get(std::string_view key, GetCallback done) {
 }
 
 protocol::Tier Store::Locate(std::string_view key) const {
+  if (device_ != nullptr && device_->Contains(key)) return protocol::Tier::kGpu;
   if (host_.Contains(key)) return protocol::Tier::kHost;
   if (ssd_ != nullptr && ssd_->Contains(key)) return protocol::Tier::kSsd;
   return protocol::Tier::kNone;
 }
 
 bool Store::Erase(std::string_view key) {
+  const bool in_gpu = device_ != nullptr && device_->Erase(key);
   const bool in_host = host_.Erase(key);
   const bool in_ssd = ssd_ != nullptr && ssd_->Erase(key);
-  return in_host || in_ssd;
+  return in_gpu || in_host || in_ssd;
 }
 
 protocol::ScanResult Store::Scan(std::string_view prefix, std::string_view cursor,

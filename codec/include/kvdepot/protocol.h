@@ -12,6 +12,7 @@
 // Thread-safety: free functions on values.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -36,8 +37,13 @@ enum class Op : std::uint8_t {
   kStats = 6,
   kScan = 7,
   kAuth = 8,  // presents a token; the first request on a connection when the server has auth on
+  // Same-host zero-copy and transcoding (docs/gpu-tier.md).
+  kMap = 9,        // shared host arena (fd over SCM_RIGHTS, Unix socket only) + GPU IPC handle
+  kLeaseGet = 10,  // (offset, length, lease id) of values in shared memory instead of the bytes
+  kRelease = 11,   // ends leases
+  kGetAs = 12,     // GET transcoded into another codec
 };
-inline constexpr std::uint8_t kMaxOp = 8;
+inline constexpr std::uint8_t kMaxOp = 12;
 // AUTH tokens: 1 ..= kMaxTokenBytes bytes.
 inline constexpr std::size_t kMaxTokenBytes = 1024;
 inline constexpr std::uint8_t kResponseBit = 0x80;
@@ -153,6 +159,66 @@ Result<ScanResult> DecodeScanResult(std::span<const std::byte> body);
 // kCorruption (a malformed body) or kOutOfRange (a token of 0 or more than kMaxTokenBytes bytes).
 std::vector<std::byte> EncodeAuthRequest(std::string_view token);
 Result<std::string> DecodeAuthRequest(std::span<const std::byte> body);
+
+// ---- same-host zero-copy and transcoding (docs/gpu-tier.md) -----------------------------------
+
+// MAP response (request body empty): what this connection may map. The host arena's file
+// descriptor travels as SCM_RIGHTS ancillary data on the first byte of the response frame (Unix
+// socket only) when host_arena_bytes > 0.
+//   u64 host_arena_bytes (0: no shared host arena), u64 gpu_pool_bytes (0: no GPU tier),
+//   i32 gpu_device, u32 reserved 0, 64 bytes cudaIpcMemHandle_t (zeros without a GPU tier).
+inline constexpr std::size_t kIpcHandleBytes = 64;
+inline constexpr std::size_t kMapResponseBytes = 8 + 8 + 4 + 4 + kIpcHandleBytes;
+struct MapInfo {
+  std::uint64_t host_arena_bytes = 0;
+  std::uint64_t gpu_pool_bytes = 0;
+  std::int32_t gpu_device = -1;
+  std::array<std::byte, kIpcHandleBytes> ipc_handle{};
+};
+std::vector<std::byte> EncodeMapInfo(const MapInfo& info);
+Result<MapInfo> DecodeMapInfo(std::span<const std::byte> body);
+
+// LEASE_GET request: u8 tier (kNone: the highest shared tier holding the key; kGpu or kHost:
+// only that tier), 3 reserved zero bytes, then a key list.
+struct LeaseGetRequest {
+  Tier tier = Tier::kNone;
+  std::vector<std::string> keys;
+};
+std::vector<std::byte> EncodeLeaseGetRequest(Tier tier, std::span<const std::string> keys);
+struct LeaseGetView {
+  Tier tier = Tier::kNone;
+  std::vector<std::string_view> keys;  // views into the body
+};
+Result<LeaseGetView> DecodeLeaseGetRequest(std::span<const std::byte> body, const Limits& limits);
+
+// LEASE_GET response: u32 count, then per key (32 bytes): u16 status, u8 tier (kHost: offset in
+// the host arena, kGpu: offset in the GPU pool), u8 0, u32 0, u64 lease_id, u64 offset,
+// u64 length. A non-ok entry has zeros after its status.
+struct Lease {
+  StatusCode status = StatusCode::kOk;
+  Tier tier = Tier::kNone;
+  std::uint64_t lease_id = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+};
+inline constexpr std::size_t kLeaseEntryBytes = 32;
+std::vector<std::byte> EncodeLeases(std::span<const Lease> leases);
+Result<std::vector<Lease>> DecodeLeases(std::span<const std::byte> body);
+
+// RELEASE request: u32 count (1 ..= max_batch), count x u64 lease id. Response: a status list
+// (ok, or not_found for an id this connection does not hold).
+std::vector<std::byte> EncodeLeaseIds(std::span<const std::uint64_t> ids);
+Result<std::vector<std::uint64_t>> DecodeLeaseIds(std::span<const std::byte> body,
+                                                  const Limits& limits);
+
+// GET_AS request: u8 codec (a CodecId), 3 reserved zero bytes, then a key list. The response is
+// that of GET (one frame per key), each value a container of the requested codec.
+std::vector<std::byte> EncodeGetAsRequest(std::uint8_t codec, std::span<const std::string> keys);
+struct GetAsView {
+  std::uint8_t codec = 0;
+  std::vector<std::string_view> keys;
+};
+Result<GetAsView> DecodeGetAsRequest(std::span<const std::byte> body, const Limits& limits);
 
 // Error response body (any op, status != ok): the message, UTF-8, at most 1 KiB.
 std::vector<std::byte> EncodeErrorBody(std::string_view message);

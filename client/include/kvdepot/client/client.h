@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kvdepot/chunk_key.h"
+#include "kvdepot/codec_id.h"
 #include "kvdepot/protocol.h"
 #include "kvdepot/status.h"
 
@@ -104,6 +105,25 @@ class Connection {
   // Pipelining: send several requests, then read their responses. SendRequest returns the
   // request id; ReadResponse reads the next response frame (any request) into `body`.
   Result<std::uint64_t> SendRequest(protocol::Op op, std::span<const std::byte> body);
+
+  // ---- same-host zero-copy and transcoding (docs/gpu-tier.md) ---------------------------------
+  // GET_AS: as Get, each value transcoded by the daemon into `codec` (a container).
+  Status GetAs(std::span<const std::string> keys, CodecId codec, const GetCallback& on_item);
+  // MAP (Unix socket only): what the daemon shares, and the host arena's descriptor (received
+  // over SCM_RIGHTS; owned by the caller, -1 when the daemon has no host arena). kUnavailable
+  // over TCP or when the daemon shares nothing. SharedArena::Map wraps this.
+  struct MapResult {
+    protocol::MapInfo info;
+    int host_fd = -1;
+  };
+  Result<MapResult> Map();
+  // LEASE_GET: one lease per key (status ok: tier, offset and length in the shared arena or GPU
+  // pool; not_found; unavailable: present but not in shared memory, use Get). The daemon keeps
+  // each leased value until Release or until this connection closes.
+  Result<std::vector<protocol::Lease>> LeaseGet(std::span<const std::string> keys,
+                                                protocol::Tier tier = protocol::Tier::kNone);
+  // RELEASE: per id ok, or not_found for an id this connection does not hold.
+  Result<std::vector<StatusCode>> Release(std::span<const std::uint64_t> lease_ids);
   // Sends a PUT of one item without building the body in memory first.
   Result<std::uint64_t> SendPut(std::string_view key, std::span<const std::byte> value);
   Result<protocol::FrameHeader> ReadResponse(std::vector<std::byte>& body);
@@ -120,11 +140,38 @@ class Connection {
   // Sends a request and reads its single response; non-ok statuses become errors.
   Result<std::vector<std::byte>> Call(protocol::Op op, std::span<const std::byte> body);
   Status Broken(Status status);
+  // Reads the frames of a GET-shaped response (GET, GET_AS) to request `id`.
+  Status ReadGetFrames(std::uint64_t id, protocol::Op op, std::size_t keys,
+                       const GetCallback& on_item);
 
   int fd_;
   ClientOptions options_;
   std::unique_ptr<Tls> tls_;
   std::uint64_t next_id_ = 1;
+};
+
+// The daemon's host arena mapped read-only into this process (same host, Unix socket): values are
+// read in place through leases, with no copy through the socket. Thread-safe (immutable); keep
+// the lease (do not Release it) while reading its bytes.
+class SharedArena {
+ public:
+  // MAP on `connection`, then mmap(PROT_READ, MAP_SHARED) of the descriptor, which is closed.
+  static Result<std::unique_ptr<SharedArena>> Map(Connection& connection);
+  ~SharedArena();
+  SharedArena(const SharedArena&) = delete;
+  SharedArena& operator=(const SharedArena&) = delete;
+
+  // The bytes of a host-tier lease; kOutOfRange when it does not lie inside the arena,
+  // kInvalidArgument for a lease that is not ok or not a host-tier lease.
+  Result<std::span<const std::byte>> View(const protocol::Lease& lease) const;
+  const protocol::MapInfo& info() const { return info_; }
+  std::size_t size() const { return size_; }
+
+ private:
+  SharedArena() = default;
+  const std::byte* base_ = nullptr;
+  std::size_t size_ = 0;
+  protocol::MapInfo info_;
 };
 
 // LookupPrefix's answer: the chunk keys of a token sequence and how many leading ones are cached.

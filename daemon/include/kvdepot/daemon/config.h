@@ -35,6 +35,10 @@ struct Config {
   std::string auth_token_file;
   // With auth on, lm:// (whose protocol has no credentials) starts only when this is true.
   bool lm_allow_unauthenticated = false;
+  // The GPU tier (docs/gpu-tier.md): a device-memory pool of gpu_capacity bytes on CUDA device
+  // gpu_device above the host tier; 0 = off. Needs a build with CUDA and a GPU at start.
+  std::uint64_t gpu_capacity = 0;
+  std::int32_t gpu_device = 0;
 };
 
 // "64MiB", "1GiB", "512KiB", "1000000" (bytes), "2GB" (10^9). Errors name the text.

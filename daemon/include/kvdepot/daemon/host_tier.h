@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -29,6 +30,7 @@
 namespace kvdepot::daemon {
 
 class HostTier;
+class ShmArena;
 
 // An immutable stored value (a chunk container, or any bytes a client PUTs).
 //
@@ -58,6 +60,12 @@ class Value {
     ssd_checksum_.store(checksum, std::memory_order_release);
   }
 
+  // Where the value lies in the host tier's shared-memory arena (HostTier::EnableSharedArena), or
+  // nullopt for a value in private memory (no arena, or the arena had no free range for it).
+  std::optional<std::uint64_t> arena_offset() const {
+    return arena_ ? std::optional<std::uint64_t>(arena_offset_) : std::nullopt;
+  }
+
   // Moves this value's charge from the tier (and namespace) it was allocated in to `counter`,
   // adding it there only if the result stays within `limit`; false (nothing changed) otherwise.
   // Used when an evicted value waits for its SSD write. Call at most once, holding a reference.
@@ -66,17 +74,20 @@ class Value {
 
  private:
   friend class HostTier;
+  // Memory from `arena` when it has room (nullptr: malloc).
   Value(std::shared_ptr<std::atomic<std::uint64_t>> used,
         std::shared_ptr<std::atomic<std::uint64_t>> namespace_used, std::uint64_t charge,
-        std::size_t size);
+        std::size_t size, const std::shared_ptr<ShmArena>& arena);
   std::size_t padded_size() const { return (size_ + kAlignment - 1) / kAlignment * kAlignment; }
   // The counters charged (the tier's outlives the tier); mutable for TransferCharge only.
   mutable std::shared_ptr<std::atomic<std::uint64_t>> used_;
   mutable std::shared_ptr<std::atomic<std::uint64_t>> namespace_used_;  // null without a quota
   std::uint64_t charge_;
   std::size_t size_;
-  std::byte* allocation_;  // malloc'd: padded_size() + kAlignment bytes
-  std::byte* data_;        // the first kAlignment boundary in it
+  std::byte* allocation_ = nullptr;  // malloc'd: padded_size() + kAlignment bytes (no arena)
+  std::byte* data_;        // the first kAlignment boundary in it (or in the arena)
+  std::shared_ptr<ShmArena> arena_;  // set when data_ is arena memory
+  std::uint64_t arena_offset_ = 0;
   mutable std::atomic<std::uint64_t> ssd_checksum_{0};
 };
 using ValueRef = std::shared_ptr<const Value>;
@@ -97,6 +108,9 @@ struct HostTierOptions {
   // Per-namespace byte quotas (key: the 16-byte namespace id). A namespace over its quota evicts
   // its own entries first; it never evicts another namespace's to grow past its quota.
   std::map<std::string, std::uint64_t> namespace_quotas;
+  // Values live in a memfd arena of capacity_bytes that same-host clients map read-only
+  // (protocol MAP / LEASE_GET, docs/gpu-tier.md); applied by HostTier::EnableSharedArena().
+  bool shared_memory = false;
 
   static HostTierOptions With(std::uint64_t capacity, EvictionPolicy policy = EvictionPolicy::kLru,
                               std::uint32_t shards = 16) {
@@ -123,6 +137,9 @@ struct HostTierStats {
   std::uint64_t evictions = 0;
   std::uint64_t inserts = 0;
   std::uint64_t rejected = 0;    // Allocate() failures
+  std::uint64_t arena_bytes = 0;        // shared arena size (0: none)
+  std::uint64_t arena_used = 0;         // bytes of live ranges in it
+  std::uint64_t arena_fallbacks = 0;    // values placed in private memory for want of a range
   std::vector<NamespaceUsage> namespaces;  // those with a quota
 };
 
@@ -184,6 +201,14 @@ class HostTier {
   // at run time: kNotFound). Evicts within the namespace down to the new quota as SetCapacity.
   Result<std::uint64_t> SetNamespaceQuota(std::string_view ns, std::uint64_t quota_bytes);
 
+  // Creates the shared-memory arena (capacity_bytes, fixed for the life of the tier): values
+  // allocated from then on live in it while it has a free range large enough, in private memory
+  // otherwise (e.g. after the capacity was raised by a reload). Call once, before use. Errors
+  // from ShmArena::Create.
+  Status EnableSharedArena();
+  // The arena, or null without one.
+  const std::shared_ptr<ShmArena>& arena() const { return arena_; }
+
   HostTierStats stats() const;
   std::uint64_t capacity() const { return capacity_.load(std::memory_order_relaxed); }
   EvictionPolicy policy() const { return policy_; }
@@ -210,7 +235,9 @@ class HostTier {
   };
   std::map<std::string, Quota, std::less<>> quotas_;  // the set of keys is fixed at construction
   std::atomic<std::uint64_t> hits_{0}, misses_{0}, evictions_{0}, inserts_{0}, rejected_{0};
+  std::atomic<std::uint64_t> arena_fallbacks_{0};
   EvictionListener eviction_listener_;
+  std::shared_ptr<ShmArena> arena_;
 };
 
 }  // namespace kvdepot::daemon

@@ -19,6 +19,12 @@
 // set the TCP listener speaks TLS (optionally requiring client certificates); the Unix socket
 // stays plain (its file permissions guard it).
 //
+// Same-host zero-copy (docs/gpu-tier.md): MAP hands a Unix-socket client the host arena's fd
+// (SCM_RIGHTS) and the GPU pool's IPC handle; LEASE_GET answers (offset, length, lease id) and
+// the connection keeps a reference to each leased value until RELEASE or until it closes, so a
+// crashed client leaks nothing and no leased byte is freed or reused. GET_AS transcodes on a
+// worker pool.
+//
 // Thread-safety: Start/Stop/Wait from one controlling thread; the handlers run on the I/O threads
 // and never block on I/O (disk reads and writes go through the store's asynchronous calls).
 #pragma once
@@ -33,6 +39,7 @@
 #include "kvdepot/daemon/auth.h"
 #include "kvdepot/daemon/request_observer.h"
 #include "kvdepot/daemon/store.h"
+#include "kvdepot/daemon/transcoder.h"
 #include "kvdepot/protocol.h"
 #include "kvdepot/status.h"
 
@@ -56,6 +63,11 @@ struct ServerOptions {
   std::chrono::milliseconds drain_timeout{10000};
   std::shared_ptr<const Authenticator> auth;  // null: no authentication (every key reachable)
   TlsOptions tls;
+  // GET_AS: worker threads that transcode (never the I/O threads).
+  std::uint32_t transcode_threads = 2;
+  // LEASE_GET: bytes one connection may hold leased at once; a lease over it answers
+  // resource_exhausted (a client must not pin the whole tier).
+  std::uint64_t max_lease_bytes = 256ull << 20;
 };
 
 struct ServerStats {
@@ -72,7 +84,9 @@ struct ServerStats {
 class Server {
  public:
   // `store` must outlive the server, and so must `observer` (optional; see request_observer.h).
-  Server(const ServerOptions& options, Store& store, RequestObserver* observer = nullptr);
+  // `hooks` sets GET_AS's GPU path and its metrics (see transcoder.h).
+  Server(const ServerOptions& options, Store& store, RequestObserver* observer = nullptr,
+         TranscoderHooks hooks = {});
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -24,6 +25,49 @@
 namespace kvdepot::daemon {
 
 class SsdTier;
+
+struct DeviceTierStats {
+  std::uint64_t bytes = 0;     // pool bytes in live ranges (stored + evicted but still leased)
+  std::uint64_t capacity = 0;  // the pool
+  std::uint64_t chunks = 0;
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t evictions = 0;
+  std::uint64_t promotions = 0;
+  std::uint64_t rejected = 0;  // promotions that found no room (everything left is leased)
+  std::int32_t device = 0;
+};
+
+// The GPU tier as the store and the server see it: an inclusive cache of hot host-tier values in
+// one device-memory pool (docs/gpu-tier.md). Implemented over kvdepot::cuda::GpuTier in
+// gpu_device_tier.cc when the daemon is built with CUDA; tests may substitute their own.
+// Every method may be called from any thread and none blocks on the GPU: copies run on the
+// implementation's own worker.
+class DeviceTier {
+ public:
+  virtual ~DeviceTier() = default;
+  virtual bool Contains(std::string_view key) const = 0;
+  // A host-tier hit on `key`: the tier may queue a promotion (e.g. on the second hit).
+  virtual void OnHostHit(std::string_view key, const ValueRef& value) = 0;
+  // For a key held only here: copies it into a host value from `allocate` on the tier's worker
+  // and calls `done` there (NotFound when it is gone meanwhile). False (nothing queued) when the
+  // key is not here.
+  using Allocator = std::function<Result<std::shared_ptr<Value>>(std::size_t)>;
+  virtual bool FetchToHost(std::string_view key, Allocator allocate,
+                           std::function<void(Result<ValueRef>)> done) = 0;
+  // A lease: pool offset and length of the key's bytes; `hold` keeps the range from being freed
+  // or reused until it is dropped. nullopt when absent.
+  struct DeviceLease {
+    std::shared_ptr<const void> hold;
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+  };
+  virtual std::optional<DeviceLease> Lease(std::string_view key) = 0;
+  virtual bool Erase(std::string_view key) = 0;
+  // For MAP: the pool's size, device ordinal and cudaIpcMemHandle_t bytes.
+  virtual protocol::MapInfo MapInfo() const = 0;
+  virtual DeviceTierStats stats() const = 0;
+};
 
 // A value found by Get(), and the tier that served it.
 struct Found {
@@ -52,7 +96,12 @@ class Store {
   // that fails reports its error; the value stays served from memory either way.
   void Put(std::string_view key, ValueRef value, PutCallback done);
 
-  // Finds `key`: a host hit calls `done` inline; an SSD hit reads the value (verifying its
+  // Adds the GPU tier (may be null; must outlive the store). Call before use.
+  void SetDeviceTier(DeviceTier* device) { device_ = device; }
+  DeviceTier* device() const { return device_; }
+
+  // Finds `key`: a host hit calls `done` inline (and tells the GPU tier, which may promote it); a
+  // key only in the GPU tier is copied back to host memory on the GPU tier's worker; an SSD hit reads the value (verifying its
   // checksum) and calls `done` from the SSD tier's thread. NotFound when absent in every tier or
   // when the SSD copy failed verification (that copy is then removed and counted).
   void Get(std::string_view key, GetCallback done);
@@ -76,6 +125,7 @@ class Store {
  private:
   HostTier& host_;
   SsdTier* ssd_;
+  DeviceTier* device_ = nullptr;
 };
 
 }  // namespace kvdepot::daemon

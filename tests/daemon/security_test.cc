@@ -258,6 +258,14 @@ TEST_F(SecurityTest, NamespacesAreIsolated) {
     EXPECT_EQ(t1->Lookup(mixed).status().code(), StatusCode::kPermissionDenied);
   }
   EXPECT_NE(store_->Locate(k2), protocol::Tier::kNone);  // the DELETE did not happen
+  // GET_AS (transcoding) is a read like GET: refused before the store is touched.
+  {
+    const std::string other[] = {k2};
+    int answered = 0;
+    const Status as = t1->GetAs(other, CodecId::kRaw, [&](const client::GetItem&) { ++answered; });
+    EXPECT_EQ(as.code(), StatusCode::kPermissionDenied) << as.ToString();
+    EXPECT_EQ(answered, 0);
+  }
   // Own namespace works, and the connection survived the refusals.
   auto own = t1->Get(k1);
   ASSERT_TRUE(own.ok() && own->has_value());

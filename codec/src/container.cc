@@ -98,6 +98,29 @@ std::uint64_t ContainerSize(std::span<const std::uint64_t> section_lengths) {
   return end;
 }
 
+Result<std::vector<SectionView>> PeekSectionTable(std::span<const std::byte> prefix) {
+  if (prefix.size() < kContainerHeaderBytes ||
+      std::memcmp(prefix.data() + kOffMagic, kContainerMagic, sizeof(kContainerMagic)) != 0) {
+    return Bad("not a container (bad magic or shorter than its header)");
+  }
+  const std::uint32_t count = LoadLE<std::uint32_t>(prefix.data() + kOffSectionCount);
+  if (count > kMaxSections) return Bad("header field 'section_count' exceeds " + std::to_string(kMaxSections));
+  if (prefix.size() < kContainerHeaderBytes + std::size_t{count} * kSectionEntryBytes) {
+    return Bad("the section table extends past the " + std::to_string(prefix.size()) +
+               " bytes given");
+  }
+  std::vector<SectionView> sections(count);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const std::byte* e = prefix.data() + kContainerHeaderBytes + std::size_t{i} * kSectionEntryBytes;
+    sections[i].kind = LoadLE<std::uint32_t>(e + kEntKind);
+    sections[i].flags = LoadLE<std::uint32_t>(e + kEntFlags);
+    sections[i].offset = LoadLE<std::uint64_t>(e + kEntOffset);
+    sections[i].length = LoadLE<std::uint64_t>(e + kEntLength);
+    sections[i].checksum = LoadLE<std::uint64_t>(e + kEntChecksum);
+  }
+  return sections;
+}
+
 Result<ContainerView> ParseContainer(std::span<const std::byte> bytes,
                                      const ParseOptions& options) {
   const std::byte* p = bytes.data();

@@ -1,5 +1,6 @@
 #include "kvdepot/cuda/gpu_tier.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -267,17 +268,81 @@ Result<std::vector<std::byte>> TranscodeGpu(std::span<const std::byte> container
   return out;
 }
 
+namespace {
+
+// The host-side copy of a GPU-resident container that the CPU checks need: every byte but its
+// bulk section (CacheGen's codes, a raw payload), which stays on the device and is read in place
+// (the CacheGen kernel bounds-checks its streams itself). `host` keeps its capacity across
+// calls; the bulk section's range in it holds stale bytes and is never read.
+Result<SectionView> CopyAllButBulk(const std::byte* d_container, std::uint64_t bytes,
+                                   std::vector<std::byte>& host, cudaStream_t stream) {
+  host.resize(bytes);
+  const std::uint64_t prefix =
+      std::min<std::uint64_t>(bytes, kContainerHeaderBytes + kMaxSections * kSectionEntryBytes);
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.data(), d_container, prefix,
+                                           cudaMemcpyDeviceToHost, stream),
+                           "DecodeLeasedChunk: header");
+  KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "DecodeLeasedChunk");
+  KVD_ASSIGN_OR_RETURN(const std::vector<SectionView> table,
+                       PeekSectionTable(std::span(host.data(), prefix)));
+  SectionView bulk;
+  bulk.offset = bytes;  // none: copy everything
+  for (const SectionView& sv : table) {
+    const bool bulky = sv.kind == static_cast<std::uint32_t>(SectionKind::kCodes) ||
+                       sv.kind == static_cast<std::uint32_t>(SectionKind::kPayload);
+    if (bulky && sv.offset >= prefix && sv.offset <= bytes && sv.length <= bytes - sv.offset &&
+        sv.length > bulk.length) {
+      bulk = sv;
+    }
+  }
+  const std::uint64_t bulk_end = bulk.offset + bulk.length;
+  if (bulk.offset > prefix) {
+    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.data() + prefix, d_container + prefix,
+                                             bulk.offset - prefix, cudaMemcpyDeviceToHost, stream),
+                             "DecodeLeasedChunk: sections");
+  }
+  if (bulk_end < bytes) {
+    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.data() + bulk_end, d_container + bulk_end,
+                                             bytes - bulk_end, cudaMemcpyDeviceToHost, stream),
+                             "DecodeLeasedChunk: sections");
+  }
+  KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "DecodeLeasedChunk");
+  return bulk;
+}
+
+// One decode workspace per thread and device, grown to the most layers seen (cudaMalloc per
+// chunk would cost more than the decode).
+Result<CacheGenDecodeWorkspace*> ThreadWorkspace(std::uint32_t layers) {
+  int device = 0;
+  KVD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "DecodeLeasedChunk");
+  thread_local std::vector<std::pair<int, CacheGenDecodeWorkspace>> cache;
+  for (auto& [d, ws] : cache) {
+    if (d == device && ws.max_layers() >= layers) return &ws;
+  }
+  KVD_ASSIGN_OR_RETURN(CacheGenDecodeWorkspace ws, CacheGenDecodeWorkspace::Create(1, layers));
+  for (auto& [d, old] : cache) {
+    if (d == device) {
+      old = std::move(ws);
+      return &old;
+    }
+  }
+  cache.emplace_back(device, std::move(ws));
+  return &cache.back().second;
+}
+
+}  // namespace
+
 Status DecodeLeasedChunk(const std::byte* d_container, std::uint64_t bytes, void* d_out,
                          std::uint64_t out_bytes, cudaStream_t stream) {
   if (d_container == nullptr || d_out == nullptr) {
     return InvalidArgument("DecodeLeasedChunk: null pointer");
   }
-  std::vector<std::byte> host(bytes);
-  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.data(), d_container, bytes,
-                                           cudaMemcpyDeviceToHost, stream),
-                           "DecodeLeasedChunk: copy for validation");
-  KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "DecodeLeasedChunk");
-  KVD_ASSIGN_OR_RETURN(ContainerView view, ParseContainer(host));
+  if (bytes < kContainerHeaderBytes) return Corruption("DecodeLeasedChunk: container too short");
+  thread_local std::vector<std::byte> host;
+  KVD_ASSIGN_OR_RETURN(const SectionView bulk, CopyAllButBulk(d_container, bytes, host, stream));
+  ParseOptions no_checksums;
+  no_checksums.verify_checksums = false;  // the bulk bytes are on the device
+  KVD_ASSIGN_OR_RETURN(ContainerView view, ParseContainer(host, no_checksums));
   const std::uint64_t need = view.header.shape.elements() * DTypeSize(view.header.dtype);
   if (out_bytes < need) {
     return InvalidArgument("DecodeLeasedChunk: output of " + std::to_string(out_bytes) +
@@ -285,27 +350,25 @@ Status DecodeLeasedChunk(const std::byte* d_container, std::uint64_t bytes, void
   }
   switch (view.header.codec) {
     case CodecId::kRaw: {
-      for (const SectionView& s : view.sections) {
-        if (s.kind != static_cast<std::uint32_t>(SectionKind::kPayload)) continue;
-        if (s.length != need) return Corruption("DecodeLeasedChunk: raw payload length");
-        KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_out, d_container + s.offset, need,
-                                                 cudaMemcpyDeviceToDevice, stream),
-                                 "DecodeLeasedChunk: raw payload");
-        KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "DecodeLeasedChunk");
-        return Status::Ok();
+      if (bulk.length != need || bulk.kind != static_cast<std::uint32_t>(SectionKind::kPayload)) {
+        return Corruption("DecodeLeasedChunk: raw payload length");
       }
-      return Corruption("DecodeLeasedChunk: raw container without a payload section");
+      KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_out, d_container + bulk.offset, need,
+                                               cudaMemcpyDeviceToDevice, stream),
+                               "DecodeLeasedChunk: raw payload");
+      KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "DecodeLeasedChunk");
+      return Status::Ok();
     }
     case CodecId::kCacheGen: {
-      KVD_ASSIGN_OR_RETURN(const CacheGenContainerInfo info, ParseCacheGenContainer(host));
-      KVD_ASSIGN_OR_RETURN(CacheGenDecodeWorkspace ws,
-                           CacheGenDecodeWorkspace::Create(1, info.shape.layers));
+      KVD_ASSIGN_OR_RETURN(const CacheGenContainerInfo info,
+                           ParseCacheGenContainer(host, no_checksums));
+      KVD_ASSIGN_OR_RETURN(CacheGenDecodeWorkspace* ws, ThreadWorkspace(info.shape.layers));
       const CacheGenDecodeChunk chunk{d_container, info};
       void* const outs[] = {d_out};
       CacheGenDecodeTarget target;
       target.dtype = info.dtype;
       target.contiguous = outs;
-      return DecodeCacheGenDevice({&chunk, 1}, target, ws, stream);
+      return DecodeCacheGenDevice({&chunk, 1}, target, *ws, stream);
     }
     case CodecId::kHackInt2:
       return Unimplemented("DecodeLeasedChunk: hack-int2 chunks are decoded with DecodeHackGpu");

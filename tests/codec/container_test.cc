@@ -61,6 +61,22 @@ TEST(ContainerTest, CanonicalLayout) {
   EXPECT_TRUE(VerifyChecksums(*view, c).all_ok());
 }
 
+TEST(ContainerTest, PeekSectionTableReadsOnlyTheTable) {
+  const std::vector<std::byte> c = SmallContainer();
+  const std::span<const std::byte> prefix(c.data(), kContainerHeaderBytes + kSectionEntryBytes);
+  auto table = PeekSectionTable(prefix);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  ASSERT_EQ(table->size(), 1u);
+  EXPECT_EQ((*table)[0].kind, static_cast<std::uint32_t>(SectionKind::kPayload));
+  EXPECT_EQ((*table)[0].offset, 128u);
+  EXPECT_EQ((*table)[0].length, 24u);
+  EXPECT_EQ(PeekSectionTable(prefix.first(kContainerHeaderBytes)).status().code(),
+            StatusCode::kCorruption);  // the table is cut off
+  std::vector<std::byte> bad = c;
+  bad[1] = std::byte{'X'};
+  EXPECT_EQ(PeekSectionTable(bad).status().code(), StatusCode::kCorruption);
+}
+
 TEST(ContainerTest, WriterPlacesEverySectionAligned) {
   const ContainerWriter::SectionPlan plans[] = {
       {SectionKind::kParams, 5}, {SectionKind::kTables, 0}, {SectionKind::kCodes, 100}};

@@ -96,6 +96,12 @@ struct ParseOptions {
 Result<ContainerView> ParseContainer(std::span<const std::byte> bytes,
                                      const ParseOptions& options = {});
 
+// The section table from a container's first bytes (at least kContainerHeaderBytes + its
+// section_count x kSectionEntryBytes), without validating anything but the magic, the count and
+// the bytes given: for readers that fetch sections selectively (a container in GPU memory), which
+// then copy what they need and call ParseContainer. `bytes` of each SectionView is empty.
+Result<std::vector<SectionView>> PeekSectionTable(std::span<const std::byte> prefix);
+
 // Checksum verification results, for reporting (ParseContainer already enforces them).
 struct ChecksumReport {
   bool header_ok = false;

@@ -7,7 +7,7 @@
 #   make build       configure and build into build/
 #   make bench       build and run the CPU benchmarks and the eviction trace study
 #   make bench-loopback  kvdepotd vs Redis vs iperf3 over loopback (docs/benchmarks.md)
-#   make bench-lm    lm:// (LMCache's protocol) vs kvdepot's protocol, 4 and 8 MiB chunks
+#   make bench-lm    lm:// (LMCache's protocol) vs kvdepot's protocol, 8 and 32 MiB chunks, 1 and 8 clients
 #   make soak        1,000 connections of mixed PUT/GET/LOOKUP for 150 s: errors, RSS, p50/p99/p999
 #   make test-asan   build with AddressSanitizer + UBSan into build-asan/ and run every test
 #   make install     install kvdepotd, kvdepot, the systemd unit and the default config (PREFIX)

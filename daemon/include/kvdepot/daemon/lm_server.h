@@ -32,7 +32,7 @@ namespace kvdepot::daemon {
 struct LmServerOptions {
   std::string listen;                       // HOST:PORT; empty = off; port 0 = ephemeral
   std::string namespace_name = "lmcache";   // selects the 16-byte key prefix (lm_value.h)
-  std::uint32_t io_threads = 1;
+  std::uint32_t io_threads = 2;  // as many as the native listener: 8 clients on one thread halve PUT throughput
   std::uint64_t max_value_bytes = 64ull << 20;  // a PUT claiming more closes its connection
   std::uint32_t max_list_keys = 65536;          // LIST answers at most this many keys
   std::chrono::milliseconds drain_timeout{10000};

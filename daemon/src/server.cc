@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
 #include <chrono>
@@ -105,6 +106,8 @@ class Server::Impl {
     s.protocol_errors = protocol_errors_.load();
     s.bytes_in = bytes_in_.load();
     s.bytes_out = bytes_out_.load();
+    s.request_timeouts = request_timeouts_.load();
+    s.idle_timeouts = idle_timeouts_.load();
     return s;
   }
 
@@ -127,7 +130,8 @@ class Server::Impl {
     connections_.erase(it);
     --open_;
   }
-  std::atomic<std::uint64_t> requests_{0}, protocol_errors_{0}, bytes_in_{0}, bytes_out_{0};
+  std::atomic<std::uint64_t> requests_{0}, protocol_errors_{0}, bytes_in_{0}, bytes_out_{0},
+      request_timeouts_{0}, idle_timeouts_{0};
 
  private:
   template <typename Acceptor>
@@ -162,12 +166,20 @@ class Connection : public ConnectionBase,
                    public std::enable_shared_from_this<Connection<Socket>> {
  public:
   Connection(Socket socket, Server::Impl& server)
-      : socket_(std::move(socket)), server_(server), limits_(server.options().limits) {}
+      : socket_(std::move(socket)),
+        server_(server),
+        limits_(server.options().limits),
+        small_(limits_.max_key_bytes + 8u),
+        watchdog_(socket_.get_executor()) {}
   ~Connection() override { server_.Unregister(registration_); }
   void set_registration(Server::Impl::Registration r) { registration_ = r; }
 
   void Start() {
-    asio::dispatch(socket_.get_executor(), [self = this->shared_from_this()] { self->ReadHeader(); });
+    asio::dispatch(socket_.get_executor(), [self = this->shared_from_this()] {
+      self->last_progress_ = std::chrono::steady_clock::now();
+      self->ArmWatchdog();
+      self->ReadHeader();
+    });
   }
 
   // Graceful stop: requests already received (fully or partly, including pipelined ones waiting
@@ -201,19 +213,43 @@ class Connection : public ConnectionBase,
       return;
     }
     awaiting_header_ = true;
-    asio::async_read(socket_, asio::buffer(header_),
-                     [self = this->shared_from_this()](auto ec, std::size_t n) {
-                       self->awaiting_header_ = false;
-                       self->server_.bytes_in_ += n;
-                       if (ec) {
-                         // EOF, reset or our own cancel: stop reading, flush what is queued.
-                         self->stop_reading_ = true;
-                         self->MaybeClose();
-                         return;
-                       }
-                       self->OnHeader();
-                     });
+    // What is there of the header (usually all of it); the request's clock starts with its first
+    // byte, before that the connection is idle.
+    socket_.async_read_some(asio::buffer(header_), [self = this->shared_from_this()](
+                                                       auto ec, std::size_t n) {
+      self->Received(n);
+      if (ec) return self->HeaderFailed();
+      self->request_deadline_ = std::chrono::steady_clock::now() +
+                                self->server_.options().request_timeout;
+      if (n == self->header_.size()) {
+        self->awaiting_header_ = false;
+        return self->OnHeader();
+      }
+      asio::async_read(self->socket_, asio::buffer(self->header_.data() + n, self->header_.size() - n),
+                       [self](auto ec2, std::size_t m) {
+                         self->Received(m);
+                         if (ec2) return self->HeaderFailed();
+                         self->awaiting_header_ = false;
+                         self->OnHeader();
+                       });
+    });
   }
+
+  // EOF, reset or our own cancel while waiting for a header: stop reading, flush what is queued.
+  void HeaderFailed() {
+    awaiting_header_ = false;
+    stop_reading_ = true;
+    MaybeClose();
+  }
+
+  // Bytes arrived (or were sent): the connection is making progress.
+  void Received(std::size_t n) {
+    server_.bytes_in_ += n;
+    if (n > 0) last_progress_ = std::chrono::steady_clock::now();
+  }
+
+  // The current request has been read to its end.
+  void RequestRead() { request_deadline_ = std::chrono::steady_clock::time_point::max(); }
 
   void OnHeader() {
     auto h = protocol::DecodeFrameHeader(header_, limits_, /*expect_response=*/false);
@@ -240,11 +276,12 @@ class Connection : public ConnectionBase,
     body_.resize(h->body_length);
     asio::async_read(socket_, asio::buffer(body_),
                      [self = this->shared_from_this(), hdr = *h](auto ec, std::size_t n) {
-                       self->server_.bytes_in_ += n;
+                       self->Received(n);
                        if (ec) {
                          self->Close();
                          return;
                        }
+                       self->RequestRead();
                        self->Dispatch(hdr);
                        self->ReadHeader();
                      });
@@ -295,6 +332,7 @@ class Connection : public ConnectionBase,
                              Corruption("put: " + std::to_string(put_.remaining) +
                                         " trailing body bytes"));
       }
+      RequestRead();
       put_.results->all_read = true;
       put_.results->slot = ReserveSlot();
       MaybeFinishPut(put_.header, *put_.results);
@@ -330,7 +368,7 @@ class Connection : public ConnectionBase,
         asio::async_read(socket_, asio::buffer(put_.value->mutable_bytes().data(),
                                                put_.value_length),
                          [self = this->shared_from_this()](auto ec, std::size_t n) {
-                           self->server_.bytes_in_ += n;
+                           self->Received(n);
                            if (ec) return self->Close();
                            self->StoreItem();
                            ++self->put_.index;
@@ -345,10 +383,12 @@ class Connection : public ConnectionBase,
     const std::size_t item = put_.results->codes.size();
     put_.results->codes.push_back(StatusCode::kOk);
     ++put_.results->pending;
+    ++store_ops_;
     server_.store().Put(put_.key, std::move(put_.value),
                         [self = this->shared_from_this(), results = put_.results,
                          header = put_.header, item](Status status) {
                           self->OnOwnThread([self, results, header, item, status] {
+                            self->StoreDone();
                             results->codes[item] = status.code();
                             --results->pending;
                             self->MaybeFinishPut(header, *results);
@@ -381,7 +421,7 @@ class Connection : public ConnectionBase,
     const std::size_t step = static_cast<std::size_t>(std::min<std::uint64_t>(n, kDiscardChunk));
     asio::async_read(socket_, asio::buffer(discard_.data(), step),
                      [self = this->shared_from_this(), left = n - step](auto ec, std::size_t r) {
-                       self->server_.bytes_in_ += r;
+                       self->Received(r);
                        if (ec) return self->Close();
                        self->Discard(left);
                      });
@@ -398,7 +438,7 @@ class Connection : public ConnectionBase,
     put_.remaining -= n;
     asio::async_read(socket_, asio::buffer(small_.data(), n),
                      [self = this->shared_from_this(), next](auto ec, std::size_t r) {
-                       self->server_.bytes_in_ += r;
+                       self->Received(r);
                        if (ec) return self->Close();
                        next();
                      });
@@ -442,10 +482,12 @@ class Connection : public ConnectionBase,
       PendingGet g = std::move(get_backlog_.front());
       get_backlog_.pop_front();
       ++outstanding_gets_;
+      ++store_ops_;
       server_.store().Get(g.key, [self = this->shared_from_this(), h = g.header, i = g.index,
                                   last = g.last, slot = g.slot](Result<Found> found) {
         self->OnOwnThread([self, h, i, last, slot, found = std::move(found)]() mutable {
           --self->outstanding_gets_;
+          self->StoreDone();
           self->FillSlot(slot, GetItemFrame(h, i, last, std::move(found)));
           self->PumpGets();
         });
@@ -592,6 +634,7 @@ class Connection : public ConnectionBase,
                       [self = this->shared_from_this()](auto ec, std::size_t n) {
                         self->server_.bytes_out_ += n;
                         if (ec) return self->Close();
+                        self->last_progress_ = std::chrono::steady_clock::now();
                         for (std::size_t i = 0; i < self->in_flight_; ++i) {
                           if (!self->pending_.empty()) self->ObserveWritten(self->queue_.front());
                           self->queued_bytes_ -= self->queue_.front().size();
@@ -632,6 +675,46 @@ class Connection : public ConnectionBase,
     pending_.pop_front();
   }
 
+  // ---- timeouts -----------------------------------------------------------------------------
+  // A store operation answered: progress (the idle clock does not run while one is pending).
+  void StoreDone() {
+    --store_ops_;
+    last_progress_ = std::chrono::steady_clock::now();
+  }
+
+  // The watchdog ticks at a quarter of the shortest timeout (10 ms to 1 s) while the connection
+  // is open; a timeout therefore fires up to a tick late.
+  void ArmWatchdog() {
+    const ServerOptions& o = server_.options();
+    std::chrono::milliseconds shortest{0};
+    for (auto t : {o.request_timeout, o.idle_timeout}) {
+      if (t.count() > 0 && (shortest.count() == 0 || t < shortest)) shortest = t;
+    }
+    if (shortest.count() == 0 || closed_) return;
+    watchdog_.expires_after(std::clamp(shortest / 4, std::chrono::milliseconds(10),
+                                       std::chrono::milliseconds(1000)));
+    watchdog_.async_wait([self = this->shared_from_this()](boost::system::error_code ec) {
+      if (!ec && !self->closed_) self->CheckTimeouts();
+    });
+  }
+
+  // Closes a connection whose request has been arriving for longer than request_timeout, or that
+  // moved no byte either way for idle_timeout while no store operation was pending (an idle
+  // client, or one that stopped reading its responses).
+  void CheckTimeouts() {
+    const ServerOptions& o = server_.options();
+    const auto now = std::chrono::steady_clock::now();
+    if (o.request_timeout.count() > 0 && now >= request_deadline_) {
+      ++server_.request_timeouts_;
+      return Close();
+    }
+    if (o.idle_timeout.count() > 0 && store_ops_ == 0 && now - last_progress_ >= o.idle_timeout) {
+      ++server_.idle_timeouts_;
+      return Close();
+    }
+    ArmWatchdog();
+  }
+
   void MaybeClose() {
     if (stop_reading_ && !writing_ && queue_.empty() && !awaiting_header_) Close();
   }
@@ -640,6 +723,7 @@ class Connection : public ConnectionBase,
     if (closed_) return;
     closed_ = true;
     queue_.clear();
+    watchdog_.cancel();
     boost::system::error_code ec;
     socket_.shutdown(Socket::shutdown_both, ec);
     socket_.close(ec);
@@ -651,7 +735,7 @@ class Connection : public ConnectionBase,
   const protocol::Limits limits_;
   std::array<std::byte, protocol::kFrameHeaderBytes> header_{};
   std::vector<std::byte> body_;
-  std::array<std::byte, 256 + 8> small_{};
+  std::vector<std::byte> small_;  // a PUT item's key length, key and value length
   std::vector<std::byte> discard_;
   PutState put_;
   struct PendingRequest {  // a request read and not yet answered (only with an observer)
@@ -683,6 +767,11 @@ class Connection : public ConnectionBase,
   bool draining_ = false;  // the server is stopping
   bool awaiting_header_ = false;
   bool closed_ = false;
+  asio::steady_timer watchdog_;
+  std::chrono::steady_clock::time_point last_progress_{};
+  std::chrono::steady_clock::time_point request_deadline_ =
+      std::chrono::steady_clock::time_point::max();  // of the request being read
+  std::uint32_t store_ops_ = 0;                       // store calls whose callback has not run
 };
 
 }  // namespace
@@ -805,6 +894,8 @@ std::string Server::Impl::StatsJson() const {
   field("protocol_errors", s.protocol_errors);
   field("bytes_in", s.bytes_in);
   field("bytes_out", s.bytes_out);
+  field("request_timeouts", s.request_timeouts);
+  field("idle_timeouts", s.idle_timeouts);
   out += "\"tiers\":{\"host\":{";
   field("bytes", h.bytes);
   field("capacity", h.capacity);

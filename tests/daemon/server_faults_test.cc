@@ -139,7 +139,7 @@ TEST_F(ServerFaultsTest, AClientSendingAByteAtATimeIsClosedByTheRequestTimeout) 
   EXPECT_TRUE(ClosedByPeer(fd));
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_GE(took, 400ms);
-  EXPECT_LT(took, 2s) << "the request timeout must close the slow sender";
+  EXPECT_LT(took, 2500ms) << "the request timeout must close the slow sender (the frame takes 3 s)";
   ::close(fd);
   EXPECT_EQ(server_->stats().request_timeouts, 1u);
   EXPECT_TRUE(good->Ping().ok()) << "other clients are unaffected";
@@ -210,7 +210,7 @@ TEST_F(ServerFaultsTest, AClientThatStopsReadingIsClosedByTheIdleTimeout) {
   for (int i = 0; i < 64; ++i) {  // 64 MiB of responses, never read
     if (::send(fd, get.data(), get.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) break;
   }
-  EXPECT_GT(server_->stats().requests, 1u);
+  EXPECT_TRUE(WaitFor([&] { return server_->stats().requests >= 3; })) << "GETs were read";
   EXPECT_TRUE(WaitFor([&] { return server_->stats().connections_open == 0; }, 3s))
       << "the stalled writer is closed";
   EXPECT_EQ(server_->stats().idle_timeouts, 1u);
@@ -220,13 +220,14 @@ TEST_F(ServerFaultsTest, AClientThatStopsReadingIsClosedByTheIdleTimeout) {
 
 TEST_F(ServerFaultsTest, IdleConnectionsCloseAndBusyOnesStayOpen) {
   ServerOptions o;
-  o.request_timeout = 300ms;
-  o.idle_timeout = 400ms;
+  o.request_timeout = 800ms;
+  o.idle_timeout = 800ms;  // generous: a loaded CI machine may stall the test thread a while
   Start(o);
   const int idle = ConnectTcp(server_->tcp_port());
   auto busy = Client();
-  for (int i = 0; i < 12; ++i) {  // 1.2 s of pings, 100 ms apart
-    ASSERT_TRUE(busy->Ping().ok()) << i;
+  for (int i = 0; i < 20; ++i) {  // 2 s of pings, 100 ms apart
+    ASSERT_TRUE(busy->Ping().ok()) << i << ": idle_timeouts " << server_->stats().idle_timeouts
+                                   << ", request_timeouts " << server_->stats().request_timeouts;
     std::this_thread::sleep_for(100ms);
   }
   EXPECT_TRUE(ClosedByPeer(idle));

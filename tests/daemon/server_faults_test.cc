@@ -106,7 +106,7 @@ class ServerFaultsTest : public ::testing::Test {
   std::unique_ptr<Server> server_;
 };
 
-// Regression (fuzz/regressions/server/put-key-1000-bytes): a PUT key longer than 256 bytes under
+// Regression (fuzz/regressions/server/put-key-600-bytes): a PUT key longer than 256 bytes under
 // limits.max_key_bytes up to 1024 overflowed the connection's fixed item buffer.
 TEST_F(ServerFaultsTest, KeysUpToTheLargestConfigurableLimitRoundTrip) {
   ServerOptions o;

@@ -11,7 +11,9 @@ std::int32_t LoadI32(const std::byte* p) {
   return static_cast<std::int32_t>(LoadLE<std::uint32_t>(p));
 }
 
-void StoreI32(std::byte* p, std::int32_t v) { StoreLE<std::uint32_t>(p, static_cast<std::uint32_t>(v)); }
+void StoreI32(std::byte* p, std::int32_t v) {
+  StoreLE<std::uint32_t>(p, static_cast<std::uint32_t>(v));
+}
 
 }  // namespace
 

@@ -216,7 +216,9 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
       return ProtocolError();
     }
     lm::Request r = std::move(*decoded);
-    if (r.command != lm::kCommandPut) request_deadline_ = std::chrono::steady_clock::time_point::max();
+    if (r.command != lm::kCommandPut) {
+      request_deadline_ = std::chrono::steady_clock::time_point::max();  // read whole
+    }
     switch (r.command) {
       case lm::kCommandPut: return HandlePut(std::move(r));
       case lm::kCommandGet: return HandleGet(std::move(r));

@@ -225,7 +225,8 @@ class Connection : public ConnectionBase,
         self->awaiting_header_ = false;
         return self->OnHeader();
       }
-      asio::async_read(self->socket_, asio::buffer(self->header_.data() + n, self->header_.size() - n),
+      asio::async_read(self->socket_,
+                       asio::buffer(self->header_.data() + n, self->header_.size() - n),
                        [self](auto ec2, std::size_t m) {
                          self->Received(m);
                          if (ec2) return self->HeaderFailed();
@@ -242,7 +243,7 @@ class Connection : public ConnectionBase,
     MaybeClose();
   }
 
-  // Bytes arrived (or were sent): the connection is making progress.
+  // Bytes arrived: the connection is making progress.
   void Received(std::size_t n) {
     server_.bytes_in_ += n;
     if (n > 0) last_progress_ = std::chrono::steady_clock::now();

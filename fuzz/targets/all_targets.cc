@@ -4,8 +4,8 @@ namespace kvdepot::fuzz {
 
 std::span<const Target> AllTargets() {
   static constexpr Target kTargets[] = {
-      {"container", FuzzContainer}, {"codecs", FuzzCodecs},         {"protocol", FuzzProtocol},
-      {"server", FuzzServer},       {"lm_header", FuzzLmHeader},    {"lm_server", FuzzLmServer},
+      {"container", FuzzContainer},  {"codecs", FuzzCodecs},      {"protocol", FuzzProtocol},
+      {"server", FuzzServer},        {"lm_header", FuzzLmHeader}, {"lm_server", FuzzLmServer},
       {"ssd_record", FuzzSsdRecord}, {"config", FuzzConfig},
   };
   return kTargets;

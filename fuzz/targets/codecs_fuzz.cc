@@ -22,7 +22,8 @@ int FuzzCodecs(const std::uint8_t* data, std::size_t size) {
     return 0;
   }
   auto tensor = DecodeChunk(*view);
-  if (tensor.ok() && !tensor->view().Validate().ok()) __builtin_trap();  // a decoded tensor is whole
+  if (tensor.ok() && !tensor->view().Validate().ok())
+    __builtin_trap();  // a decoded tensor is whole
   return 0;
 }
 

@@ -24,10 +24,9 @@ std::string FlagFor(const std::string& key) {
 }  // namespace
 
 int FuzzConfig(const std::uint8_t* data, std::size_t size) {
-  static const std::string path =
-      (std::filesystem::temp_directory_path() /
-       ("kvdepot-fuzz-config-" + std::to_string(::getpid()) + ".yaml"))
-          .string();
+  static const std::string path = (std::filesystem::temp_directory_path() /
+                                   ("kvdepot-fuzz-config-" + std::to_string(::getpid()) + ".yaml"))
+                                      .string();
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) return 0;
   if (size > 0) std::fwrite(data, 1, size, f);

@@ -17,7 +17,8 @@ namespace kvdepot::fuzz {
 namespace {
 
 struct LmDaemon {
-  daemon::HostTier host{daemon::HostTierOptions::With(16u << 20, daemon::EvictionPolicy::kSieve, 4)};
+  daemon::HostTier host{
+      daemon::HostTierOptions::With(16u << 20, daemon::EvictionPolicy::kSieve, 4)};
   daemon::Store store{host, nullptr};
   std::unique_ptr<daemon::LmServer> server;
 

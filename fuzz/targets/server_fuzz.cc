@@ -23,7 +23,8 @@ namespace {
 struct Daemon {
   std::string path;
   protocol::Limits limits;
-  daemon::HostTier host{daemon::HostTierOptions::With(16u << 20, daemon::EvictionPolicy::kSieve, 4)};
+  daemon::HostTier host{
+      daemon::HostTierOptions::With(16u << 20, daemon::EvictionPolicy::kSieve, 4)};
   daemon::Store store{host, nullptr};
   std::unique_ptr<daemon::Server> server;
 

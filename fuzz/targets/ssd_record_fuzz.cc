@@ -48,8 +48,7 @@ int FuzzSsdRecord(const std::uint8_t* data, std::size_t size) {
       break;
     }
     case 1: {
-      auto loc = ssd::DecodeIndexEntry(
-          std::string_view(reinterpret_cast<const char*>(data), size));
+      auto loc = ssd::DecodeIndexEntry(std::string_view(reinterpret_cast<const char*>(data), size));
       if (loc.ok()) {
         // The tier computes offset + RecordBytes(value_length) for a decoded entry: a valid
         // entry must not make that overflow.
@@ -58,16 +57,15 @@ int FuzzSsdRecord(const std::uint8_t* data, std::size_t size) {
             loc->offset > max - ssd::RecordBytes(loc->value_length)) {
           __builtin_trap();
         }
-        if (ssd::DecodeIndexEntry(ssd::EncodeIndexEntry(*loc)).status().code() !=
-            StatusCode::kOk) {
+        if (ssd::DecodeIndexEntry(ssd::EncodeIndexEntry(*loc)).status().code() != StatusCode::kOk) {
           __builtin_trap();
         }
       }
       break;
     }
     case 2: {
-      auto id = ssd::ParseSegmentFileName(
-          std::string_view(reinterpret_cast<const char*>(data), size));
+      auto id =
+          ssd::ParseSegmentFileName(std::string_view(reinterpret_cast<const char*>(data), size));
       if (id.ok() && ssd::SegmentFileName(*id) !=
                          std::string_view(reinterpret_cast<const char*>(data), size)) {
         // Upper-case hex is refused, so a parsed name is the canonical one.

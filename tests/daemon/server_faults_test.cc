@@ -273,8 +273,8 @@ TEST(LmServerFaultsTest, SlowPartialAndIdleClientsAreClosed) {
 
 // ---- SSD faults behind a running server -------------------------------------------------------
 TEST(ServerSsdFaultsTest, ReadErrorsAndAFullDiskNeverServeWrongBytes) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("kvdepot-ssd-faults-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("kvdepot-ssd-faults-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::atomic<bool> fail_reads{false}, disk_full{false};
   SsdTierOptions so;
@@ -312,26 +312,26 @@ TEST(ServerSsdFaultsTest, ReadErrorsAndAFullDiskNeverServeWrongBytes) {
   for (int i = 0; i < 4; ++i) host.Erase(keys[i]);
   auto check_all = [&](bool reads_fail) {
     std::uint32_t next = 0;
-    ASSERT_TRUE(c.Get(keys, [&](const client::GetItem& item) {
-                   EXPECT_EQ(item.index, next++);
-                   if (item.status.ok()) {
-                     const auto want = value(static_cast<int>(item.index));
-                     EXPECT_TRUE(std::equal(item.value.begin(), item.value.end(), want.begin(),
-                                            want.end()))
-                         << "key " << item.index << " served wrong bytes";
-                   } else {
-                     EXPECT_TRUE(item.status.code() == StatusCode::kIOError ||
-                                 item.status.code() == StatusCode::kNotFound)
-                         << item.status.ToString();
-                     EXPECT_LT(item.index, 4u) << "memory-resident keys must keep serving";
-                   }
-                   if (reads_fail && item.index < 4) {
-                     EXPECT_FALSE(item.status.ok());
-                   }
-                   if (item.index >= 4) {
-                     EXPECT_TRUE(item.status.ok());
-                   }
-                 }).ok());
+    ASSERT_TRUE(
+        c.Get(keys, [&](const client::GetItem& item) {
+           EXPECT_EQ(item.index, next++);
+           if (item.status.ok()) {
+             const auto want = value(static_cast<int>(item.index));
+             EXPECT_TRUE(std::equal(item.value.begin(), item.value.end(), want.begin(), want.end()))
+                 << "key " << item.index << " served wrong bytes";
+           } else {
+             EXPECT_TRUE(item.status.code() == StatusCode::kIOError ||
+                         item.status.code() == StatusCode::kNotFound)
+                 << item.status.ToString();
+             EXPECT_LT(item.index, 4u) << "memory-resident keys must keep serving";
+           }
+           if (reads_fail && item.index < 4) {
+             EXPECT_FALSE(item.status.ok());
+           }
+           if (item.index >= 4) {
+             EXPECT_TRUE(item.status.ok());
+           }
+         }).ok());
     EXPECT_EQ(next, keys.size());
   };
   fail_reads = true;

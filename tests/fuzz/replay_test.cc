@@ -38,7 +38,9 @@ std::vector<std::uint8_t> ReadAll(const fs::path& p) {
 
 // Test names show the target, not its bytes.
 void PrintTo(const Target& t, std::ostream* os);
-void PrintTo(const Target& t, std::ostream* os) { *os << t.name; }
+void PrintTo(const Target& t, std::ostream* os) {
+  *os << t.name;
+}
 
 namespace {
 
@@ -60,8 +62,8 @@ TEST_P(FuzzReplayTest, CorpusAndRegressionsRunClean) {
   RecordProperty("inputs", static_cast<int>(runs));
 }
 
-INSTANTIATE_TEST_SUITE_P(Targets, FuzzReplayTest, ::testing::ValuesIn(AllTargets().begin(),
-                                                                       AllTargets().end()),
+INSTANTIATE_TEST_SUITE_P(Targets, FuzzReplayTest,
+                         ::testing::ValuesIn(AllTargets().begin(), AllTargets().end()),
                          [](const ::testing::TestParamInfo<Target>& param) {
                            return std::string(param.param.name);
                          });

@@ -28,8 +28,8 @@ inline constexpr std::size_t kWireKeyBytes = 150;
 inline constexpr std::size_t kRequestHeaderBytes = 9 * 4 + kWireKeyBytes;  // 186
 inline constexpr std::size_t kReplyHeaderBytes = 9 * 4;                    // 36
 
-inline constexpr std::int32_t kCommandPut = 1, kCommandGet = 2, kCommandExist = 3,
-                              kCommandList = 4, kCommandHealth = 5;
+inline constexpr std::int32_t kCommandPut = 1, kCommandGet = 2, kCommandExist = 3, kCommandList = 4,
+                              kCommandHealth = 5;
 inline constexpr std::int32_t kReplySuccess = 200, kReplyFail = 400;
 
 struct Request {

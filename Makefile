@@ -10,6 +10,9 @@
 #   make bench-lm    lm:// (LMCache's protocol) vs kvdepot's protocol, 8 and 32 MiB chunks, 1 and 8 clients
 #   make soak        1,000 connections of mixed PUT/GET/LOOKUP for 150 s: errors, RSS, p50/p99/p999
 #   make test-asan   build with AddressSanitizer + UBSan into build-asan/ and run every test
+#   make test-tsan   build with ThreadSanitizer into build-tsan/ and run the concurrency tests
+#   make fuzz-smoke  build the libFuzzer targets with clang (build-fuzz/), run each for 3 s
+#   make fuzz        longer campaigns: each target for FUZZ_SECONDS (180), corpus kept in build-fuzz/
 #   make install     install kvdepotd, kvdepot, the systemd unit and the default config (PREFIX)
 #   make gpu         build the GPU test/bench binaries into .gpu/ (for a GPU machine)
 #   make format      clang-format every C++/CUDA source
@@ -28,8 +31,8 @@ SOAK_SECONDS ?= 150
 WERROR := $(if $(filter true 1,$(CI)),ON,OFF)
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVDEPOT_CUDA=$(CUDA) -DKVDEPOT_WERROR=$(WERROR)
 
-.PHONY: all deps configure build run demo test bench bench-loopback bench-lm soak test-asan install gpu \
-	format clean
+.PHONY: all deps configure build run demo test bench bench-loopback bench-lm soak test-asan \
+	test-tsan fuzz fuzz-smoke install gpu format clean
 
 all: build
 
@@ -72,6 +75,25 @@ test-asan: deps
 	@cmake --build build-asan -j $(JOBS)
 	@ctest --test-dir build-asan --output-on-failure -j $(JOBS)
 
+# The daemon's concurrency tests under ThreadSanitizer (docs/fuzzing.md, "Sanitizers"). Only the
+# daemon, lm:// and fuzz-replay test binaries are built (the replay drives in-process servers with
+# the fuzz corpora); scripts/tsan.supp may only silence third-party libraries that are not
+# TSan-instrumented (it lists none today).
+TSAN_TESTS ?= HostTier|Server|Ssd|Store|Metrics|Reload|LmServer|Lmcache|FuzzReplay
+test-tsan: deps
+	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVDEPOT_CUDA=OFF \
+	  -DKVDEPOT_SANITIZE=thread -DKVDEPOT_WERROR=$(WERROR) >/dev/null
+	@cmake --build build-tsan -j $(JOBS) --target kvdepot_daemon_tests kvdepot_lmcache_tests \
+	  kvdepot_fuzz_replay_tests
+	@TSAN_OPTIONS="suppressions=$(CURDIR)/scripts/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
+	  ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)' -E NOT_BUILT
+
+fuzz-smoke: deps
+	@JOBS=$(JOBS) FUZZ_SECONDS=$${FUZZ_SECONDS:-3} bash fuzz/run.sh smoke
+
+fuzz: deps
+	@JOBS=$(JOBS) bash fuzz/run.sh campaign
+
 install: build
 	@cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
@@ -82,4 +104,4 @@ format:
 	@git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
 
 clean:
-	@rm -rf $(BUILD_DIR) build-asan .gpu kvdepot-data
+	@rm -rf $(BUILD_DIR) build-asan build-tsan build-fuzz .gpu kvdepot-data

@@ -18,6 +18,8 @@ packages=(
   # Operability tests: a real Prometheus scraping kvdepotd (run directly with a temporary config;
   # the package's own service is not used), systemd-analyze verify of the unit.
   prometheus systemd
+  # Fuzzing (make fuzz-smoke, make fuzz): clang with libFuzzer and the sanitizer runtimes.
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

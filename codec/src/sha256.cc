@@ -7,6 +7,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define KVDEPOT_SHA256_SHANI 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define KVDEPOT_SHA256_SHANI 0
@@ -137,8 +138,11 @@ __attribute__((target("sha,sse4.1"))) void CompressShaNi(std::uint32_t* state,
 
 bool DetectShaNi() {
 #if KVDEPOT_SHA256_SHANI
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1");
+  // CPUID directly: clang 14's __builtin_cpu_supports does not know "sha".
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || (ecx & bit_SSE4_1) == 0) return false;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  return (ebx & bit_SHA) != 0;
 #else
   return false;
 #endif

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <string>
@@ -42,6 +43,29 @@ Result<std::uint64_t> ParseSizeIn(std::string_view text, std::uint64_t min, std:
   }
   return v;
 }
+
+// "30s", "500ms", "10m", "1h" or "0" (off; a bare number is milliseconds), at most a day.
+Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  std::uint64_t n = 0;
+  const auto [p, ec] = std::from_chars(text.data(), text.data() + digits, n);
+  if (digits == 0 || ec != std::errc()) {
+    return InvalidArgument("'" + std::string(text) + "' is not a duration (e.g. 30s, 500ms, 10m)");
+  }
+  const std::string_view unit = text.substr(digits);
+  std::uint64_t ms_per = 0;
+  if (unit.empty() || unit == "ms") ms_per = 1;
+  else if (unit == "s") ms_per = 1000;
+  else if (unit == "m") ms_per = 60 * 1000;
+  else if (unit == "h") ms_per = 3600 * 1000;
+  else return InvalidArgument("'" + std::string(text) + "': unknown duration unit (ms, s, m, h)");
+  constexpr std::uint64_t kMaxMs = 24ull * 3600 * 1000;
+  if (n > kMaxMs / ms_per) return OutOfRange("'" + std::string(text) + "' is longer than 24h");
+  return std::chrono::milliseconds(n * ms_per);
+}
+
+std::string DurationText(std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; }
 
 const std::vector<KeySpec>& Specs() {
   static const std::vector<KeySpec> specs = {
@@ -247,6 +271,22 @@ const std::vector<KeySpec>& Specs() {
          if (v == "true") c.lm_allow_unauthenticated = true;
          else if (v == "false") c.lm_allow_unauthenticated = false;
          else return InvalidArgument("'" + std::string(v) + "' is not true or false");
+         return Status::Ok();
+       }},
+      {"limits.request_timeout",
+       "a request not fully received this long after its first byte closes its connection "
+       "(native and lm://), e.g. 30s; 0 = no limit",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.server.request_timeout, ParseDuration(v));
+         c.lm.request_timeout = c.server.request_timeout;
+         return Status::Ok();
+       }},
+      {"limits.idle_timeout",
+       "a connection moving no byte either way this long is closed (native and lm://), e.g. 10m; "
+       "0 = no limit",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.server.idle_timeout, ParseDuration(v));
+         c.lm.idle_timeout = c.server.idle_timeout;
          return Status::Ok();
        }},
       {"limits.max_output_bytes", "queued response bytes per connection before reading pauses",
@@ -464,6 +504,8 @@ std::vector<std::pair<std::string, std::string>> ConfigEntries(const Config& c) 
       {"tls.key_file", c.server.tls.key_file},
       {"tls.client_ca_file", c.server.tls.client_ca_file},
       {"lm.allow_unauthenticated", c.lm_allow_unauthenticated ? "true" : "false"},
+      {"limits.request_timeout", DurationText(c.server.request_timeout)},
+      {"limits.idle_timeout", DurationText(c.server.idle_timeout)},
   };
   for (const auto& [id, bytes] : c.host.namespace_quotas) {
     std::string hex;

@@ -2,7 +2,9 @@
 
 #include "kvdepot/daemon/lm_server.h"
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <cstring>
@@ -12,74 +14,23 @@
 #include <thread>
 #include <vector>
 
+#include "kvdepot/byte_order.h"
 #include "kvdepot/lm_value.h"
+#include "kvdepot/lm_wire.h"
 
 namespace kvdepot::daemon {
 namespace asio = boost::asio;
 
 namespace {
 
-// LMCache's wire protocol (lmcache/v1/protocol.py; pinned in docs/lmcache.md). Integers are
-// native-endian int32 on LMCache's side; kvdepot reads them as little-endian (x86-64, aarch64).
-constexpr std::size_t kMaxKeyBytes = 150;
-constexpr std::size_t kClientHeaderBytes = 9 * 4 + kMaxKeyBytes;  // 186
-constexpr std::size_t kServerHeaderBytes = 9 * 4;                  // 36
-constexpr std::int32_t kPut = 1, kGet = 2, kExist = 3, kList = 4, kHealth = 5;
-constexpr std::int32_t kSuccess = 200, kFail = 400;
+// LMCache's wire protocol: headers in kvdepot/lm_wire.h (docs/lmcache.md).
+using lm::kReplyFail;
+using lm::kReplySuccess;
 constexpr std::size_t kDiscardChunk = 64 * 1024;
 
-std::int32_t LoadI32(const std::byte* p) {
-  std::uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<std::uint8_t>(p[i]);
-  return static_cast<std::int32_t>(v);
-}
-
-void StoreI32(std::byte* p, std::int32_t value) {
-  auto v = static_cast<std::uint32_t>(value);
-  for (int i = 0; i < 4; ++i, v >>= 8) p[i] = static_cast<std::byte>(v & 0xff);
-}
-
-struct Request {
-  std::int32_t command = 0;
-  std::int32_t length = 0;
-  lm::ValueHeader meta;
-  std::string key;  // whitespace stripped on both ends, as LMCache's server does
-};
-
-Request ParseRequest(const std::array<std::byte, kClientHeaderBytes>& h) {
-  Request r;
-  r.command = LoadI32(&h[0]);
-  r.length = LoadI32(&h[4]);
-  r.meta.fmt = LoadI32(&h[8]);
-  r.meta.dtype = LoadI32(&h[12]);
-  r.meta.location = LoadI32(&h[16]);
-  for (std::size_t i = 0; i < 4; ++i) r.meta.shape[i] = LoadI32(&h[20 + 4 * i]);
-  std::string_view key(reinterpret_cast<const char*>(&h[36]), kMaxKeyBytes);
-  constexpr std::string_view kSpace = " \t\n\r\v\f";
-  const auto first = key.find_first_not_of(kSpace);
-  if (first != std::string_view::npos) {
-    key = key.substr(first, key.find_last_not_of(kSpace) - first + 1);
-    r.key = std::string(key);
-  }
-  return r;
-}
-
-// The reply header: code, length, fmt, dtype, shape[4], location. Replies without a value carry
-// fmt 1 and dtype 2 (float16), as LMCache's server sends them.
-std::array<std::byte, kServerHeaderBytes> ServerHeader(std::int32_t code, std::int32_t length,
-                                                       const lm::ValueHeader* meta = nullptr) {
-  lm::ValueHeader m;
-  m.fmt = 1;
-  m.dtype = 2;
-  if (meta != nullptr) m = *meta;
-  std::array<std::byte, kServerHeaderBytes> out{};
-  StoreI32(&out[0], code);
-  StoreI32(&out[4], length);
-  StoreI32(&out[8], m.fmt);
-  StoreI32(&out[12], m.dtype);
-  for (std::size_t i = 0; i < 4; ++i) StoreI32(&out[16 + 4 * i], m.shape[i]);
-  StoreI32(&out[32], m.location);
-  return out;
+std::array<std::byte, lm::kReplyHeaderBytes> ServerHeader(std::int32_t code, std::int32_t length,
+                                                          const lm::ValueHeader* meta = nullptr) {
+  return lm::EncodeReplyHeader(code, length, meta);
 }
 
 Result<asio::ip::tcp::endpoint> ParseEndpoint(const std::string& listen) {
@@ -107,7 +58,7 @@ Result<asio::ip::tcp::endpoint> ParseEndpoint(const std::string& listen) {
 struct Counters {
   std::atomic<std::uint64_t> open{0}, total{0}, puts{0}, puts_dropped{0}, gets{0}, get_hits{0},
       exists{0}, exist_hits{0}, lists{0}, health{0}, protocol_errors{0}, bytes_in{0},
-      bytes_out{0};
+      bytes_out{0}, request_timeouts{0}, idle_timeouts{0};
 };
 
 class LmConnection;
@@ -171,12 +122,19 @@ using Socket = asio::basic_stream_socket<asio::ip::tcp, asio::io_context::execut
 class LmConnection : public std::enable_shared_from_this<LmConnection> {
  public:
   LmConnection(Socket socket, LmServer::Impl& server)
-      : socket_(std::move(socket)), server_(server), counters_(server.shared_counters()) {}
+      : socket_(std::move(socket)),
+        server_(server),
+        counters_(server.shared_counters()),
+        watchdog_(socket_.get_executor()) {}
   ~LmConnection() { server_.Unregister(registration_); }
   void set_registration(LmServer::Impl::Registration r) { registration_ = r; }
 
   void Start() {
-    asio::dispatch(socket_.get_executor(), [self = shared_from_this()] { self->ReadHeader(); });
+    asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+      self->last_progress_ = std::chrono::steady_clock::now();
+      self->ArmWatchdog();
+      self->ReadHeader();
+    });
   }
 
   // Idle connections close now; one inside a request closes when it is answered.
@@ -194,42 +152,95 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
   void ReadHeader() {
     if (draining_ || closed_) return Close();
     idle_ = true;
-    asio::async_read(socket_, asio::buffer(header_),
-                     [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
-                       self->idle_ = false;
-                       self->counters_->bytes_in += n;
-                       if (ec) return self->Close();  // EOF, reset, partial header, shutdown
-                       self->OnHeader();
-                     });
+    request_deadline_ = std::chrono::steady_clock::time_point::max();
+    // What is there of the header (usually all of it); the request's clock starts with its first
+    // byte.
+    socket_.async_read_some(
+        asio::buffer(header_),
+        [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+          self->idle_ = false;
+          self->Received(n);
+          if (ec) return self->Close();  // EOF, reset, shutdown
+          self->request_deadline_ =
+              std::chrono::steady_clock::now() + self->server_.options().request_timeout;
+          if (n == self->header_.size()) return self->OnHeader();
+          asio::async_read(self->socket_,
+                           asio::buffer(self->header_.data() + n, self->header_.size() - n),
+                           [self](boost::system::error_code ec2, std::size_t m) {
+                             self->Received(m);
+                             if (ec2) return self->Close();  // a partial header
+                             self->OnHeader();
+                           });
+        });
+  }
+
+  void Received(std::size_t n) {
+    counters_->bytes_in += n;
+    if (n > 0) last_progress_ = std::chrono::steady_clock::now();
+  }
+
+  // ---- timeouts (see LmServerOptions) ---------------------------------------------------------
+  // Ticks at a quarter of the shortest timeout (10 ms to 1 s) while the connection is open.
+  void ArmWatchdog() {
+    const LmServerOptions& o = server_.options();
+    std::chrono::milliseconds shortest{0};
+    for (auto t : {o.request_timeout, o.idle_timeout}) {
+      if (t.count() > 0 && (shortest.count() == 0 || t < shortest)) shortest = t;
+    }
+    if (shortest.count() == 0 || closed_) return;
+    watchdog_.expires_after(std::clamp(shortest / 4, std::chrono::milliseconds(10),
+                                       std::chrono::milliseconds(1000)));
+    watchdog_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec && !self->closed_) self->CheckTimeouts();
+    });
+  }
+
+  void CheckTimeouts() {
+    const LmServerOptions& o = server_.options();
+    const auto now = std::chrono::steady_clock::now();
+    if (o.request_timeout.count() > 0 && now >= request_deadline_) {
+      ++counters_->request_timeouts;
+      return Close();
+    }
+    if (o.idle_timeout.count() > 0 && !in_store_ && now - last_progress_ >= o.idle_timeout) {
+      ++counters_->idle_timeouts;
+      return Close();
+    }
+    ArmWatchdog();
   }
 
   void OnHeader() {
-    Request r = ParseRequest(header_);
+    auto decoded = lm::DecodeRequestHeader(header_, server_.options().max_value_bytes);
+    if (!decoded.ok()) {
+      if (LoadLE<std::int32_t>(header_.data()) == lm::kCommandPut) ++counters_->puts;  // oversized
+      return ProtocolError();
+    }
+    lm::Request r = std::move(*decoded);
+    if (r.command != lm::kCommandPut) {
+      request_deadline_ = std::chrono::steady_clock::time_point::max();  // read whole
+    }
     switch (r.command) {
-      case kPut: return HandlePut(std::move(r));
-      case kGet: return HandleGet(std::move(r));
-      case kExist: {
+      case lm::kCommandPut: return HandlePut(std::move(r));
+      case lm::kCommandGet: return HandleGet(std::move(r));
+      case lm::kCommandExist: {
         ++counters_->exists;
         const bool hit = !r.key.empty() &&
                          server_.store().Locate(server_.prefix() + r.key) != protocol::Tier::kNone;
         if (hit) ++counters_->exist_hits;
-        return Reply(ServerHeader(hit ? kSuccess : kFail, 0));
+        return Reply(ServerHeader(hit ? kReplySuccess : kReplyFail, 0));
       }
-      case kList: return HandleList();
-      case kHealth:
+      case lm::kCommandList: return HandleList();
+      case lm::kCommandHealth:
         ++counters_->health;
-        return Reply(ServerHeader(kSuccess, 0));
+        return Reply(ServerHeader(kReplySuccess, 0));
       default:
         return ProtocolError();
     }
   }
 
   // ---- PUT: no reply; the payload is always consumed, stored when possible -------------------
-  void HandlePut(Request r) {
+  void HandlePut(lm::Request r) {  // r.length was checked against max_value_bytes
     ++counters_->puts;
-    if (r.length < 0 || static_cast<std::uint64_t>(r.length) > server_.options().max_value_bytes) {
-      return ProtocolError();
-    }
     const auto length = static_cast<std::size_t>(r.length);
     if (r.key.empty()) return Discard(length, /*counted=*/false);
     std::string key = server_.prefix() + r.key;
@@ -241,8 +252,9 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
         socket_, asio::buffer(v->mutable_bytes().data() + lm::kValueHeaderBytes, length),
         [self = shared_from_this(), key = std::move(key), v](boost::system::error_code ec,
                                                              std::size_t n) mutable {
-          self->counters_->bytes_in += n;
+          self->Received(n);
           if (ec) return self->Close();  // the value is dropped with its charge
+          self->request_deadline_ = std::chrono::steady_clock::time_point::max();
           self->server_.store().Put(key, std::move(v), [c = self->counters_](Status s) {
             if (!s.ok()) ++c->puts_dropped;  // a durable write failed; memory copy still served
           });
@@ -259,16 +271,17 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
     asio::async_read(socket_, asio::buffer(discard_.data(), step),
                      [self = shared_from_this(), left = n - step](boost::system::error_code ec,
                                                                   std::size_t got) {
-                       self->counters_->bytes_in += got;
+                       self->Received(got);
                        if (ec) return self->Close();
                        self->Discard(left, /*counted=*/true);
                      });
   }
 
   // ---- GET: header, then the payload straight from the stored value ---------------------------
-  void HandleGet(Request r) {
+  void HandleGet(lm::Request r) {
     ++counters_->gets;
-    if (r.key.empty()) return Reply(ServerHeader(kFail, 0));
+    if (r.key.empty()) return Reply(ServerHeader(kReplyFail, 0));
+    in_store_ = true;
     server_.store().Get(server_.prefix() + r.key,
                         [self = shared_from_this()](Result<Found> found) {
                           auto finish = [self, found = std::move(found)]() mutable {
@@ -280,15 +293,17 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
   }
 
   void OnFound(Result<Found> found) {
-    if (!found.ok()) return Reply(ServerHeader(kFail, 0));
+    in_store_ = false;
+    last_progress_ = std::chrono::steady_clock::now();
+    if (!found.ok()) return Reply(ServerHeader(kReplyFail, 0));
     const auto bytes = found->value->bytes();
     auto meta = lm::DecodeValueHeader(bytes);
     const std::size_t payload = bytes.size() - std::min(bytes.size(), lm::kValueHeaderBytes);
     if (!meta.ok() || payload > static_cast<std::size_t>(INT32_MAX)) {
-      return Reply(ServerHeader(kFail, 0));  // not an LMCache value: a miss for LMCache
+      return Reply(ServerHeader(kReplyFail, 0));  // not an LMCache value: a miss for LMCache
     }
     ++counters_->get_hits;
-    reply_head_ = ServerHeader(kSuccess, static_cast<std::int32_t>(payload), &*meta);
+    reply_head_ = ServerHeader(kReplySuccess, static_cast<std::int32_t>(payload), &*meta);
     value_ = std::move(found->value);
     const std::array<asio::const_buffer, 2> buffers = {
         asio::buffer(reply_head_), asio::buffer(bytes.data() + lm::kValueHeaderBytes, payload)};
@@ -316,14 +331,14 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
       if (page.next_cursor.empty() || page.entries.empty()) break;
       cursor = page.next_cursor;
     }
-    reply_head_ = ServerHeader(kSuccess, static_cast<std::int32_t>(body_.size()));
+    reply_head_ = ServerHeader(kReplySuccess, static_cast<std::int32_t>(body_.size()));
     const std::array<asio::const_buffer, 2> buffers = {asio::buffer(reply_head_),
                                                        asio::buffer(body_)};
     Write(buffers, /*then_close=*/false);
   }
 
   // ---- writing --------------------------------------------------------------------------------
-  void Reply(const std::array<std::byte, kServerHeaderBytes>& head) {
+  void Reply(const std::array<std::byte, lm::kReplyHeaderBytes>& head) {
     reply_head_ = head;
     const std::array<asio::const_buffer, 1> buffers = {asio::buffer(reply_head_)};
     Write(buffers, /*then_close=*/false);
@@ -333,7 +348,7 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
   // header, then the connection closes.
   void ProtocolError() {
     ++counters_->protocol_errors;
-    reply_head_ = ServerHeader(kFail, 0);
+    reply_head_ = ServerHeader(kReplyFail, 0);
     const std::array<asio::const_buffer, 1> buffers = {asio::buffer(reply_head_)};
     Write(buffers, /*then_close=*/true);
   }
@@ -346,6 +361,7 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
                         self->counters_->bytes_out += n;
                         self->value_.reset();
                         if (ec || then_close) return self->Close();
+                        self->last_progress_ = std::chrono::steady_clock::now();
                         self->ReadHeader();
                       });
   }
@@ -353,6 +369,7 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
   void Close() {
     if (closed_) return;
     closed_ = true;
+    watchdog_.cancel();
     boost::system::error_code ec;
     socket_.shutdown(Socket::shutdown_both, ec);
     socket_.close(ec);
@@ -362,14 +379,19 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
   LmServer::Impl& server_;
   std::shared_ptr<Counters> counters_;
   LmServer::Impl::Registration registration_{};
-  std::array<std::byte, kClientHeaderBytes> header_{};
-  std::array<std::byte, kServerHeaderBytes> reply_head_{};
+  std::array<std::byte, lm::kRequestHeaderBytes> header_{};
+  std::array<std::byte, lm::kReplyHeaderBytes> reply_head_{};
   ValueRef value_;    // the value being sent
   std::string body_;  // a LIST reply being sent
   std::vector<std::byte> discard_;
   bool idle_ = false;  // waiting for a request header
   bool draining_ = false;
   bool closed_ = false;
+  bool in_store_ = false;  // a GET waits for the store
+  asio::steady_timer watchdog_;
+  std::chrono::steady_clock::time_point last_progress_{};
+  std::chrono::steady_clock::time_point request_deadline_ =
+      std::chrono::steady_clock::time_point::max();  // of the request being read
 };
 
 }  // namespace
@@ -465,6 +487,8 @@ LmServerStats LmServer::Impl::stats() const {
   s.protocol_errors = c.protocol_errors.load();
   s.bytes_in = c.bytes_in.load();
   s.bytes_out = c.bytes_out.load();
+  s.request_timeouts = c.request_timeouts.load();
+  s.idle_timeouts = c.idle_timeouts.load();
   return s;
 }
 

@@ -17,6 +17,7 @@
 
 #include "kvdepot/daemon/shm_arena.h"
 
+#include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
@@ -120,6 +121,8 @@ class Server::Impl {
     s.tls_handshake_failures = tls_failures_.load();
     s.bytes_in = bytes_in_.load();
     s.bytes_out = bytes_out_.load();
+    s.request_timeouts = request_timeouts_.load();
+    s.idle_timeouts = idle_timeouts_.load();
     return s;
   }
 
@@ -148,7 +151,8 @@ class Server::Impl {
     connections_.erase(it);
     --open_;
   }
-  std::atomic<std::uint64_t> requests_{0}, protocol_errors_{0}, bytes_in_{0}, bytes_out_{0};
+  std::atomic<std::uint64_t> requests_{0}, protocol_errors_{0}, bytes_in_{0}, bytes_out_{0},
+      request_timeouts_{0}, idle_timeouts_{0};
   std::atomic<std::uint64_t> auth_failures_{0}, tls_failures_{0};
 
  private:
@@ -201,13 +205,17 @@ class Connection : public ConnectionBase,
       : socket_(std::move(socket)),
         server_(server),
         limits_(server.options().limits),
-        scope_(server.options().auth ? nullptr : &kEverything) {}
+        scope_(server.options().auth ? nullptr : &kEverything),
+        small_(limits_.max_key_bytes + 8u),
+        watchdog_(socket_.get_executor()) {}
   ~Connection() override { server_.Unregister(registration_); }
   void set_registration(Server::Impl::Registration r) { registration_ = r; }
 
   void Start() {
     if constexpr (kIsTls<Socket>) {
       asio::dispatch(socket_.get_executor(), [self = this->shared_from_this()] {
+        self->last_progress_ = std::chrono::steady_clock::now();
+        self->ArmWatchdog();                // a stalled handshake is an idle connection too
         self->awaiting_header_ = true;  // a stop while handshaking closes at once
         self->socket_.async_handshake(asio::ssl::stream_base::server, [self](auto ec) {
           self->awaiting_header_ = false;
@@ -215,12 +223,16 @@ class Connection : public ConnectionBase,
             self->server_.OnTlsFailure(self->PeerName(), ec.message());
             return self->Close();
           }
+          self->last_progress_ = std::chrono::steady_clock::now();
           self->ReadHeader();
         });
       });
     } else {
-      asio::dispatch(socket_.get_executor(),
-                     [self = this->shared_from_this()] { self->ReadHeader(); });
+      asio::dispatch(socket_.get_executor(), [self = this->shared_from_this()] {
+        self->last_progress_ = std::chrono::steady_clock::now();
+        self->ArmWatchdog();
+        self->ReadHeader();
+      });
     }
   }
 
@@ -259,19 +271,44 @@ class Connection : public ConnectionBase,
       return;
     }
     awaiting_header_ = true;
-    asio::async_read(socket_, asio::buffer(header_),
-                     [self = this->shared_from_this()](auto ec, std::size_t n) {
-                       self->awaiting_header_ = false;
-                       self->server_.bytes_in_ += n;
-                       if (ec) {
-                         // EOF, reset or our own cancel: stop reading, flush what is queued.
-                         self->stop_reading_ = true;
-                         self->MaybeClose();
-                         return;
-                       }
-                       self->OnHeader();
-                     });
+    // What is there of the header (usually all of it); the request's clock starts with its first
+    // byte, before that the connection is idle.
+    socket_.async_read_some(asio::buffer(header_), [self = this->shared_from_this()](
+                                                       auto ec, std::size_t n) {
+      self->Received(n);
+      if (ec) return self->HeaderFailed();
+      self->request_deadline_ = std::chrono::steady_clock::now() +
+                                self->server_.options().request_timeout;
+      if (n == self->header_.size()) {
+        self->awaiting_header_ = false;
+        return self->OnHeader();
+      }
+      asio::async_read(self->socket_,
+                       asio::buffer(self->header_.data() + n, self->header_.size() - n),
+                       [self](auto ec2, std::size_t m) {
+                         self->Received(m);
+                         if (ec2) return self->HeaderFailed();
+                         self->awaiting_header_ = false;
+                         self->OnHeader();
+                       });
+    });
   }
+
+  // EOF, reset or our own cancel while waiting for a header: stop reading, flush what is queued.
+  void HeaderFailed() {
+    awaiting_header_ = false;
+    stop_reading_ = true;
+    MaybeClose();
+  }
+
+  // Bytes arrived: the connection is making progress.
+  void Received(std::size_t n) {
+    server_.bytes_in_ += n;
+    if (n > 0) last_progress_ = std::chrono::steady_clock::now();
+  }
+
+  // The current request has been read to its end.
+  void RequestRead() { request_deadline_ = std::chrono::steady_clock::time_point::max(); }
 
   void OnHeader() {
     auto h = protocol::DecodeFrameHeader(header_, limits_, /*expect_response=*/false);
@@ -304,11 +341,12 @@ class Connection : public ConnectionBase,
     body_.resize(h->body_length);
     asio::async_read(socket_, asio::buffer(body_),
                      [self = this->shared_from_this(), hdr = *h](auto ec, std::size_t n) {
-                       self->server_.bytes_in_ += n;
+                       self->Received(n);
                        if (ec) {
                          self->Close();
                          return;
                        }
+                       self->RequestRead();
                        self->Dispatch(hdr);
                        self->ReadHeader();
                      });
@@ -359,6 +397,7 @@ class Connection : public ConnectionBase,
                              Corruption("put: " + std::to_string(put_.remaining) +
                                         " trailing body bytes"));
       }
+      RequestRead();
       put_.results->all_read = true;
       put_.results->slot = ReserveSlot();
       MaybeFinishPut(put_.header, *put_.results);
@@ -398,7 +437,7 @@ class Connection : public ConnectionBase,
         asio::async_read(socket_, asio::buffer(put_.value->mutable_bytes().data(),
                                                put_.value_length),
                          [self = this->shared_from_this()](auto ec, std::size_t n) {
-                           self->server_.bytes_in_ += n;
+                           self->Received(n);
                            if (ec) return self->Close();
                            self->StoreItem();
                            ++self->put_.index;
@@ -413,10 +452,12 @@ class Connection : public ConnectionBase,
     const std::size_t item = put_.results->codes.size();
     put_.results->codes.push_back(StatusCode::kOk);
     ++put_.results->pending;
+    ++store_ops_;
     server_.store().Put(put_.key, std::move(put_.value),
                         [self = this->shared_from_this(), results = put_.results,
                          header = put_.header, item](Status status) {
                           self->OnOwnThread([self, results, header, item, status] {
+                            self->StoreDone();
                             results->codes[item] = status.code();
                             --results->pending;
                             self->MaybeFinishPut(header, *results);
@@ -449,7 +490,7 @@ class Connection : public ConnectionBase,
     const std::size_t step = static_cast<std::size_t>(std::min<std::uint64_t>(n, kDiscardChunk));
     asio::async_read(socket_, asio::buffer(discard_.data(), step),
                      [self = this->shared_from_this(), left = n - step](auto ec, std::size_t r) {
-                       self->server_.bytes_in_ += r;
+                       self->Received(r);
                        if (ec) return self->Close();
                        self->Discard(left);
                      });
@@ -466,7 +507,7 @@ class Connection : public ConnectionBase,
     put_.remaining -= n;
     asio::async_read(socket_, asio::buffer(small_.data(), n),
                      [self = this->shared_from_this(), next](auto ec, std::size_t r) {
-                       self->server_.bytes_in_ += r;
+                       self->Received(r);
                        if (ec) return self->Close();
                        next();
                      });
@@ -673,6 +714,7 @@ class Connection : public ConnectionBase,
           asio::post(work.get_executor(), [self, h, i, last, slot, tier,
                                            out = std::move(out)]() mutable {
             --self->outstanding_gets_;
+            self->StoreDone();
             self->FillSlot(slot, TranscodedFrame(h, i, last, tier, std::move(out)));
             self->PumpGets();
           });
@@ -718,10 +760,13 @@ class Connection : public ConnectionBase,
       PendingGet g = std::move(get_backlog_.front());
       get_backlog_.pop_front();
       ++outstanding_gets_;
+      ++store_ops_;
       server_.store().Get(g.key, [self = this->shared_from_this(), g](Result<Found> found) {
         self->OnOwnThread([self, g, found = std::move(found)]() mutable {
+          // A transcode keeps the store operation open until its answer (Transcode).
           if (g.target_codec >= 0 && found.ok()) return self->Transcode(g, std::move(*found));
           --self->outstanding_gets_;
+          self->StoreDone();
           self->FillSlot(g.slot, GetItemFrame(g.header, g.index, g.last, std::move(found)));
           self->PumpGets();
         });
@@ -908,6 +953,7 @@ class Connection : public ConnectionBase,
                       [self = this->shared_from_this()](auto ec, std::size_t n) {
                         self->server_.bytes_out_ += n;
                         if (ec) return self->Close();
+                        self->last_progress_ = std::chrono::steady_clock::now();
                         for (std::size_t i = 0; i < self->in_flight_; ++i) {
                           if (!self->pending_.empty()) self->ObserveWritten(self->queue_.front());
                           self->queued_bytes_ -= self->queue_.front().size();
@@ -993,6 +1039,46 @@ class Connection : public ConnectionBase,
     pending_.pop_front();
   }
 
+  // ---- timeouts -----------------------------------------------------------------------------
+  // A store operation answered: progress (the idle clock does not run while one is pending).
+  void StoreDone() {
+    --store_ops_;
+    last_progress_ = std::chrono::steady_clock::now();
+  }
+
+  // The watchdog ticks at a quarter of the shortest timeout (10 ms to 1 s) while the connection
+  // is open; a timeout therefore fires up to a tick late.
+  void ArmWatchdog() {
+    const ServerOptions& o = server_.options();
+    std::chrono::milliseconds shortest{0};
+    for (auto t : {o.request_timeout, o.idle_timeout}) {
+      if (t.count() > 0 && (shortest.count() == 0 || t < shortest)) shortest = t;
+    }
+    if (shortest.count() == 0 || closed_) return;
+    watchdog_.expires_after(std::clamp(shortest / 4, std::chrono::milliseconds(10),
+                                       std::chrono::milliseconds(1000)));
+    watchdog_.async_wait([self = this->shared_from_this()](boost::system::error_code ec) {
+      if (!ec && !self->closed_) self->CheckTimeouts();
+    });
+  }
+
+  // Closes a connection whose request has been arriving for longer than request_timeout, or that
+  // moved no byte either way for idle_timeout while no store operation was pending (an idle
+  // client, or one that stopped reading its responses).
+  void CheckTimeouts() {
+    const ServerOptions& o = server_.options();
+    const auto now = std::chrono::steady_clock::now();
+    if (o.request_timeout.count() > 0 && now >= request_deadline_) {
+      ++server_.request_timeouts_;
+      return Close();
+    }
+    if (o.idle_timeout.count() > 0 && store_ops_ == 0 && now - last_progress_ >= o.idle_timeout) {
+      ++server_.idle_timeouts_;
+      return Close();
+    }
+    ArmWatchdog();
+  }
+
   void MaybeClose() {
     if (stop_reading_ && !writing_ && queue_.empty() && !awaiting_header_) Close();
   }
@@ -1001,6 +1087,7 @@ class Connection : public ConnectionBase,
     if (closed_) return;
     closed_ = true;
     queue_.clear();
+    watchdog_.cancel();
     boost::system::error_code ec;
     socket_.lowest_layer().shutdown(asio::socket_base::shutdown_both, ec);
     socket_.lowest_layer().close(ec);
@@ -1013,7 +1100,7 @@ class Connection : public ConnectionBase,
   const AuthScope* scope_;  // null until a successful AUTH (auth on); owned by the Authenticator
   std::array<std::byte, protocol::kFrameHeaderBytes> header_{};
   std::vector<std::byte> body_;
-  std::array<std::byte, 256 + 8> small_{};
+  std::vector<std::byte> small_;  // a PUT item's key length, key and value length
   std::vector<std::byte> discard_;
   PutState put_;
   struct PendingRequest {  // a request read and not yet answered (only with an observer)
@@ -1056,6 +1143,11 @@ class Connection : public ConnectionBase,
   bool draining_ = false;  // the server is stopping
   bool awaiting_header_ = false;
   bool closed_ = false;
+  asio::steady_timer watchdog_;
+  std::chrono::steady_clock::time_point last_progress_{};
+  std::chrono::steady_clock::time_point request_deadline_ =
+      std::chrono::steady_clock::time_point::max();  // of the request being read
+  std::uint32_t store_ops_ = 0;                       // store calls whose callback has not run
 };
 
 }  // namespace
@@ -1244,6 +1336,8 @@ std::string Server::Impl::StatsJson(const AuthScope* scope) const {
   field("tls_handshake_failures", s.tls_handshake_failures);
   field("bytes_in", s.bytes_in);
   field("bytes_out", s.bytes_out);
+  field("request_timeouts", s.request_timeouts);
+  field("idle_timeouts", s.idle_timeouts);
   out += "\"tiers\":{\"host\":{";
   field("bytes", h.bytes);
   field("capacity", h.capacity);

@@ -26,6 +26,27 @@ TEST(ConfigTest, Sizes) {
   EXPECT_FALSE(ParseSize("99999999999999999999").ok());
 }
 
+TEST(ConfigTest, TimeoutsApplyToBothListeners) {
+  Config c;
+  EXPECT_EQ(c.server.request_timeout, std::chrono::seconds(30));
+  EXPECT_EQ(c.server.idle_timeout, std::chrono::minutes(10));
+  ASSERT_TRUE(ApplyConfigFlag("limits-request-timeout", "5s", c).ok());
+  EXPECT_EQ(c.server.request_timeout, std::chrono::seconds(5));
+  EXPECT_EQ(c.lm.request_timeout, std::chrono::seconds(5));
+  ASSERT_TRUE(ApplyConfigFlag("limits-idle-timeout", "0", c).ok());
+  EXPECT_EQ(c.server.idle_timeout.count(), 0);
+  EXPECT_EQ(c.lm.idle_timeout.count(), 0);
+  ASSERT_TRUE(ApplyConfigFlag("limits-idle-timeout", "250ms", c).ok());
+  EXPECT_EQ(c.lm.idle_timeout, std::chrono::milliseconds(250));
+  ASSERT_TRUE(ApplyConfigFlag("limits-idle-timeout", "2m", c).ok());
+  EXPECT_EQ(c.server.idle_timeout, std::chrono::minutes(2));
+  for (const char* bad : {"", "s", "5x", "25h", "-1s", "99999999999999999999"}) {
+    const Status s = ApplyConfigFlag("limits-request-timeout", bad, c);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("--limits-request-timeout"), std::string::npos) << s.message();
+  }
+}
+
 TEST(ConfigTest, FileThenFlags) {
   Config c;
   const std::string path = WriteTemp(

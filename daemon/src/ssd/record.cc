@@ -82,6 +82,11 @@ Result<Location> DecodeIndexEntry(std::string_view bytes) {
   loc.value_length = LoadLE<std::uint64_t>(p + 24);
   loc.checksum = LoadLE<std::uint64_t>(p + 32);
   if (loc.offset % kBlock != 0) return Corruption("ssd index entry: unaligned offset");
+  if (loc.offset > kMaxSegmentBytes || loc.value_length > kMaxSegmentBytes) {
+    return Corruption("ssd index entry: offset " + std::to_string(loc.offset) +
+                      " or value length " + std::to_string(loc.value_length) +
+                      " is beyond the largest segment (" + std::to_string(kMaxSegmentBytes) + ")");
+  }
   return loc;
 }
 

@@ -16,6 +16,9 @@ inline constexpr std::size_t kBlock = 4096;
 inline constexpr std::size_t kRecordHeaderBytes = kBlock;  // the header block precedes the value
 inline constexpr std::size_t kMaxRecordKey = kBlock - 64;
 inline constexpr std::uint32_t kIndexEntryBytes = 40;
+// The largest segment file the configuration allows (ssd.segment_size): no record can start or
+// end past it, so a decoded index entry's offset + RecordBytes(value_length) cannot overflow.
+inline constexpr std::uint64_t kMaxSegmentBytes = std::uint64_t{1} << 40;
 
 inline constexpr std::uint64_t RoundUpBlock(std::uint64_t n) {
   return (n + kBlock - 1) / kBlock * kBlock;
@@ -46,6 +49,8 @@ struct Location {
   std::uint64_t checksum = 0;
 };
 std::string EncodeIndexEntry(const Location& loc);
+// kCorruption for a wrong size or version, an unaligned offset, or an offset or value length
+// beyond kMaxSegmentBytes.
 Result<Location> DecodeIndexEntry(std::string_view bytes);
 
 // "seg-<16 hex digits>.kvs" and back (nullopt-like kInvalidArgument for other names).

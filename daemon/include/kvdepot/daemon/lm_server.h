@@ -36,6 +36,12 @@ struct LmServerOptions {
   std::uint64_t max_value_bytes = 64ull << 20;  // a PUT claiming more closes its connection
   std::uint32_t max_list_keys = 65536;          // LIST answers at most this many keys
   std::chrono::milliseconds drain_timeout{10000};
+  // A request (header and PUT payload) not fully received this long after its first byte closes
+  // the connection. 0 = no limit.
+  std::chrono::milliseconds request_timeout{30000};
+  // A connection that moves no byte either way for this long, outside a store operation, is
+  // closed (idle, or not reading its reply). 0 = no limit.
+  std::chrono::milliseconds idle_timeout{600000};
 };
 
 struct LmServerStats {
@@ -50,6 +56,8 @@ struct LmServerStats {
   std::uint64_t lists = 0;
   std::uint64_t health = 0;
   std::uint64_t protocol_errors = 0;  // connections closed for breaking the protocol
+  std::uint64_t request_timeouts = 0;  // connections closed by request_timeout
+  std::uint64_t idle_timeouts = 0;     // connections closed by idle_timeout
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
 };

@@ -7,6 +7,8 @@
 // sends it. When a connection's queued output exceeds `max_output_bytes`, the server stops reading
 // its requests until the client has read enough (backpressure: a slow reader cannot grow the
 // daemon's memory). A malformed frame gets one error frame and closes that connection only.
+// Time is bounded too: a request must arrive whole within `request_timeout` of its first byte,
+// and a connection that moves nothing for `idle_timeout` is closed (both without an error frame).
 //
 // Responses to one connection go out in the order its requests were read; a response that waits
 // for the SSD tier holds back the ones after it (a GET's frames must stay in key order anyway).
@@ -68,6 +70,12 @@ struct ServerOptions {
   // LEASE_GET: bytes one connection may hold leased at once; a lease over it answers
   // resource_exhausted (a client must not pin the whole tier).
   std::uint64_t max_lease_bytes = 256ull << 20;
+  // A request whose header and body have not all arrived this long after its first byte closes
+  // its connection (slow or stalled senders). 0 = no limit.
+  std::chrono::milliseconds request_timeout{30000};
+  // A connection that moves no byte in either direction for this long, with no store operation
+  // pending, is closed: an idle client, or one that stopped reading its responses. 0 = no limit.
+  std::chrono::milliseconds idle_timeout{600000};
 };
 
 struct ServerStats {
@@ -79,6 +87,8 @@ struct ServerStats {
   std::uint64_t tls_handshake_failures = 0;
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
+  std::uint64_t request_timeouts = 0;  // connections closed by request_timeout
+  std::uint64_t idle_timeouts = 0;     // connections closed by idle_timeout
 };
 
 class Server {

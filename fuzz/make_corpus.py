@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""Writes the seed corpora under fuzz/corpus/<target>/ (small, valid or nearly valid inputs).
+
+Run from anywhere; re-running rewrites the same files. The formats are those of docs/protocol.md,
+docs/lmcache.md, docs/durability.md and docs/format.md (the container seeds are tests/vectors).
+"""
+import os
+import struct
+
+import xxhash
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(ROOT, "fuzz", "corpus")
+
+
+def put(target, name, data):
+    d = os.path.join(CORPUS, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+# ---- native protocol ------------------------------------------------------------------------
+def frame(op, body=b"", rid=1, flags=0, status=0):
+    return b"KVDP" + struct.pack("<BBHQIHH", 1, op, flags, rid, len(body), status, 0) + body
+
+
+def key(k):
+    return struct.pack("<H", len(k)) + k
+
+
+def key_list(keys):
+    return struct.pack("<I", len(keys)) + b"".join(key(k) for k in keys)
+
+
+def put_body(items):
+    return struct.pack("<I", len(items)) + b"".join(
+        key(k) + struct.pack("<Q", len(v)) + v for k, v in items)
+
+
+def scan_req(limit=10, tier=0, prefix=b"", cursor=b""):
+    return struct.pack("<IBB", limit, tier, 0) + key(prefix) if prefix else (
+        struct.pack("<IBBH", limit, tier, 0, 0)) + (key(cursor) if cursor else struct.pack("<H", 0))
+
+
+PING, PUT, GET, LOOKUP, DELETE, STATS, SCAN = 1, 2, 3, 4, 5, 6, 7
+
+# protocol: byte 0 picks the decoder, byte 1 the limits (bit 0: small).
+for lim in (0, 1):
+    put("protocol", f"header-get-{lim}", bytes([0, lim]) + frame(GET, key_list([b"k"]))[:24])
+    put("protocol", f"header-resp-{lim}", bytes([1, lim]) + frame(GET | 0x80, b"x" * 8, flags=1)[:24])
+    put("protocol", f"keylist-{lim}", bytes([2, lim]) + key_list([b"a", b"bb", b"ccc"]))
+    put("protocol", f"putbody-{lim}", bytes([3, lim]) + put_body([(b"k1", b"value"), (b"k2", b"")]))
+    put("protocol", f"scanreq-{lim}", bytes([7, lim]) + struct.pack("<IBBH", 5, 2, 0, 2) + b"ab" +
+        struct.pack("<H", 1) + b"c")
+put("protocol", "statuslist", bytes([4, 0]) + struct.pack("<IHH", 2, 0, 5))
+put("protocol", "getprefix", bytes([5, 0]) + struct.pack("<IB3x", 3, 2))
+put("protocol", "lookupresult", bytes([6, 0]) + struct.pack("<II3B", 1, 3, 2, 0, 3))
+put("protocol", "scanresult", bytes([8, 0]) + struct.pack("<I", 1) + key(b"key") +
+    struct.pack("<QBQ", 100, 2, 5) + struct.pack("<H", 3) + b"key")
+
+# server: whole conversations.
+put("server", "ping", frame(PING))
+put("server", "put-get", frame(PUT, put_body([(b"k1", b"hello"), (b"k2", b"x" * 100)]), rid=1) +
+    frame(GET, key_list([b"k1", b"k2", b"missing"]), rid=2))
+put("server", "lookup-delete-scan", frame(PUT, put_body([(b"a", b"1"), (b"b", b"2")]), rid=1) +
+    frame(LOOKUP, key_list([b"a", b"b", b"c"]), rid=2) +
+    frame(SCAN, struct.pack("<IBBH", 10, 0, 0, 0) + struct.pack("<H", 0), rid=3) +
+    frame(DELETE, key_list([b"a", b"zz"]), rid=4) + frame(STATS, rid=5))
+put("server", "long-key", frame(PUT, put_body([(b"K" * 600, b"v" * 10)]), rid=9) +
+    frame(GET, key_list([b"K" * 600]), rid=10))
+put("server", "pipelined-gets", frame(PUT, put_body([(b"big", b"B" * 70000)])) +
+    b"".join(frame(GET, key_list([b"big"]), rid=i) for i in range(3)))
+put("server", "truncated-put", frame(PUT, put_body([(b"k", b"0123456789")]))[:-4])
+put("server", "bad-magic", b"KVDX" + frame(PING)[4:])
+
+# ---- lm:// ----------------------------------------------------------------------------------
+def lm_header(cmd, length=0, k=b"key", fmt=1, dtype=2, loc=0, shape=(1, 2, 3, 4)):
+    return struct.pack("<9i", cmd, length, fmt, dtype, loc, *shape) + k.ljust(150, b" ")
+
+
+for name, h in [("put", lm_header(1, 5)), ("get", lm_header(2)), ("exist", lm_header(3)),
+                ("list", lm_header(4)), ("health", lm_header(5)),
+                ("blank-key", lm_header(3, k=b"   ")), ("bad-cmd", lm_header(9))]:
+    put("lm_header", name, h)
+put("lm_server", "put-get", lm_header(1, 5, b"chunk") + b"hello" + lm_header(2, 0, b"chunk") +
+    lm_header(3, 0, b"chunk"))
+put("lm_server", "list-health", lm_header(1, 3, b"a") + b"abc" + lm_header(4) + lm_header(5))
+put("lm_server", "get-missing", lm_header(2, 0, b"nope"))
+put("lm_server", "put-empty-key", lm_header(1, 4, b"  ") + b"data" + lm_header(5))
+put("lm_server", "bad-length", lm_header(1, -1))
+
+# ---- SSD record / index entry / segment name --------------------------------------------------
+def record_header(k, value_length=4096, value_checksum=0, seq=1):
+    fixed = b"KVDR" + struct.pack("<HHQQQ", 1, len(k), value_length, value_checksum, seq)
+    csum = xxhash.xxh3_64_intdigest(fixed + k)
+    block = fixed + struct.pack("<Q", csum) + b"\0" * 24 + k
+    return block.ljust(4096, b"\0")
+
+
+put("ssd_record", "record", bytes([0]) + record_header(b"some-key"))
+put("ssd_record", "record-fixup", bytes([0x80]) + record_header(b"k" * 100)[:200])
+put("ssd_record", "index", bytes([1]) + struct.pack("<H6xQQQQ", 1, 3, 8192, 1000, 77))
+put("ssd_record", "segname", bytes([2]) + b"seg-00000000000000ff.kvs")
+
+# ---- config ----------------------------------------------------------------------------------
+put("config", "kvdepot.yaml", open(os.path.join(ROOT, "config", "kvdepot.yaml"), "rb").read())
+put("config", "small.yaml", b"listen: 127.0.0.1:0\nhost:\n  capacity: 64MiB\n  eviction: lru\n"
+    b"limits:\n  max_key_bytes: 512\n  max_value_bytes: 1MiB\nssd:\n  dir: /tmp/x\n"
+    b"  capacity: 64MiB\n  segment_size: 8MiB\nlm:\n  listen: 127.0.0.1:0\n  namespace: ns\n")
+put("config", "quota.yaml", b"host:\n  quotas:\n    00112233445566778899aabbccddeeff: 2GiB\n")
+put("config", "empty.yaml", b"")
+
+# ---- containers: the test vectors; the valid ones also seed the codecs -------------------------
+vectors = os.path.join(ROOT, "tests", "vectors")
+for f in sorted(os.listdir(vectors)):
+    if not f.endswith(".kvd"):
+        continue
+    data = open(os.path.join(vectors, f), "rb").read()
+    put("container", f, data)
+    if not f.startswith(("bad", "truncated", "version", "nonzero", "unknown")):
+        put("codecs", f, data)

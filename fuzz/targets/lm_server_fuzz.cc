@@ -1,0 +1,63 @@
+// lm_server: bytes from one client connection to a real in-process lm:// listener (LMCache's
+// protocol, TCP loopback, host tier only). The listener must close the connection once the client
+// has half-closed, whatever was sent.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "fuzz_targets.h"
+#include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/daemon/lm_server.h"
+#include "kvdepot/daemon/store.h"
+#include "socket_driver.h"
+
+namespace kvdepot::fuzz {
+namespace {
+
+struct LmDaemon {
+  daemon::HostTier host{
+      daemon::HostTierOptions::With(16u << 20, daemon::EvictionPolicy::kSieve, 4)};
+  daemon::Store store{host, nullptr};
+  std::unique_ptr<daemon::LmServer> server;
+
+  LmDaemon() {
+    daemon::LmServerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.max_value_bytes = 1u << 20;
+    o.max_list_keys = 64;
+    server = std::make_unique<daemon::LmServer>(o, store);
+    if (!server->Start().ok()) __builtin_trap();
+  }
+};
+
+int Connect(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) __builtin_trap();
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+}  // namespace
+
+int FuzzLmServer(const std::uint8_t* data, std::size_t size) {
+  static LmDaemon* const d = new LmDaemon();  // lives until exit (the listener's threads use it)
+  const int fd = Connect(d->server->port());
+  std::vector<std::byte> out;
+  const bool closed = Exchange(fd, std::span(reinterpret_cast<const std::byte*>(data), size),
+                               std::chrono::seconds(10), out);
+  // Close with RST (linger 0): thousands of runs must not fill the port range with TIME_WAIT.
+  const linger l{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+  ::close(fd);
+  if (!closed) __builtin_trap();  // the listener must close a half-closed connection
+  return 0;
+}
+
+}  // namespace kvdepot::fuzz

@@ -1,0 +1,73 @@
+// protocol: the native protocol's frame header and body decoders (kvdepot/protocol.h). Byte 0
+// picks the decoder, byte 1 the limits; the rest is the input. Bodies that decode must encode
+// back to the same bytes (the encodings are canonical).
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fuzz_targets.h"
+#include "kvdepot/protocol.h"
+
+namespace kvdepot::fuzz {
+namespace {
+
+bool SameBytes(std::span<const std::byte> a, std::span<const std::byte> b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size()) == 0);
+}
+
+}  // namespace
+
+int FuzzProtocol(const std::uint8_t* data, std::size_t size) {
+  if (size < 2) return 0;
+  const std::uint8_t which = data[0];
+  protocol::Limits limits;
+  if (data[1] & 1) {  // small limits, so that "over the limit" paths are reachable
+    limits.max_key_bytes = 8;
+    limits.max_value_bytes = 64;
+    limits.max_batch = 4;
+    limits.max_body_bytes = 256;
+  }
+  const std::span<const std::byte> in(reinterpret_cast<const std::byte*>(data + 2), size - 2);
+  switch (which % 9) {
+    case 0:
+    case 1: {
+      auto h = protocol::DecodeFrameHeader(in, limits, /*expect_response=*/which % 9 == 1);
+      if (h.ok()) {
+        std::byte out[protocol::kFrameHeaderBytes];
+        protocol::EncodeFrameHeader(*h, out);
+        if (!SameBytes(out, in.first(protocol::kFrameHeaderBytes))) __builtin_trap();
+        (void)protocol::MaxRequestBody(h->op(), limits);
+      }
+      break;
+    }
+    case 2: {
+      auto keys = protocol::DecodeKeyList(in, limits);
+      if (keys.ok()) {
+        std::vector<std::string> owned(keys->begin(), keys->end());
+        if (!SameBytes(protocol::EncodeKeyList(owned), in)) __builtin_trap();
+      }
+      break;
+    }
+    case 3: {
+      auto items = protocol::DecodePutBody(in, limits);
+      if (items.ok() && !SameBytes(protocol::EncodePutBody(*items), in)) __builtin_trap();
+      break;
+    }
+    case 4: (void)protocol::DecodeStatusList(in); break;
+    case 5: (void)protocol::DecodeGetItemPrefix(in); break;
+    case 6: (void)protocol::DecodeLookupResult(in); break;
+    case 7: {
+      auto q = protocol::DecodeScanRequest(in, limits);
+      if (q.ok()) (void)protocol::EncodeScanRequest(*q);
+      break;
+    }
+    case 8: {
+      auto r = protocol::DecodeScanResult(in);
+      if (r.ok()) (void)protocol::EncodeScanResult(*r);
+      break;
+    }
+  }
+  return 0;
+}
+
+}  // namespace kvdepot::fuzz

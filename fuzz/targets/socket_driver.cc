@@ -1,0 +1,40 @@
+#include "socket_driver.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace kvdepot::fuzz {
+
+bool Exchange(int fd, std::span<const std::byte> input, std::chrono::milliseconds timeout,
+              std::vector<std::byte>& output) {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::size_t sent = 0;
+  bool write_open = true;
+  std::byte buf[64 * 1024];
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (write_open && sent == input.size()) {
+      ::shutdown(fd, SHUT_WR);
+      write_open = false;
+    }
+    pollfd p{fd, static_cast<short>(POLLIN | (write_open ? POLLOUT : 0)), 0};
+    if (::poll(&p, 1, 100) < 0 && errno != EINTR) return false;
+    if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;  // closed
+      if (n > 0) output.insert(output.end(), buf, buf + n);
+    }
+    if (write_open && (p.revents & POLLOUT)) {
+      const ssize_t n = ::send(fd, input.data() + sent, input.size() - sent, MSG_NOSIGNAL);
+      if (n > 0) sent += static_cast<std::size_t>(n);
+      if (n < 0 && errno != EAGAIN && errno != EINTR) write_open = false;  // reset: read the rest
+    }
+  }
+  return false;
+}
+
+}  // namespace kvdepot::fuzz

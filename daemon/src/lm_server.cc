@@ -17,6 +17,7 @@
 #include "kvdepot/byte_order.h"
 #include "kvdepot/lm_value.h"
 #include "kvdepot/lm_wire.h"
+#include "listen_address.h"
 
 namespace kvdepot::daemon {
 namespace asio = boost::asio;
@@ -31,27 +32,6 @@ constexpr std::size_t kDiscardChunk = 64 * 1024;
 std::array<std::byte, lm::kReplyHeaderBytes> ServerHeader(std::int32_t code, std::int32_t length,
                                                           const lm::ValueHeader* meta = nullptr) {
   return lm::EncodeReplyHeader(code, length, meta);
-}
-
-Result<asio::ip::tcp::endpoint> ParseEndpoint(const std::string& listen) {
-  const auto colon = listen.rfind(':');
-  if (colon == std::string::npos) {
-    return InvalidArgument("lm listen address '" + listen + "' is not HOST:PORT");
-  }
-  std::string host = listen.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  const std::string port_text = listen.substr(colon + 1);
-  char* end = nullptr;
-  const unsigned long port = std::strtoul(port_text.c_str(), &end, 10);
-  if (port_text.empty() || *end != '\0' || port > 65535) {
-    return InvalidArgument("lm listen address '" + listen + "': bad port '" + port_text + "'");
-  }
-  boost::system::error_code ec;
-  const auto address = asio::ip::make_address(host, ec);
-  if (ec) return InvalidArgument("lm listen address '" + listen + "': " + ec.message());
-  return asio::ip::tcp::endpoint(address, static_cast<std::uint16_t>(port));
 }
 
 // Counters shared with store callbacks, which may outlive the server (SSD-thread completions).
@@ -399,7 +379,8 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
 Status LmServer::Impl::Start() {
   if (started_) return Status::Ok();
   KVD_ASSIGN_OR_RETURN(prefix_, lm::NamespaceId(options_.namespace_name));
-  KVD_ASSIGN_OR_RETURN(const auto endpoint, ParseEndpoint(options_.listen));
+  KVD_ASSIGN_OR_RETURN(const auto endpoint,
+                       ParseListenAddress("lm listen address", options_.listen));
   for (std::uint32_t i = 0; i < std::max<std::uint32_t>(options_.io_threads, 1); ++i) {
     contexts_.push_back(std::make_unique<asio::io_context>(1));
     guards_.emplace_back(asio::make_work_guard(*contexts_.back()));

@@ -4,6 +4,7 @@
 
 #include "kvdepot/daemon/log.h"
 #include "kvdepot/daemon/ssd_tier.h"
+#include "listen_address.h"
 
 #include "kvdepot/byte_order.h"
 
@@ -55,24 +56,6 @@ struct Outgoing {
 
   std::size_t size() const { return head_len + body.size() + (value ? value->bytes().size() : 0); }
 };
-
-Result<std::pair<std::string, std::uint16_t>> SplitHostPort(const std::string& listen) {
-  const auto colon = listen.rfind(':');
-  if (colon == std::string::npos) {
-    return InvalidArgument("listen address '" + listen + "' is not HOST:PORT");
-  }
-  std::string host = listen.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  const std::string port_text = listen.substr(colon + 1);
-  char* end = nullptr;
-  const unsigned long port = std::strtoul(port_text.c_str(), &end, 10);
-  if (port_text.empty() || *end != '\0' || port > 65535) {
-    return InvalidArgument("listen address '" + listen + "': bad port '" + port_text + "'");
-  }
-  return std::make_pair(host, static_cast<std::uint16_t>(port));
-}
 
 }  // namespace
 
@@ -172,6 +155,8 @@ class Server::Impl {
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
   std::size_t next_context_ = 0;  // used by accept handlers, which all run on contexts_[0]
   std::unique_ptr<asio::ssl::context> tls_;  // set when the TCP listener speaks TLS
+  // At most one refusal log line a second; false (and counted) when this one must be skipped.
+  bool TakeRefusalLogTurn(std::uint64_t& not_logged);
   std::mutex log_mu_;                         // rate limit of the refusal log lines
   std::chrono::steady_clock::time_point last_refusal_log_{};
   std::uint64_t refusals_not_logged_ = 0;
@@ -1206,10 +1191,8 @@ Status Server::Impl::Start() {
     }
   }
   if (!options_.listen.empty()) {
-    KVD_ASSIGN_OR_RETURN(auto host_port, SplitHostPort(options_.listen));
-    const auto address = asio::ip::make_address(host_port.first, ec);
-    if (ec) return InvalidArgument("listen address '" + options_.listen + "': " + ec.message());
-    const asio::ip::tcp::endpoint endpoint(address, host_port.second);
+    KVD_ASSIGN_OR_RETURN(const asio::ip::tcp::endpoint endpoint,
+                         ParseListenAddress("listen address", options_.listen));
     tcp_ = std::make_unique<asio::ip::tcp::acceptor>(io());
     if (tcp_->open(endpoint.protocol(), ec); !ec) {
       tcp_->set_option(asio::socket_base::reuse_address(true), ec);
@@ -1282,19 +1265,22 @@ void Server::Impl::Stop() {
   if (!options_.unix_path.empty()) ::unlink(options_.unix_path.c_str());
 }
 
+bool Server::Impl::TakeRefusalLogTurn(std::uint64_t& not_logged) {
+  std::lock_guard lock(log_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_refusal_log_ < std::chrono::seconds(1)) {
+    ++refusals_not_logged_;
+    return false;
+  }
+  last_refusal_log_ = now;
+  not_logged = std::exchange(refusals_not_logged_, 0);
+  return true;
+}
+
 void Server::Impl::OnAuthFailure(const std::string& peer, std::string_view reason) {
   ++auth_failures_;
   std::uint64_t not_logged = 0;
-  {
-    std::lock_guard lock(log_mu_);
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_refusal_log_ < std::chrono::seconds(1)) {
-      ++refusals_not_logged_;
-      return;
-    }
-    last_refusal_log_ = now;
-    not_logged = std::exchange(refusals_not_logged_, 0);
-  }
+  if (!TakeRefusalLogTurn(not_logged)) return;
   Log(LogLevel::kWarn, "connection refused: authentication failed",
       {{"peer", peer}, {"reason", std::string(reason)},
        {"refusals_not_logged", std::to_string(not_logged)}});
@@ -1303,16 +1289,7 @@ void Server::Impl::OnAuthFailure(const std::string& peer, std::string_view reaso
 void Server::Impl::OnTlsFailure(const std::string& peer, const std::string& error) {
   ++tls_failures_;
   std::uint64_t not_logged = 0;
-  {
-    std::lock_guard lock(log_mu_);
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_refusal_log_ < std::chrono::seconds(1)) {
-      ++refusals_not_logged_;
-      return;
-    }
-    last_refusal_log_ = now;
-    not_logged = std::exchange(refusals_not_logged_, 0);
-  }
+  if (!TakeRefusalLogTurn(not_logged)) return;
   Log(LogLevel::kWarn, "connection refused: TLS handshake failed",
       {{"peer", peer}, {"error", error}, {"refusals_not_logged", std::to_string(not_logged)}});
 }

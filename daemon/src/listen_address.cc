@@ -1,0 +1,30 @@
+#include "listen_address.h"
+
+#include <cstdlib>
+
+namespace kvdepot::daemon {
+
+Result<boost::asio::ip::tcp::endpoint> ParseListenAddress(std::string_view what,
+                                                          const std::string& listen) {
+  const std::string name(what);
+  const auto colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    return InvalidArgument(name + " '" + listen + "' is not HOST:PORT");
+  }
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  const std::string port_text = listen.substr(colon + 1);
+  char* end = nullptr;
+  const unsigned long port = std::strtoul(port_text.c_str(), &end, 10);
+  if (port_text.empty() || *end != '\0' || port > 65535) {
+    return InvalidArgument(name + " '" + listen + "': bad port '" + port_text + "'");
+  }
+  boost::system::error_code ec;
+  const auto address = boost::asio::ip::make_address(host, ec);
+  if (ec) return InvalidArgument(name + " '" + listen + "': " + ec.message());
+  return boost::asio::ip::tcp::endpoint(address, static_cast<std::uint16_t>(port));
+}
+
+}  // namespace kvdepot::daemon

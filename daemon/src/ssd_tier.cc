@@ -16,7 +16,6 @@
 #include <set>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "kvdepot/checksum.h"
 #include "kvdepot/daemon/log.h"
@@ -180,8 +179,9 @@ class SsdTier::Impl {
   void WriteBatch(std::vector<WriteJob>& jobs);
   Status Rollover();
   bool EvictOldestSegment();
-  void SyncDirty();
-  bool Enqueue(WriteJob job);
+  // fdatasync of the segments written since the last call; with `sync_log`, then RocksDB's log.
+  void SyncDirty(bool sync_log);
+  void Enqueue(WriteJob job);
   void QueueIndexDelete(std::string key);
   void RemoveIfAt(std::string_view key, const Location& at);
 
@@ -348,13 +348,13 @@ void SsdTier::Impl::Close() {
 
 // ---- writing ---------------------------------------------------------------------------------
 
-bool SsdTier::Impl::Enqueue(WriteJob job) {
+void SsdTier::Impl::Enqueue(WriteJob job) {
   {
     std::scoped_lock lock(mu_, wmu_);
     if (job.buffered) {
       // Write-through without a waiting client: skipped (the value is then demoted on eviction)
       // rather than queued past the write buffer.
-      if (pending_bytes_ + job.value->bytes().size() > options_.write_buffer_bytes) return false;
+      if (pending_bytes_ + job.value->bytes().size() > options_.write_buffer_bytes) return;
       pending_bytes_ += job.value->bytes().size();
     }
     job.ticket = ++next_ticket_;
@@ -363,7 +363,6 @@ bool SsdTier::Impl::Enqueue(WriteJob job) {
     jobs_.push_back(std::move(job));
   }
   wcv_.notify_one();
-  return true;
 }
 
 void SsdTier::Impl::Write(std::string_view key, ValueRef value, WriteCallback done) {
@@ -440,15 +439,15 @@ void SsdTier::Impl::WriterLoop() {
     if (!batch.empty()) WriteBatch(batch);
     if (options_.durability == SsdDurability::kAsync &&
         (std::chrono::steady_clock::now() >= next_sync || closing)) {
-      SyncDirty();
+      SyncDirty(/*sync_log=*/true);
       next_sync = std::chrono::steady_clock::now() + interval;
     }
     if (closing && batch.empty() && deletes.empty()) break;
   }
-  if (options_.durability != SsdDurability::kNone) SyncDirty();
+  if (options_.durability != SsdDurability::kNone) SyncDirty(/*sync_log=*/true);
 }
 
-void SsdTier::Impl::SyncDirty() {
+void SsdTier::Impl::SyncDirty(bool sync_log) {
   std::vector<IoRequest> syncs;
   Latch latch;
   {
@@ -474,6 +473,7 @@ void SsdTier::Impl::SyncDirty() {
   latch.Add(static_cast<int>(syncs.size()));
   if (!syncs.empty()) engine_->Submit(std::move(syncs));
   latch.Wait();
+  if (!sync_log) return;
   if (Status s = index_store_->SyncLog(); !s.ok()) Log(LogLevel::kError, s.message());
 }
 
@@ -614,7 +614,8 @@ void SsdTier::Impl::WriteBatch(std::vector<WriteJob>& jobs) {
   for (const WriteJob& job : jobs) {
     if (job.placed && job.result > 0) dirty_segments_.insert(job.location.segment);
   }
-  if (options_.durability == SsdDurability::kSync) SyncDirty();
+  // The index batch below is written with a synced log: only the data needs syncing here.
+  if (options_.durability == SsdDurability::kSync) SyncDirty(/*sync_log=*/false);
 
   // 3. Index the values that were written and are still wanted (not erased or overwritten since
   // they were queued), then report.
@@ -681,25 +682,22 @@ void SsdTier::Impl::Read(std::string_view key, const Allocator& allocate, ReadCa
   std::shared_ptr<Segment> seg;
   ValueRef queued;
   {
-    std::lock_guard lock(mu_);
-    if (auto q = queued_.find(std::string(key)); q != queued_.end()) queued = q->second;
+    std::lock_guard lock(mu_);  // released before `done` runs
+    if (auto q = queued_.find(std::string(key)); q != queued_.end()) {
+      queued = q->second;
+    } else if (auto it = index_.find(key); it != index_.end()) {
+      loc = it->second.location;
+      it->second.last_access_ms = NowMs();
+      if (auto sg = segments_.find(loc.segment); sg != segments_.end()) seg = sg->second;
+    }
   }
   if (queued) {
     ++hits_;
     return done(std::move(queued));  // still waiting for its write: served from memory
   }
-  {
-    std::lock_guard lock(mu_);
-    auto it = index_.find(key);
-    if (it == index_.end()) {
-      ++misses_;
-      return done(NotFound("ssd tier: key not found"));
-    }
-    loc = it->second.location;
-    it->second.last_access_ms = NowMs();
-    auto s = segments_.find(loc.segment);
-    if (s == segments_.end()) return done(Internal("ssd tier: index points to a dropped segment"));
-    seg = s->second;
+  if (!seg) {
+    ++misses_;
+    return done(NotFound("ssd tier: key not found"));
   }
   auto buffer = allocate(loc.value_length);
   if (!buffer.ok()) return done(buffer.status());

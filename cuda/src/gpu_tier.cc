@@ -1,7 +1,6 @@
 #include "kvdepot/cuda/gpu_tier.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -12,14 +11,6 @@
 #include "kvdepot/cuda/status.h"
 
 namespace kvdepot::cuda {
-namespace {
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
-
 // ---- DevicePool ---------------------------------------------------------------------------------
 
 Result<std::unique_ptr<DevicePool>> DevicePool::Create(int device, std::uint64_t bytes) {
@@ -217,55 +208,29 @@ GpuTierStats GpuTier::stats() const {
 Result<std::vector<std::byte>> TranscodeGpu(std::span<const std::byte> container, CodecId target,
                                             const EncodeOptions& options,
                                             TranscodeTimings* timings) {
-  TranscodeTimings t;
-  t.input_bytes = container.size();
-  KVD_ASSIGN_OR_RETURN(ContainerView view, ParseContainer(container));
-  t.from = view.header.codec;
-  if (t.from == target) {
-    t.output_bytes = container.size();
-    if (timings != nullptr) *timings = t;
-    return std::vector<std::byte>(container.begin(), container.end());
-  }
-  auto start = std::chrono::steady_clock::now();
-  KvTensor tensor;
-  switch (t.from) {
-    case CodecId::kCacheGen: {
-      KVD_ASSIGN_OR_RETURN(tensor, DecodeCacheGenGpu(container));
-      break;
+  const auto decode = [](const ContainerView& view,
+                         std::span<const std::byte> bytes) -> Result<KvTensor> {
+    switch (view.header.codec) {
+      case CodecId::kCacheGen: return DecodeCacheGenGpu(bytes);
+      case CodecId::kHackInt2: return DecodeHackGpu(bytes, view.header.dtype);
+      case CodecId::kRaw: return DecodeChunk(view);  // a copy: no kernel needed
     }
-    case CodecId::kHackInt2: {
-      KVD_ASSIGN_OR_RETURN(tensor, DecodeHackGpu(container, view.header.dtype));
-      break;
+    return InvalidArgument("TranscodeGpu: unknown codec");
+  };
+  const auto encode = [&options, target](const KvTensorView& tensor)
+      -> Result<std::vector<std::byte>> {
+    switch (target) {
+      case CodecId::kCacheGen: return EncodeCacheGenGpu(tensor, options.cachegen);
+      case CodecId::kHackInt2: return EncodeHackGpu(tensor, options.hack);
+      case CodecId::kRaw: {
+        EncodeOptions o = options;
+        o.codec = CodecId::kRaw;
+        return EncodeChunk(tensor, o);
+      }
     }
-    case CodecId::kRaw: {
-      KVD_ASSIGN_OR_RETURN(tensor, DecodeChunk(view));  // a copy: no kernel needed
-      break;
-    }
-  }
-  t.decode_seconds = SecondsSince(start);
-  t.raw_bytes = tensor.data.size();
-  start = std::chrono::steady_clock::now();
-  std::vector<std::byte> out;
-  switch (target) {
-    case CodecId::kCacheGen: {
-      KVD_ASSIGN_OR_RETURN(out, EncodeCacheGenGpu(tensor.view(), options.cachegen));
-      break;
-    }
-    case CodecId::kHackInt2: {
-      KVD_ASSIGN_OR_RETURN(out, EncodeHackGpu(tensor.view(), options.hack));
-      break;
-    }
-    case CodecId::kRaw: {
-      EncodeOptions o = options;
-      o.codec = CodecId::kRaw;
-      KVD_ASSIGN_OR_RETURN(out, EncodeChunk(tensor.view(), o));
-      break;
-    }
-  }
-  t.encode_seconds = SecondsSince(start);
-  t.output_bytes = out.size();
-  if (timings != nullptr) *timings = t;
-  return out;
+    return InvalidArgument("TranscodeGpu: unknown target codec");
+  };
+  return TranscodeWith(container, target, decode, encode, timings);
 }
 
 namespace {

@@ -1,5 +1,6 @@
 #include "listen_address.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace kvdepot::daemon {
@@ -25,6 +26,16 @@ Result<boost::asio::ip::tcp::endpoint> ParseListenAddress(std::string_view what,
   const auto address = boost::asio::ip::make_address(host, ec);
   if (ec) return InvalidArgument(name + " '" + listen + "': " + ec.message());
   return boost::asio::ip::tcp::endpoint(address, static_cast<std::uint16_t>(port));
+}
+
+std::chrono::milliseconds WatchdogTick(std::chrono::milliseconds request_timeout,
+                                       std::chrono::milliseconds idle_timeout) {
+  std::chrono::milliseconds shortest{0};
+  for (auto t : {request_timeout, idle_timeout}) {
+    if (t.count() > 0 && (shortest.count() == 0 || t < shortest)) shortest = t;
+  }
+  if (shortest.count() == 0) return shortest;
+  return std::clamp(shortest / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
 }
 
 }  // namespace kvdepot::daemon

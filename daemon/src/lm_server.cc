@@ -163,13 +163,9 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
   // Ticks at a quarter of the shortest timeout (10 ms to 1 s) while the connection is open.
   void ArmWatchdog() {
     const LmServerOptions& o = server_.options();
-    std::chrono::milliseconds shortest{0};
-    for (auto t : {o.request_timeout, o.idle_timeout}) {
-      if (t.count() > 0 && (shortest.count() == 0 || t < shortest)) shortest = t;
-    }
-    if (shortest.count() == 0 || closed_) return;
-    watchdog_.expires_after(std::clamp(shortest / 4, std::chrono::milliseconds(10),
-                                       std::chrono::milliseconds(1000)));
+    const auto tick = WatchdogTick(o.request_timeout, o.idle_timeout);
+    if (tick.count() == 0 || closed_) return;
+    watchdog_.expires_after(tick);
     watchdog_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (!ec && !self->closed_) self->CheckTimeouts();
     });

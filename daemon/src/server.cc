@@ -1035,13 +1035,9 @@ class Connection : public ConnectionBase,
   // is open; a timeout therefore fires up to a tick late.
   void ArmWatchdog() {
     const ServerOptions& o = server_.options();
-    std::chrono::milliseconds shortest{0};
-    for (auto t : {o.request_timeout, o.idle_timeout}) {
-      if (t.count() > 0 && (shortest.count() == 0 || t < shortest)) shortest = t;
-    }
-    if (shortest.count() == 0 || closed_) return;
-    watchdog_.expires_after(std::clamp(shortest / 4, std::chrono::milliseconds(10),
-                                       std::chrono::milliseconds(1000)));
+    const auto tick = WatchdogTick(o.request_timeout, o.idle_timeout);
+    if (tick.count() == 0 || closed_) return;
+    watchdog_.expires_after(tick);
     watchdog_.async_wait([self = this->shared_from_this()](boost::system::error_code ec) {
       if (!ec && !self->closed_) self->CheckTimeouts();
     });

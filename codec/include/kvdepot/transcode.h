@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -32,5 +33,16 @@ struct TranscodeTimings {
 Result<std::vector<std::byte>> TranscodeChunk(std::span<const std::byte> container, CodecId target,
                                               const EncodeOptions& options = {},
                                               TranscodeTimings* timings = nullptr);
+
+// The skeleton TranscodeChunk and the GPU path share: parse `container` (checksums verified),
+// return a copy when it is already in `target`, else `decode` it and `encode` the tensor, timing
+// both into `timings`. `decode` gets the parsed view and the bytes it views.
+using TranscodeDecoder =
+    std::function<Result<KvTensor>(const ContainerView& view, std::span<const std::byte> bytes)>;
+using TranscodeEncoder = std::function<Result<std::vector<std::byte>>(const KvTensorView& tensor)>;
+Result<std::vector<std::byte>> TranscodeWith(std::span<const std::byte> container, CodecId target,
+                                             const TranscodeDecoder& decode,
+                                             const TranscodeEncoder& encode,
+                                             TranscodeTimings* timings);
 
 }  // namespace kvdepot

@@ -152,6 +152,7 @@ def test_capacity_holds_and_refused_puts_are_consumed(make_daemon):
 def test_lm_and_native_share_the_store_but_not_the_namespace(daemon):
     c = LmClient(daemon.lm_port)
     c.put("shared", b"from lmcache")
+    assert c.exists("shared")  # orders the reply-less PUT before the listing on another connection
     # Through kvdepot's own protocol the chunk is listed under the lmcache namespace prefix.
     import subprocess
     cli = os.path.join(os.path.dirname(os.environ.get("KVDEPOTD_BIN", "build/bin/kvdepotd")),

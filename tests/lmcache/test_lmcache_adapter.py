@@ -76,6 +76,9 @@ def test_chunks_are_shared_with_the_lm_listener(daemon):
         assert r["code"] == SUCCESS and bytes(r["data"]) == bytes(obj.buffer)
         assert (r["fmt"], r["dtype"], r["shape"]) == (1, 2, (2, 2, 16, 64))
         lm.put(Key(6).to_string(), b"\x01" * 512, fmt=1, dtype=3, shape=(1, 2, 4, 32))
+        # An lm:// PUT has no reply; an EXIST on the same connection is answered only after the
+        # PUT before it was stored, so it orders the PUT before the read on the other connection.
+        assert lm.exists(Key(6).to_string())
         got = await conn.get(Key(6))
         assert got.get_shape() == (1, 2, 4, 32) and got.get_dtype() == "bfloat16"
         assert bytes(got.buffer) == b"\x01" * 512

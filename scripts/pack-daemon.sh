@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs kvdepotd and kvdepot with the shared libraries ldd lists (minus the C/C++ runtime) into
+# Packs kvdepotd, kvdepot and (CUDA builds) kvdepot_gpu_fetch with the shared libraries ldd lists (minus the C/C++ runtime) into
 # .gl/ (git-ignored, stripped: ~20 MB), for a machine without the Debian libraries — the GPU
 # machine. Run there: bash scripts/gpu-daemon-check.sh (see docs/cuda.md).
 # Usage: scripts/pack-daemon.sh [BUILD_DIR]
@@ -7,8 +7,9 @@ set -euo pipefail
 build=${1:-build}
 rm -rf .gl && mkdir -p .gl/lib .gl/bin
 cp "$build/bin/kvdepotd" "$build/bin/kvdepot" .gl/bin/
+[[ -x "$build/bin/kvdepot_gpu_fetch" ]] && cp "$build/bin/kvdepot_gpu_fetch" .gl/bin/
 strip .gl/bin/*
-for lib in $(ldd .gl/bin/kvdepotd .gl/bin/kvdepot | awk '/=>/ {print $3}' | sort -u |
+for lib in $(ldd .gl/bin/* | awk '/=>/ {print $3}' | sort -u |
              grep -v -E 'lib(c|m|stdc\+\+|gcc_s|pthread|dl|rt)\.so|ld-linux'); do
   cp -L "$lib" .gl/lib/
 done

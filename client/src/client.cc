@@ -528,6 +528,10 @@ Result<std::vector<StatusCode>> Connection::Release(std::span<const std::uint64_
 
 Result<std::unique_ptr<SharedArena>> SharedArena::Map(Connection& connection) {
   KVD_ASSIGN_OR_RETURN(Connection::MapResult m, connection.Map());
+  return Adopt(std::move(m));
+}
+
+Result<std::unique_ptr<SharedArena>> SharedArena::Adopt(Connection::MapResult m) {
   if (m.host_fd < 0) return Unavailable("map: the daemon has no shared host arena");
   void* p = ::mmap(nullptr, m.info.host_arena_bytes, PROT_READ, MAP_SHARED, m.host_fd, 0);
   const int err = errno;

@@ -35,8 +35,12 @@ bool IsFinite(float x) {
 
 std::string Position(std::uint32_t layer, std::uint32_t kv, std::uint32_t token, std::uint32_t head,
                      std::uint32_t d) {
-  return "[" + std::to_string(layer) + ", " + std::to_string(kv) + ", " + std::to_string(token) +
-         ", " + std::to_string(head) + ", " + std::to_string(d) + "]";
+  std::string out = "[";  // appended piecewise: GCC 12 -O3 warns falsely on "[" + to_string
+  for (const std::uint32_t v : {layer, kv, token, head, d}) {
+    if (out.size() > 1) out += ", ";
+    out += std::to_string(v);
+  }
+  return out + "]";
 }
 
 std::string PositionOf(const KvShape& s, std::uint64_t i) {
@@ -328,7 +332,7 @@ struct Sections {
 };
 
 // Finds the sections and checks params and every section size; fills options and layout.
-Result<Sections> CheckStructure(const ContainerView& view, HackChunk& c) {
+Result<Sections> CheckStructure(const ContainerView& view, HackStructure& c) {
   if (view.header.codec != CodecId::kHackInt2) {
     return InvalidArgument("hack-int2 decode: container codec is '" +
                            std::string(CodecName(view.header.codec)) + "'");
@@ -413,28 +417,104 @@ std::string PartitionLabel(std::uint32_t p, std::uint32_t l, std::uint32_t kv, s
 
 }  // namespace
 
-Result<HackChunk> UnpackHack(const ContainerView& view) {
-  HackChunk c;
-  KVD_ASSIGN_OR_RETURN(Sections sec, CheckStructure(view, c));
-  const Layout& lay = c.layout;
-  const std::byte* scales = sec.s[1]->bytes.data();
-  const std::byte* sums = sec.s[2]->bytes.data();
-  const std::byte* codes = sec.s[3]->bytes.data();
-  const std::byte* tail = sec.s[4]->bytes.data();
+namespace {
 
-  c.quants.resize(lay.partitions());
-  for (std::size_t i = 0; i < c.quants.size(); ++i) {
+Status BadScale(std::size_t i) {
+  return Bad("scales entry " + std::to_string(i) +
+             " is invalid (scale must be finite and non-negative, min finite, "
+             "min + 3 * scale < 65520)");
+}
+
+// LoadQuants' checks without building the quants. Entries whose scale and |min| are below 8192
+// (fp16 exponent field <= 27: min + 3 * scale < 32768) pass on their bits alone.
+Status CheckScales(const HackStructure& st) {
+  const std::byte* scales = st.scales.bytes.data();
+  const std::size_t n = st.layout.partitions();
+  for (std::size_t i = 0; i < n; ++i) {
     const auto scale_bits = LoadLE<std::uint16_t>(scales + i * 4);
-    Quant& q = c.quants[i];
+    const auto min_bits = LoadLE<std::uint16_t>(scales + i * 4 + 2);
+    if (scale_bits < (28u << 10) && (min_bits & 0x7fffu) < (28u << 10)) continue;
+    const float scale = HalfBitsToFloat(scale_bits), min = HalfBitsToFloat(min_bits);
+    if ((scale_bits & 0x8000u) != 0 || !IsFinite(scale) || !IsFinite(min) ||
+        !(min + 3.0f * scale < hack::kFp16Overflow)) {
+      return BadScale(i);
+    }
+  }
+  return Status::Ok();
+}
+
+// The scales section as quants, each checked.
+Result<std::vector<Quant>> LoadQuants(const HackStructure& st) {
+  const std::byte* scales = st.scales.bytes.data();
+  std::vector<Quant> quants(st.layout.partitions());
+  for (std::size_t i = 0; i < quants.size(); ++i) {
+    const auto scale_bits = LoadLE<std::uint16_t>(scales + i * 4);
+    Quant& q = quants[i];
     q.scale = HalfBitsToFloat(scale_bits);
     q.min = HalfBitsToFloat(LoadLE<std::uint16_t>(scales + i * 4 + 2));
     if ((scale_bits & 0x8000u) != 0 || !IsFinite(q.scale) || !IsFinite(q.min) ||
         !(q.min + 3.0f * q.scale < hack::kFp16Overflow)) {
-      return Bad("scales entry " + std::to_string(i) +
-                 " is invalid (scale must be finite and non-negative, min finite, "
-                 "min + 3 * scale < 65520)");
+      return BadScale(i);
     }
   }
+  return quants;
+}
+
+// The tail section's values, each checked.
+Result<std::vector<float>> LoadTail(const HackStructure& st) {
+  const Layout& lay = st.layout;
+  const std::byte* tail = st.tail.bytes.data();
+  std::vector<float> values(lay.unquantized_elements());
+  for (std::uint32_t l = 0; l < lay.layers; ++l) {
+    for (std::uint32_t kv = 0; kv < 2; ++kv) {
+      for (std::uint32_t u = 0; u < lay.unquantized_tokens(); ++u) {
+        for (std::uint32_t h = 0; h < lay.heads; ++h) {
+          for (std::uint32_t d = 0; d < lay.dim; ++d) {
+            const std::uint64_t i = lay.unquantized_offset(l, kv, u, h, d);
+            const float v = LoadElement(st.dtype, tail, i);
+            if (!IsFinite(v) || std::fabs(v) > hack::kMaxAbsValue) {
+              return Bad("tail value at " + Position(l, kv, lay.unquantized_token(u), h, d) +
+                         " is not finite or beyond the fp16 range");
+            }
+            values[i] = v;
+          }
+        }
+      }
+    }
+  }
+  return values;
+}
+
+Result<HackStructure> Structure(const ContainerView& view) {
+  HackStructure st;
+  KVD_ASSIGN_OR_RETURN(const Sections sec, CheckStructure(view, st));
+  st.scales = *sec.s[1];
+  st.sums = *sec.s[2];
+  st.codes = *sec.s[3];
+  st.tail = *sec.s[4];
+  return st;
+}
+
+}  // namespace
+
+Result<HackStructure> InspectHack(const ContainerView& view) {
+  KVD_ASSIGN_OR_RETURN(HackStructure st, Structure(view));
+  KVD_RETURN_IF_ERROR(CheckScales(st));
+  KVD_RETURN_IF_ERROR(LoadTail(st).status());
+  return st;
+}
+
+Result<HackChunk> UnpackHack(const ContainerView& view) {
+  KVD_ASSIGN_OR_RETURN(const HackStructure st, Structure(view));
+  HackChunk c;
+  c.dtype = st.dtype;
+  c.shape = st.shape;
+  c.options = st.options;
+  c.layout = st.layout;
+  const Layout& lay = c.layout;
+  const std::byte* sums = st.sums.bytes.data();
+  const std::byte* codes = st.codes.bytes.data();
+  KVD_ASSIGN_OR_RETURN(c.quants, LoadQuants(st));
   c.codes.resize(lay.codes());
   for (std::size_t i = 0; i < c.codes.size(); ++i) {
     c.codes[i] = static_cast<std::uint8_t>(
@@ -479,24 +559,7 @@ Result<HackChunk> UnpackHack(const ContainerView& view) {
   });
   KVD_RETURN_IF_ERROR(status);
 
-  c.unquantized.resize(lay.unquantized_elements());
-  for (std::uint32_t l = 0; l < lay.layers; ++l) {
-    for (std::uint32_t kv = 0; kv < 2; ++kv) {
-      for (std::uint32_t u = 0; u < lay.unquantized_tokens(); ++u) {
-        for (std::uint32_t h = 0; h < lay.heads; ++h) {
-          for (std::uint32_t d = 0; d < lay.dim; ++d) {
-            const std::uint64_t i = lay.unquantized_offset(l, kv, u, h, d);
-            const float v = LoadElement(c.dtype, tail, i);
-            if (!IsFinite(v) || std::fabs(v) > hack::kMaxAbsValue) {
-              return Bad("tail value at " + Position(l, kv, lay.unquantized_token(u), h, d) +
-                         " is not finite or beyond the fp16 range");
-            }
-            c.unquantized[i] = v;
-          }
-        }
-      }
-    }
-  }
+  KVD_ASSIGN_OR_RETURN(c.unquantized, LoadTail(st));
   return c;
 }
 
@@ -537,8 +600,8 @@ Result<KvTensor> DecodeHack(const ContainerView& view) {
 }
 
 Result<HackSizes> HackSectionSizes(const ContainerView& view) {
-  HackChunk c;
-  KVD_ASSIGN_OR_RETURN(Sections sec, CheckStructure(view, c));
+  HackStructure st;
+  KVD_ASSIGN_OR_RETURN(Sections sec, CheckStructure(view, st));
   HackSizes sizes;
   sizes.params = sec.s[0]->length;
   sizes.scales = sec.s[1]->length;

@@ -474,36 +474,19 @@ Result<CacheGenDecodeWorkspace> CacheGenDecodeWorkspace::Create(std::uint32_t ma
   return Result<CacheGenDecodeWorkspace>(std::move(ws));
 }
 
-Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
-                             const CacheGenDecodeTarget& target, CacheGenDecodeWorkspace& ws,
-                             cudaStream_t stream) {
-  const std::string what = "EnqueueDecodeCacheGen";
-  if (ws.pending_chunks_ != 0) {
-    return InvalidArgument(what +
-                           ": the workspace has a batch in flight (call "
-                           "FinishDecodeCacheGen first)");
-  }
-  if (chunks.empty() || chunks.size() > ws.max_chunks_) {
-    return InvalidArgument(what + ": " + std::to_string(chunks.size()) +
-                           " chunks, the workspace takes 1 to " + std::to_string(ws.max_chunks_));
-  }
+Status ValidateDecodeTarget(const KvShape& shape, std::size_t chunks,
+                            const CacheGenDecodeTarget& target, std::string_view caller) {
+  const std::string what(caller);
   if (!IsValidDType(static_cast<std::uint8_t>(target.dtype))) {
     return InvalidArgument(what + ": invalid output dtype");
   }
-  const KvShape shape = chunks[0].info.shape;
-  if (ValidateShape(shape, chunks[0].info.dtype).ok() == false || shape.layers > ws.max_layers_) {
-    return InvalidArgument(what + ": chunk 0 has an invalid shape " + shape.ToString() +
-                           " (or more layers than the workspace's " +
-                           std::to_string(ws.max_layers_) + ")");
-  }
   const std::uint32_t channels = shape.kv_heads * shape.head_dim;
-  const bool paged = target.contiguous.empty();
   const std::uint64_t esize = DTypeSize(target.dtype);
-  if (paged) {
+  if (target.contiguous.empty()) {
     if (target.k_cache.size() != shape.layers || target.v_cache.size() != shape.layers ||
-        target.block_tables.size() != chunks.size()) {
+        target.block_tables.size() != chunks) {
       return InvalidArgument(what + ": paged target needs " + std::to_string(shape.layers) +
-                             " K and V cache pointers and " + std::to_string(chunks.size()) +
+                             " K and V cache pointers and " + std::to_string(chunks) +
                              " block tables");
     }
     if (target.page_size == 0 || target.num_pages == 0 || target.row_stride < channels ||
@@ -520,11 +503,49 @@ Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
                                std::to_string(l));
       }
     }
-  } else if (target.contiguous.size() != chunks.size()) {
-    return InvalidArgument(what + ": " + std::to_string(target.contiguous.size()) +
-                           " contiguous outputs for " + std::to_string(chunks.size()) + " chunks");
+    for (std::size_t i = 0; i < chunks; ++i) {
+      if (target.block_tables[i] == nullptr || !Aligned(target.block_tables[i], 4)) {
+        return InvalidArgument(what + ": block table of chunk " + std::to_string(i) +
+                               " is null or misaligned");
+      }
+    }
+    return Status::Ok();
   }
+  if (target.contiguous.size() != chunks) {
+    return InvalidArgument(what + ": " + std::to_string(target.contiguous.size()) +
+                           " contiguous outputs for " + std::to_string(chunks) + " chunks");
+  }
+  for (std::size_t i = 0; i < chunks; ++i) {
+    if (target.contiguous[i] == nullptr || !Aligned(target.contiguous[i], esize)) {
+      return InvalidArgument(what + ": output of chunk " + std::to_string(i) +
+                             " is null or misaligned");
+    }
+  }
+  return Status::Ok();
+}
 
+Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
+                             const CacheGenDecodeTarget& target, CacheGenDecodeWorkspace& ws,
+                             cudaStream_t stream) {
+  const std::string what = "EnqueueDecodeCacheGen";
+  if (ws.pending_chunks_ != 0) {
+    return InvalidArgument(what +
+                           ": the workspace has a batch in flight (call "
+                           "FinishDecodeCacheGen first)");
+  }
+  if (chunks.empty() || chunks.size() > ws.max_chunks_) {
+    return InvalidArgument(what + ": " + std::to_string(chunks.size()) +
+                           " chunks, the workspace takes 1 to " + std::to_string(ws.max_chunks_));
+  }
+  const KvShape shape = chunks[0].info.shape;
+  if (ValidateShape(shape, chunks[0].info.dtype).ok() == false || shape.layers > ws.max_layers_) {
+    return InvalidArgument(what + ": chunk 0 has an invalid shape " + shape.ToString() +
+                           " (or more layers than the workspace's " +
+                           std::to_string(ws.max_layers_) + ")");
+  }
+  KVD_RETURN_IF_ERROR(ValidateDecodeTarget(shape, chunks.size(), target, what));
+  const std::uint32_t channels = shape.kv_heads * shape.head_dim;
+  const bool paged = target.contiguous.empty();
   // Descriptors go inline in the kernel parameters for small batches, else through the
   // workspace's device array (one upload); the same for paged layer pointers.
   CacheGenDecodeParams params{};
@@ -566,16 +587,8 @@ Status EnqueueDecodeCacheGen(std::span<const CacheGenDecodeChunk> chunks,
     d.codes_words = static_cast<std::uint32_t>(in.codes_words);
     d.scale_fp32 = in.scale_dtype == cachegen::kScaleFp32 ? 1u : 0u;
     if (paged) {
-      if (target.block_tables[i] == nullptr || !Aligned(target.block_tables[i], 4)) {
-        return InvalidArgument(what + ": block table of chunk " + std::to_string(i) +
-                               " is null or misaligned");
-      }
       d.block_table = target.block_tables[i];
     } else {
-      if (target.contiguous[i] == nullptr || !Aligned(target.contiguous[i], esize)) {
-        return InvalidArgument(what + ": output of chunk " + std::to_string(i) +
-                               " is null or misaligned");
-      }
       d.out = target.contiguous[i];
     }
   }

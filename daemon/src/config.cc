@@ -235,6 +235,12 @@ const std::vector<KeySpec>& Specs() {
                               ParseSizeIn(v, 1024, 0xffffffffull));
          return Status::Ok();
        }},
+      {"limits.max_lease_bytes",
+       "most bytes one connection may hold leased (LEASE_GET), e.g. 256MiB",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.server.max_lease_bytes, ParseSizeIn(v, 0, 1ull << 50));
+         return Status::Ok();
+       }},
       {"metrics.listen", "HTTP address of /metrics and /healthz, HOST:PORT (empty: none)",
        [](std::string_view v, Config& c) -> Status {
          const auto colon = v.rfind(':');
@@ -481,6 +487,7 @@ std::vector<std::pair<std::string, std::string>> ConfigEntries(const Config& c) 
       {"gpu.device", n(static_cast<std::uint64_t>(c.gpu_device))},
       {"limits.max_key_bytes", n(c.server.limits.max_key_bytes)},
       {"limits.max_value_bytes", n(c.server.limits.max_value_bytes)},
+      {"limits.max_lease_bytes", n(c.server.max_lease_bytes)},
       {"limits.max_batch", n(c.server.limits.max_batch)},
       {"limits.max_body_bytes", n(c.server.limits.max_body_bytes)},
       {"metrics.listen", c.metrics_listen},

@@ -520,6 +520,54 @@ TEST(HackTest, StructuralErrorsAreNamed) {
   }
 }
 
+// InspectHack makes every check of UnpackHack but the codes' (zero-scale codes, sums), with the
+// same statuses; its scale check takes a fast path on small values that must agree at the edges.
+TEST(HackTest, InspectHackAgreesWithUnpackHackOnAllButTheCodes) {
+  const std::vector<std::byte> c = SmallContainer();
+  const ContainerView view = *ParseContainer(c);
+  const HackStructure st = *InspectHack(view);
+  EXPECT_EQ(st.codes.offset, view.Find(SectionKind::kCodes)->offset);
+  EXPECT_EQ(st.scales.length, view.Find(SectionKind::kScales)->length);
+  EXPECT_EQ(st.layout.partitions() * 4, st.scales.length);
+  auto both = [&](SectionKind kind, std::size_t at, std::vector<std::uint8_t> bytes) {
+    std::vector<std::byte> bad = c;
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      bad[view.Find(kind)->offset + at + i] = std::byte{bytes[i]};
+    }
+    ResealAll(bad);
+    const ContainerView v = *ParseContainer(bad);
+    return std::make_pair(InspectHack(v).status(), UnpackHack(v).status());
+  };
+  struct Case {
+    SectionKind kind;
+    std::size_t at;
+    std::vector<std::uint8_t> bytes;  // little-endian
+    bool ok;
+  };
+  const Case cases[] = {
+      {SectionKind::kParams, 1, {48}, false},
+      {SectionKind::kScales, 0, {0xff, 0x6f, 0xff, 0xef}, true},   // scale 8188, min -8188
+      {SectionKind::kScales, 0, {0x00, 0x70, 0xff, 0x6f}, true},   // scale 8192, min 8188
+      {SectionKind::kScales, 0, {0x00, 0x7a, 0x00, 0x00}, false},  // 3 * 49152 >= 65520
+      {SectionKind::kScales, 0, {0x00, 0x74, 0x00, 0x7b}, false},  // min 57344 + 3 * 16384
+      {SectionKind::kScales, 0, {0x00, 0x74, 0x00, 0xfb}, true},   // min -57344 + 3 * 16384
+      {SectionKind::kScales, 0, {0x00, 0x3c, 0x00, 0x7e}, false},  // min NaN
+      {SectionKind::kScales, 4, {0x00, 0xbc}, false},              // entry 1: scale -1
+      {SectionKind::kScales, 4, {0x00, 0x7c}, false},              // entry 1: scale inf
+      {SectionKind::kTail, 1, {0x7e}, false},
+  };
+  for (const Case& k : cases) {
+    const auto [inspect, unpack] = both(k.kind, k.at, k.bytes);
+    EXPECT_EQ(inspect.ok(), k.ok) << inspect.ToString();
+    EXPECT_EQ(inspect.code(), unpack.code()) << unpack.ToString();
+    EXPECT_EQ(inspect.message(), unpack.message());
+  }
+  // The sums are not InspectHack's business.
+  const auto [inspect, unpack] = both(SectionKind::kSums, 0, {0xff});
+  EXPECT_TRUE(inspect.ok());
+  EXPECT_EQ(unpack.code(), StatusCode::kCorruption);
+}
+
 TEST(HackTest, TokensWithinOnePartitionShareItsScale) {
   // Channel orientation: one quantizer per (channel, block); token orientation: per (token, dim
   // group). Checked through the stored scales' count and a tensor whose channels differ in scale.

@@ -77,6 +77,20 @@ Result<HackChunk> QuantizeHack(const KvTensorView& tensor, const HackOptions& op
 Result<std::vector<std::byte>> EncodeHack(const KvTensorView& tensor,
                                           const HackOptions& options = {});
 
+// What a hack-int2 container holds, learned without reading its codes or sums: the checks of
+// UnpackHack on the section set and sizes, the params fields, the scales and the unquantized
+// values (same status codes), plus where each data section lies. For decoders whose codes stay in
+// device memory (cuda/leased.h): the device kernels read any code bytes safely, while the sums'
+// agreement with the codes is left unchecked.
+struct HackStructure {
+  DType dtype = DType::kFloat16;
+  KvShape shape;
+  HackOptions options;  // as stored
+  hack::Layout layout;
+  SectionView scales, sums, codes, tail;  // offsets from the container's start
+};
+Result<HackStructure> InspectHack(const ContainerView& view);
+
 // Validates and unpacks a parsed hack-int2 container. Every structural property is checked
 // (section set and sizes, params fields, finite non-negative scales with min + 3 * scale < 65520,
 // codes of zero-scale partitions are 0, every stored sum equals the sum of its codes, unquantized

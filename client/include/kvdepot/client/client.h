@@ -157,6 +157,8 @@ class SharedArena {
  public:
   // MAP on `connection`, then mmap(PROT_READ, MAP_SHARED) of the descriptor, which is closed.
   static Result<std::unique_ptr<SharedArena>> Map(Connection& connection);
+  // The same over the result of a MAP already made (takes and closes m.host_fd).
+  static Result<std::unique_ptr<SharedArena>> Adopt(Connection::MapResult m);
   ~SharedArena();
   SharedArena(const SharedArena&) = delete;
   SharedArena& operator=(const SharedArena&) = delete;

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "kvdepot/cachegen.h"
@@ -164,6 +165,13 @@ struct CacheGenDecodeTarget {
   std::uint64_t page_stride = 0;  // elements
   std::uint64_t row_stride = 0;   // elements, >= kv_heads * head_dim
 };
+
+// The checks EnqueueDecodeCacheGen makes on `target` for a batch of `chunks` chunks of `shape`
+// (valid dtype; exactly one layout, complete, sized and with non-null aligned pointers); shared by
+// every decoder that writes these layouts (cuda/leased.h). kInvalidArgument naming the field,
+// prefixed with `caller`.
+Status ValidateDecodeTarget(const KvShape& shape, std::size_t chunks,
+                            const CacheGenDecodeTarget& target, std::string_view caller);
 
 // Device scratch of the decoder: per-chunk descriptors, the paged layer pointers, the error word.
 class CacheGenDecodeWorkspace {

@@ -170,13 +170,6 @@ Result<std::vector<std::byte>> TranscodeGpu(std::span<const std::byte> container
                                             const EncodeOptions& options = {},
                                             TranscodeTimings* timings = nullptr);
 
-// Decodes the container of `bytes` bytes at `d_container` (device memory: an imported GPU-tier
-// lease) into `d_out`, a contiguous [layers][2][tokens][kv_heads][head_dim] device buffer of the
-// container's dtype of at least `out_bytes`. The container is copied to the host once to be
-// validated (checksums, structure: a client trusts no daemon's bytes); the decode kernel then
-// reads the device copy in place. cachegen and raw; kUnimplemented for hack-int2 (use
-// cuda::DecodeHackGpu). Synchronises `stream`.
-Status DecodeLeasedChunk(const std::byte* d_container, std::uint64_t bytes, void* d_out,
-                         std::uint64_t out_bytes, cudaStream_t stream);
+// Decoding leased GPU-tier chunks in a client process: kvdepot/cuda/leased.h.
 
 }  // namespace kvdepot::cuda

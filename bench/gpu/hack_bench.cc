@@ -266,7 +266,7 @@ std::string DecodeConfig(std::uint32_t pairs, std::uint64_t tokens, int sms) {
     splits = std::min<std::uint64_t>({16, sms / pairs, units});
   }
   const std::uint64_t ups = (units + splits - 1) / splits;
-  const std::uint64_t warps = std::clamp<std::uint64_t>((ups + 3) / 4, 1, 16);
+  const std::uint64_t warps = std::clamp<std::uint64_t>(ups, 1, 16);
   return std::to_string(pairs * splits) + " CTAs x " + std::to_string(warps) + " warps";
 }
 

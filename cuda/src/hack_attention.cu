@@ -57,7 +57,11 @@ constexpr std::uint32_t kRows = 8;        // head rows per tile
 constexpr std::uint32_t kMaxWarps = 16;
 constexpr std::uint32_t kStages = 2;
 constexpr std::uint32_t kMaxSplits = 16;
-constexpr std::uint32_t kUnitsPerWarp = 4;  // target units per warp when sizing the CTA
+// Target units per warp when sizing the CTA. Decode: one, since a warp works through a unit
+// latency-bound (~11 us at batch 1 on the H200) and more warps per CTA cost little; prefill: four
+// (measured faster at 1K tokens, docs/benchmarks.md).
+constexpr std::uint32_t kDecodeUnitsPerWarp = 1;
+constexpr std::uint32_t kPrefillUnitsPerWarp = 4;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr std::uint32_t kOnes = 0x01010101u;
 constexpr std::uint32_t kLow2 = 0x03030303u;
@@ -838,18 +842,24 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     s_row_l[tid] = L;
   }
   __syncthreads();
+  // Each split's weight per row (0 for a split that saw no key of the row), then the weighted
+  // sums: the loads of one element's splits are independent, so many are in flight at once (this
+  // merge is on the critical path of every split launch).
+  for (std::uint32_t i = tid; i < p.splits * kRows; i += blockDim.x) {
+    const std::uint32_t sp = i / kRows, r = i % kRows;
+    const float m = s_m[sp][r], M = s_row_m[r];
+    s_m[sp][r] = m == -INFINITY || M == -INFINITY ? 0.0f : Exp2(m - M);
+  }
+  __syncthreads();
   for (std::uint32_t i = tid; i < kRows * D; i += blockDim.x) {
     const std::uint32_t r = i / D, d = i % D;
-    const float M = s_row_m[r];
+    const float* src = parts + r * (D + 2) + d;
     float a = 0.0f;
-    if (M != -INFINITY) {
-#pragma unroll 4
-      for (std::uint32_t sp = 0; sp < p.splits; ++sp) {
-        const float m = s_m[sp][r];
-        if (m != -INFINITY) a += __ldcg(parts + (sp * kRows + r) * (D + 2) + d) * Exp2(m - M);
-      }
+#pragma unroll 16
+    for (std::uint32_t sp = 0; sp < p.splits; ++sp) {
+      a = fmaf(__ldcg(src + sp * kRows * (D + 2)), s_m[sp][r], a);
     }
-    write_out(r, d, a, M, s_row_l[r]);
+    write_out(r, d, a, s_row_m[r], s_row_l[r]);
   }
   if (tid == 0) p.counters[pair] = 0;  // ready for the next launch
 }
@@ -953,7 +963,8 @@ Status CheckKv(const char* fn, const HackKvCache& kv, std::uint32_t q_heads, flo
 // Splits, units per split and warps for `tiles` tiles whose keys are at most `max_positions`
 // (on average `mean_positions`: warps are sized for the average tile).
 void SizeGrid(const HackAttentionWorkspace& ws, std::uint64_t max_positions,
-              std::uint64_t mean_positions, HackAttentionParams& params) {
+              std::uint64_t mean_positions, std::uint32_t units_per_warp,
+              HackAttentionParams& params) {
   const std::uint64_t pairs = std::uint64_t{params.tiles} * params.kv_heads;
   const std::uint64_t units = (max_positions + kP - 1) / kP + 1;
   const auto sms = static_cast<std::uint64_t>(std::max(ws.sm_count(), 1));
@@ -965,7 +976,7 @@ void SizeGrid(const HackAttentionWorkspace& ws, std::uint64_t max_positions,
   params.splits = static_cast<std::uint32_t>(splits);
   params.units_per_split = static_cast<std::uint32_t>(ups);
   params.warps = static_cast<std::uint32_t>(
-      std::clamp<std::uint64_t>((mean_ups + kUnitsPerWarp - 1) / kUnitsPerWarp, 1, kMaxWarps));
+      std::clamp<std::uint64_t>((mean_ups + units_per_warp - 1) / units_per_warp, 1, kMaxWarps));
 }
 
 Status Launch(const HackAttentionParams& params, std::uint32_t head_dim, cudaStream_t stream,
@@ -1082,7 +1093,7 @@ Status EnqueueHackDecodeAttention(const HackKvCache& kv, const HackDecodeArgs& a
   params.queries_per_tile = 1;
   params.prefill = 0;
   BindWorkspace(workspace, workspace.device_, workspace.max_counters_, params);
-  SizeGrid(workspace, args.max_tokens, args.max_tokens, params);
+  SizeGrid(workspace, args.max_tokens, args.max_tokens, kDecodeUnitsPerWarp, params);
   if (std::uint64_t{params.tiles} * params.kv_heads * params.splits > 0x7fffffffu) {
     return InvalidArgument(std::string(kFn) + ": batch too large for one launch");
   }
@@ -1138,7 +1149,8 @@ Status EnqueueHackPrefillAttention(const HackKvCache& kv, const HackPrefillArgs&
   params.prefill = 1;
   BindWorkspace(workspace, workspace.device_, workspace.max_counters_, params);
   SizeGrid(workspace, std::uint64_t{args.first_position} + args.queries,
-           std::uint64_t{args.first_position} + (args.queries + 1) / 2, params);
+           std::uint64_t{args.first_position} + (args.queries + 1) / 2, kPrefillUnitsPerWarp,
+           params);
   if (std::uint64_t{params.tiles} * params.kv_heads * params.splits > 0x7fffffffu) {
     return InvalidArgument(std::string(kFn) + ": too many queries for one launch");
   }

@@ -351,6 +351,7 @@ int DaemonMain(int argc, char** argv) {
       Log(LogLevel::kError, "cannot start", {{"error", s.message()}});
       return Fail(1, s.message());
     }
+    metrics.SetLmSource([&lm_server] { return lm_server.stats(); });
   }
   std::unique_ptr<MetricsHttp> http;
   if (!config.metrics_listen.empty()) {

@@ -270,12 +270,14 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
   }
 
   static void CollectLm(const LmServerStats& s, std::vector<MetricFamily>& out) {
-    auto requests = NewFamily("kvdepot_lm_requests_total",
-                              "lm:// (LMCache protocol) requests read, by command",
-                              MetricType::Counter);
-    const std::pair<const char*, std::uint64_t> commands[] = {
-        {"put", s.puts}, {"get", s.gets}, {"exist", s.exists}, {"list", s.lists},
-        {"health", s.health}};
+    auto requests =
+        NewFamily("kvdepot_lm_requests_total", "lm:// (LMCache protocol) requests read, by command",
+                  MetricType::Counter);
+    const std::pair<const char*, std::uint64_t> commands[] = {{"put", s.puts},
+                                                              {"get", s.gets},
+                                                              {"exist", s.exists},
+                                                              {"list", s.lists},
+                                                              {"health", s.health}};
     for (const auto& [command, n] : commands) {
       Add(requests, {{"command", command}}, static_cast<double>(n));
     }
@@ -292,11 +294,10 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
          MetricType::Counter, s.puts_dropped},
         {"kvdepot_lm_connections_open", "lm:// connections open now", MetricType::Gauge,
          s.connections_open},
-        {"kvdepot_lm_connections_accepted_total", "lm:// connections accepted",
-         MetricType::Counter, s.connections_total},
-        {"kvdepot_lm_protocol_errors_total",
-         "lm:// connections closed for breaking the protocol", MetricType::Counter,
-         s.protocol_errors},
+        {"kvdepot_lm_connections_accepted_total", "lm:// connections accepted", MetricType::Counter,
+         s.connections_total},
+        {"kvdepot_lm_protocol_errors_total", "lm:// connections closed for breaking the protocol",
+         MetricType::Counter, s.protocol_errors},
         {"kvdepot_lm_request_timeouts_total",
          "lm:// connections closed because a request did not arrive whole within "
          "limits.request_timeout",

@@ -68,9 +68,11 @@ class ConnectionBase {
 
 class Server::Impl {
  public:
-  Impl(const ServerOptions& options, Store& store, RequestObserver* observer,
-       TranscoderHooks hooks)
-      : options_(options), store_(store), observer_(observer),
+  Impl(const ServerOptions& options, Store& store, RequestObserver* observer, TranscoderHooks hooks)
+      : options_(options),
+        timeouts_(options.request_timeout, options.idle_timeout),
+        store_(store),
+        observer_(observer),
         transcoder_(std::make_unique<Transcoder>(options.transcode_threads, std::move(hooks))) {
     // One io_context per I/O thread, each connection bound to one of them: a connection's
     // handlers always run on the same thread (no cross-thread wake-ups, no strand needed).
@@ -111,6 +113,11 @@ class Server::Impl {
 
   // Called by connections.
   const ServerOptions& options() const { return options_; }
+  // The request and idle timeouts in force (options_ has the ones at start).
+  const ConnectionTimeouts& timeouts() const { return timeouts_; }
+  void SetTimeouts(std::chrono::milliseconds request, std::chrono::milliseconds idle) {
+    timeouts_.Set(request, idle);
+  }
   Store& store() { return store_; }
   Transcoder& transcoder() { return *transcoder_; }
   RequestObserver* observer() const { return observer_; }
@@ -143,6 +150,7 @@ class Server::Impl {
   void Accept(Acceptor& acceptor);
 
   ServerOptions options_;
+  ConnectionTimeouts timeouts_;
   Store& store_;
   RequestObserver* const observer_;
   std::unique_ptr<Transcoder> transcoder_;
@@ -263,8 +271,7 @@ class Connection : public ConnectionBase,
                                                        auto ec, std::size_t n) {
       self->Received(n);
       if (ec) return self->HeaderFailed();
-      self->request_deadline_ = std::chrono::steady_clock::now() +
-                                self->server_.options().request_timeout;
+      self->request_started_ = std::chrono::steady_clock::now();
       if (n == self->header_.size()) {
         self->awaiting_header_ = false;
         return self->OnHeader();
@@ -294,7 +301,7 @@ class Connection : public ConnectionBase,
   }
 
   // The current request has been read to its end.
-  void RequestRead() { request_deadline_ = std::chrono::steady_clock::time_point::max(); }
+  void RequestRead() { request_started_ = std::chrono::steady_clock::time_point::max(); }
 
   void OnHeader() {
     auto h = protocol::DecodeFrameHeader(header_, limits_, /*expect_response=*/false);
@@ -740,8 +747,8 @@ class Connection : public ConnectionBase,
     if (!q.ok()) return RequestError(h, q.status());
     if (Status s = CheckKeys(q->keys); !s.ok()) return RequestError(h, s);
     for (std::uint32_t i = 0; i < q->keys.size(); ++i) {
-      get_backlog_.push_back({h, std::string(q->keys[i]), i, i + 1 == q->keys.size(),
-                              ReserveSlot(), static_cast<int>(q->codec), nullptr});
+      get_backlog_.push_back({h, std::string(q->keys[i]), i, i + 1 == q->keys.size(), ReserveSlot(),
+                              static_cast<int>(q->codec), nullptr});
     }
     PumpGets();
   }
@@ -786,8 +793,8 @@ class Connection : public ConnectionBase,
     if (!keys.ok()) return RequestError(h, keys.status());
     if (Status s = CheckKeys(*keys); !s.ok()) return RequestError(h, s);
     for (std::uint32_t i = 0; i < keys->size(); ++i) {
-      get_backlog_.push_back({h, std::string((*keys)[i]), i, i + 1 == keys->size(),
-                              ReserveSlot(), -1, nullptr});
+      get_backlog_.push_back(
+          {h, std::string((*keys)[i]), i, i + 1 == keys->size(), ReserveSlot(), -1, nullptr});
     }
     PumpGets();
   }
@@ -1091,13 +1098,12 @@ class Connection : public ConnectionBase,
     last_progress_ = std::chrono::steady_clock::now();
   }
 
-  // The watchdog ticks at a quarter of the shortest timeout (10 ms to 1 s) while the connection
-  // is open; a timeout therefore fires up to a tick late.
+  // The watchdog ticks at a quarter of the shortest timeout (10 ms to 1 s; 1 s with both off)
+  // while the connection is open, reading the server's current timeouts (SIGHUP may change
+  // them) at every tick; a timeout therefore fires up to a tick late.
   void ArmWatchdog() {
-    const ServerOptions& o = server_.options();
-    const auto tick = WatchdogTick(o.request_timeout, o.idle_timeout);
-    if (tick.count() == 0 || closed_) return;
-    watchdog_.expires_after(tick);
+    if (closed_) return;
+    watchdog_.expires_after(server_.timeouts().Tick());
     watchdog_.async_wait([self = this->shared_from_this()](boost::system::error_code ec) {
       if (!ec && !self->closed_) self->CheckTimeouts();
     });
@@ -1107,13 +1113,16 @@ class Connection : public ConnectionBase,
   // moved no byte either way for idle_timeout while no store operation was pending (an idle
   // client, or one that stopped reading its responses).
   void CheckTimeouts() {
-    const ServerOptions& o = server_.options();
+    const auto request_timeout = server_.timeouts().request();
+    const auto idle_timeout = server_.timeouts().idle();
     const auto now = std::chrono::steady_clock::now();
-    if (o.request_timeout.count() > 0 && now >= request_deadline_) {
+    if (request_timeout.count() > 0 &&
+        request_started_ != std::chrono::steady_clock::time_point::max() &&
+        now - request_started_ >= request_timeout) {
       ++server_.request_timeouts_;
       return Close();
     }
-    if (o.idle_timeout.count() > 0 && store_ops_ == 0 && now - last_progress_ >= o.idle_timeout) {
+    if (idle_timeout.count() > 0 && store_ops_ == 0 && now - last_progress_ >= idle_timeout) {
       ++server_.idle_timeouts_;
       return Close();
     }
@@ -1198,8 +1207,9 @@ class Connection : public ConnectionBase,
   bool closed_ = false;
   asio::steady_timer watchdog_;
   std::chrono::steady_clock::time_point last_progress_{};
-  std::chrono::steady_clock::time_point request_deadline_ =
-      std::chrono::steady_clock::time_point::max();  // of the request being read
+  // The first byte of the request being read (max: none).
+  std::chrono::steady_clock::time_point request_started_ =
+      std::chrono::steady_clock::time_point::max();
   std::uint32_t store_ops_ = 0;                       // store calls whose callback has not run
 };
 
@@ -1475,5 +1485,9 @@ std::uint16_t Server::tcp_port() const { return impl_->tcp_port(); }
 void Server::Stop() { impl_->Stop(); }
 ServerStats Server::stats() const { return impl_->stats(); }
 void Server::Probe(std::function<void()> done) { impl_->Probe(std::move(done)); }
+void Server::SetTimeouts(std::chrono::milliseconds request_timeout,
+                         std::chrono::milliseconds idle_timeout) {
+  impl_->SetTimeouts(request_timeout, idle_timeout);
+}
 
 }  // namespace kvdepot::daemon

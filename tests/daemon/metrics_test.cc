@@ -251,9 +251,9 @@ TEST(MetricsLmTest, LmListenerCountersAreExported) {
   const int fd = ConnectLoopback(lm.port());
   ASSERT_GE(fd, 0);
   const std::string payload(1000, 'p');
-  ASSERT_TRUE(send_all(fd, header(1, 1000, "model@1@0@aa") + payload));        // stored
-  ASSERT_TRUE(send_all(fd, header(1, 5 << 20, "model@1@0@bb") +               // over capacity:
-                               std::string(5 << 20, 'q')));                   // read, dropped
+  ASSERT_TRUE(send_all(fd, header(1, 1000, "model@1@0@aa") + payload));  // stored
+  ASSERT_TRUE(send_all(fd, header(1, 5 << 20, "model@1@0@bb") +          // over capacity:
+                               std::string(5 << 20, 'q')));              // read, dropped
   ASSERT_TRUE(send_all(fd, header(2, 0, "model@1@0@aa")));
   EXPECT_EQ(reply_code(fd), 200);
   ASSERT_TRUE(send_all(fd, header(2, 0, "model@1@0@zz")));

@@ -342,13 +342,12 @@ TEST_F(ZeroCopyTest, SsdChunksAreReadIntoTheArenaAndLeased) {
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (i == 3) continue;
     const protocol::Lease& l = (*leases)[i];
-    ASSERT_EQ(l.status, StatusCode::kOk) << i << " " << keys[i] << ", arena fallbacks "
-                                         << tier_->stats().arena_fallbacks;
+    ASSERT_EQ(l.status, StatusCode::kOk)
+        << i << " " << keys[i] << ", arena fallbacks " << tier_->stats().arena_fallbacks;
     EXPECT_EQ(l.tier, protocol::Tier::kHost) << "an offset into the host arena";
     auto view = (*arena)->View(l);
     ASSERT_TRUE(view.ok()) << view.status().ToString();
-    const std::vector<std::byte> want =
-        i == 7 ? hot : on_ssd[next_ssd++].second;
+    const std::vector<std::byte> want = i == 7 ? hot : on_ssd[next_ssd++].second;
     EXPECT_TRUE(std::equal(view->begin(), view->end(), want.begin(), want.end())) << keys[i];
     ids.push_back(l.lease_id);
   }
@@ -366,8 +365,8 @@ TEST_F(ZeroCopyTest, SsdChunksAreReadIntoTheArenaAndLeased) {
     if (i == 3 || i == 7) continue;
     auto view = (*arena)->View((*leases)[i]);
     ASSERT_TRUE(view.ok());
-    EXPECT_TRUE(std::equal(view->begin(), view->end(), on_ssd[s].second.begin(),
-                           on_ssd[s].second.end()));
+    EXPECT_TRUE(
+        std::equal(view->begin(), view->end(), on_ssd[s].second.begin(), on_ssd[s].second.end()));
     ++s;
   }
   EXPECT_LE(tier_->stats().bytes, tier_->capacity());
@@ -424,8 +423,8 @@ TEST_F(ZeroCopyTest, ACorruptSsdCopyLeasesAsNotFound) {
   ASSERT_TRUE(tier_->Erase("victim"));  // cold: only the SSD copies remain
   ASSERT_TRUE(tier_->Erase("bystander"));
   std::filesystem::path seg;
-  for (const auto& f : std::filesystem::directory_iterator(
-           std::filesystem::path(ssd_dir_) / "segments")) {
+  for (const auto& f :
+       std::filesystem::directory_iterator(std::filesystem::path(ssd_dir_) / "segments")) {
     seg = f.path();
   }
   ASSERT_FALSE(seg.empty());
@@ -481,8 +480,7 @@ TEST_F(ZeroCopyTest, SsdLeasesKeepResponseOrderAndTheLeaseBound) {
   ASSERT_TRUE(leases.ok()) << leases.status().ToString();
   ASSERT_EQ(leases->size(), keys.size());
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    EXPECT_EQ((*leases)[i].status, i < 3 ? StatusCode::kOk : StatusCode::kResourceExhausted)
-        << i;
+    EXPECT_EQ((*leases)[i].status, i < 3 ? StatusCode::kOk : StatusCode::kResourceExhausted) << i;
   }
   auto second = c->ReadResponse(body);
   ASSERT_TRUE(second.ok());

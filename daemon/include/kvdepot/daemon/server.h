@@ -113,6 +113,12 @@ class Server {
 
   ServerStats stats() const;
 
+  // Replaces request_timeout and idle_timeout (0 = off) for new and open connections alike; an
+  // open connection picks them up at its watchdog's next tick (within 1 s). Any thread, any time
+  // (SIGHUP reload).
+  void SetTimeouts(std::chrono::milliseconds request_timeout,
+                   std::chrono::milliseconds idle_timeout);
+
   // Liveness probe for the service watchdog: posts a no-op to every I/O thread's queue and runs
   // `done` (on an I/O thread) once all of them have run it, i.e. once every event loop has gone
   // round. `done` never runs when a loop is stuck or the server is stopped. Call after Start().

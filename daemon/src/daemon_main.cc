@@ -51,7 +51,8 @@ void PrintHelp() {
   std::printf(
       "\nSIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.\n"
       "SIGHUP: re-read --config FILE (flags still override it) and apply what can change at run\n"
-      "time (log_level, host.capacity, existing namespace quotas); other changes are logged.\n");
+      "time (log_level, host.capacity, existing namespace quotas, limits.request_timeout,\n"
+      "limits.idle_timeout); other changes are logged.\n");
 }
 
 int Fail(int code, const std::string& message) {
@@ -147,7 +148,7 @@ std::string Join(const std::vector<std::string>& items) {
 
 // SIGHUP: re-reads the configuration and applies what can change at run time.
 void Reload(const std::string& config_file, const std::vector<std::string_view>& flags,
-            Config& running, HostTier& host, Metrics& metrics) {
+            Config& running, HostTier& host, const ReloadTargets& listeners, Metrics& metrics) {
   NotifyReloading();
   Config next;
   if (Status s = LoadConfig(config_file, flags, next); !s.ok()) {
@@ -155,7 +156,7 @@ void Reload(const std::string& config_file, const std::vector<std::string_view>&
         {{"file", config_file}, {"error", s.message()}});
     metrics.OnReload(false);
   } else {
-    const ReloadResult r = ApplyReload(next, running, host);
+    const ReloadResult r = ApplyReload(next, running, host, listeners);
     Log(LogLevel::kInfo, "config reloaded",
         {{"file", config_file.empty() ? "(none: flags only)" : config_file},
          {"applied", Join(r.applied)},
@@ -351,6 +352,7 @@ int DaemonMain(int argc, char** argv) {
       Log(LogLevel::kError, "cannot start", {{"error", s.message()}});
       return Fail(1, s.message());
     }
+    metrics.SetLmSource([&lm_server] { return lm_server.stats(); });
   }
   std::unique_ptr<MetricsHttp> http;
   if (!config.metrics_listen.empty()) {
@@ -412,7 +414,7 @@ int DaemonMain(int argc, char** argv) {
       sigwait(&signals, &signo);
       if (signo != SIGHUP) break;
       Log(LogLevel::kInfo, "received SIGHUP: reloading the configuration");
-      Reload(config_file, flags, config, host, metrics);
+      Reload(config_file, flags, config, host, ReloadTargets{&server, &lm_server}, metrics);
     }
     if (http) http->SetHealth(Health::kDraining);
     NotifyStopping();

@@ -38,4 +38,9 @@ std::chrono::milliseconds WatchdogTick(std::chrono::milliseconds request_timeout
   return std::clamp(shortest / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
 }
 
+std::chrono::milliseconds ConnectionTimeouts::Tick() const {
+  const auto tick = WatchdogTick(request(), idle());
+  return tick.count() == 0 ? std::chrono::milliseconds(1000) : tick;
+}
+
 }  // namespace kvdepot::daemon

@@ -1,10 +1,11 @@
 // What the daemon's two listeners (native protocol, lm://) share: parsing "HOST:PORT" listen
-// addresses (HOST an IPv4 or IPv6 literal, the latter optionally in brackets) and the period of
-// the per-connection timeout watchdog.
+// addresses (HOST an IPv4 or IPv6 literal, the latter optionally in brackets), the period of
+// the per-connection timeout watchdog and the timeouts it enforces.
 #pragma once
 
 #include <utility>  // before Boost.Asio: Boost 1.74 under C++20 needs std::exchange declared
 
+#include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <chrono>
 #include <string>
@@ -21,8 +22,38 @@ Result<boost::asio::ip::tcp::endpoint> ParseListenAddress(std::string_view what,
 
 // The watchdog period for a connection's request and idle timeouts (0 = off): a quarter of the
 // shortest enabled one, within 10 ms .. 1 s, so a timeout fires at most a tick late; 0 when
-// both are off (no watchdog).
+// both are off.
 std::chrono::milliseconds WatchdogTick(std::chrono::milliseconds request_timeout,
                                        std::chrono::milliseconds idle_timeout);
+
+// A listener's request and idle timeouts (0 = off), swappable while it runs (SIGHUP reload).
+// Every connection's watchdog reads them at each tick and re-arms with Tick(), so a new value
+// reaches existing connections within one tick (at most 1 s) and new ones at once. A request
+// already being read is measured against the new request timeout from its first byte.
+// Thread-safe: Set from any thread, read from the I/O threads (relaxed atomics; the two values
+// are independent).
+class ConnectionTimeouts {
+ public:
+  ConnectionTimeouts(std::chrono::milliseconds request, std::chrono::milliseconds idle) {
+    Set(request, idle);
+  }
+  void Set(std::chrono::milliseconds request, std::chrono::milliseconds idle) {
+    request_ms_.store(request.count(), std::memory_order_relaxed);
+    idle_ms_.store(idle.count(), std::memory_order_relaxed);
+  }
+  std::chrono::milliseconds request() const {
+    return std::chrono::milliseconds(request_ms_.load(std::memory_order_relaxed));
+  }
+  std::chrono::milliseconds idle() const {
+    return std::chrono::milliseconds(idle_ms_.load(std::memory_order_relaxed));
+  }
+  // The watchdog period for the current values: WatchdogTick, or 1 s when both are off (the
+  // watchdog keeps ticking so that a reload turning a timeout on reaches open connections).
+  std::chrono::milliseconds Tick() const;
+
+ private:
+  std::atomic<std::chrono::milliseconds::rep> request_ms_{0};
+  std::atomic<std::chrono::milliseconds::rep> idle_ms_{0};
+};
 
 }  // namespace kvdepot::daemon

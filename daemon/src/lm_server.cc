@@ -47,7 +47,10 @@ class LmConnection;
 
 class LmServer::Impl {
  public:
-  Impl(const LmServerOptions& options, Store& store) : options_(options), store_(store) {}
+  Impl(const LmServerOptions& options, Store& store)
+      : options_(options),
+        timeouts_(options.request_timeout, options.idle_timeout),
+        store_(store) {}
   ~Impl() { Stop(); }
 
   Status Start();
@@ -56,6 +59,11 @@ class LmServer::Impl {
   LmServerStats stats() const;
 
   const LmServerOptions& options() const { return options_; }
+  // The request and idle timeouts in force (options_ has the ones at start).
+  const ConnectionTimeouts& timeouts() const { return timeouts_; }
+  void SetTimeouts(std::chrono::milliseconds request, std::chrono::milliseconds idle) {
+    timeouts_.Set(request, idle);
+  }
   Store& store() { return store_; }
   const std::string& prefix() const { return prefix_; }
   Counters& counters() { return *counters_; }
@@ -79,6 +87,7 @@ class LmServer::Impl {
   std::vector<std::shared_ptr<LmConnection>> Live();
 
   LmServerOptions options_;
+  ConnectionTimeouts timeouts_;
   Store& store_;
   std::string prefix_;
   std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
@@ -132,7 +141,7 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
   void ReadHeader() {
     if (draining_ || closed_) return Close();
     idle_ = true;
-    request_deadline_ = std::chrono::steady_clock::time_point::max();
+    request_started_ = std::chrono::steady_clock::time_point::max();
     // What is there of the header (usually all of it); the request's clock starts with its first
     // byte.
     socket_.async_read_some(
@@ -141,8 +150,7 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
           self->idle_ = false;
           self->Received(n);
           if (ec) return self->Close();  // EOF, reset, shutdown
-          self->request_deadline_ =
-              std::chrono::steady_clock::now() + self->server_.options().request_timeout;
+          self->request_started_ = std::chrono::steady_clock::now();
           if (n == self->header_.size()) return self->OnHeader();
           asio::async_read(self->socket_,
                            asio::buffer(self->header_.data() + n, self->header_.size() - n),
@@ -160,25 +168,27 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
   }
 
   // ---- timeouts (see LmServerOptions) ---------------------------------------------------------
-  // Ticks at a quarter of the shortest timeout (10 ms to 1 s) while the connection is open.
+  // Ticks at a quarter of the shortest timeout (10 ms to 1 s; 1 s with both off) while the
+  // connection is open, reading the listener's current timeouts (SIGHUP may change them).
   void ArmWatchdog() {
-    const LmServerOptions& o = server_.options();
-    const auto tick = WatchdogTick(o.request_timeout, o.idle_timeout);
-    if (tick.count() == 0 || closed_) return;
-    watchdog_.expires_after(tick);
+    if (closed_) return;
+    watchdog_.expires_after(server_.timeouts().Tick());
     watchdog_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (!ec && !self->closed_) self->CheckTimeouts();
     });
   }
 
   void CheckTimeouts() {
-    const LmServerOptions& o = server_.options();
+    const auto request_timeout = server_.timeouts().request();
+    const auto idle_timeout = server_.timeouts().idle();
     const auto now = std::chrono::steady_clock::now();
-    if (o.request_timeout.count() > 0 && now >= request_deadline_) {
+    if (request_timeout.count() > 0 &&
+        request_started_ != std::chrono::steady_clock::time_point::max() &&
+        now - request_started_ >= request_timeout) {
       ++counters_->request_timeouts;
       return Close();
     }
-    if (o.idle_timeout.count() > 0 && !in_store_ && now - last_progress_ >= o.idle_timeout) {
+    if (idle_timeout.count() > 0 && !in_store_ && now - last_progress_ >= idle_timeout) {
       ++counters_->idle_timeouts;
       return Close();
     }
@@ -193,7 +203,7 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
     }
     lm::Request r = std::move(*decoded);
     if (r.command != lm::kCommandPut) {
-      request_deadline_ = std::chrono::steady_clock::time_point::max();  // read whole
+      request_started_ = std::chrono::steady_clock::time_point::max();  // read whole
     }
     switch (r.command) {
       case lm::kCommandPut: return HandlePut(std::move(r));
@@ -230,7 +240,7 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
                                                              std::size_t n) mutable {
           self->Received(n);
           if (ec) return self->Close();  // the value is dropped with its charge
-          self->request_deadline_ = std::chrono::steady_clock::time_point::max();
+          self->request_started_ = std::chrono::steady_clock::time_point::max();
           self->server_.store().Put(key, std::move(v), [c = self->counters_](Status s) {
             if (!s.ok()) ++c->puts_dropped;  // a durable write failed; memory copy still served
           });
@@ -366,8 +376,9 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
   bool in_store_ = false;  // a GET waits for the store
   asio::steady_timer watchdog_;
   std::chrono::steady_clock::time_point last_progress_{};
-  std::chrono::steady_clock::time_point request_deadline_ =
-      std::chrono::steady_clock::time_point::max();  // of the request being read
+  // The first byte of the request being read (max: none).
+  std::chrono::steady_clock::time_point request_started_ =
+      std::chrono::steady_clock::time_point::max();
 };
 
 }  // namespace
@@ -476,5 +487,9 @@ Status LmServer::Start() { return impl_->Start(); }
 std::uint16_t LmServer::port() const { return impl_->port(); }
 void LmServer::Stop() { impl_->Stop(); }
 LmServerStats LmServer::stats() const { return impl_->stats(); }
+void LmServer::SetTimeouts(std::chrono::milliseconds request_timeout,
+                           std::chrono::milliseconds idle_timeout) {
+  impl_->SetTimeouts(request_timeout, idle_timeout);
+}
 
 }  // namespace kvdepot::daemon

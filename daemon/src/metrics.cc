@@ -215,6 +215,10 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     std::lock_guard lock(mu_);
     ssd_ = std::move(source);
   }
+  void SetLm(std::function<LmServerStats()> source) {
+    std::lock_guard lock(mu_);
+    lm_ = std::move(source);
+  }
 
   std::vector<MetricFamily> Collect() const override {
     std::lock_guard lock(mu_);
@@ -231,6 +235,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     if (server_) CollectServer(server_(), out);
     CollectTiers(out);
     if (ssd_) CollectSsd(ssd_(), out);
+    if (lm_) CollectLm(lm_(), out);
     return out;
   }
 
@@ -252,6 +257,57 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
         {"kvdepot_network_receive_bytes_total", "Protocol bytes read from clients",
          MetricType::Counter, s.bytes_in},
         {"kvdepot_network_transmit_bytes_total", "Protocol bytes written to clients",
+         MetricType::Counter, s.bytes_out},
+        {"kvdepot_auth_failures_total",
+         "Connections refused by authentication (a request before AUTH, a wrong or malformed "
+         "token)",
+         MetricType::Counter, s.auth_failures},
+        {"kvdepot_tls_handshake_failures_total",
+         "TCP connections closed because their TLS handshake failed", MetricType::Counter,
+         s.tls_handshake_failures},
+    };
+    AddRows(rows, out);
+  }
+
+  static void CollectLm(const LmServerStats& s, std::vector<MetricFamily>& out) {
+    auto requests =
+        NewFamily("kvdepot_lm_requests_total", "lm:// (LMCache protocol) requests read, by command",
+                  MetricType::Counter);
+    const std::pair<const char*, std::uint64_t> commands[] = {{"put", s.puts},
+                                                              {"get", s.gets},
+                                                              {"exist", s.exists},
+                                                              {"list", s.lists},
+                                                              {"health", s.health}};
+    for (const auto& [command, n] : commands) {
+      Add(requests, {{"command", command}}, static_cast<double>(n));
+    }
+    out.push_back(std::move(requests));
+    auto hits = NewFamily("kvdepot_lm_hits_total",
+                          "lm:// GETs that returned a value and EXISTs that found the key",
+                          MetricType::Counter);
+    Add(hits, {{"command", "get"}}, static_cast<double>(s.get_hits));
+    Add(hits, {{"command", "exist"}}, static_cast<double>(s.exist_hits));
+    out.push_back(std::move(hits));
+    const UnlabelledRow rows[] = {
+        {"kvdepot_lm_puts_dropped_total",
+         "lm:// PUT payloads read but not stored (no room, empty key, a failed durable write)",
+         MetricType::Counter, s.puts_dropped},
+        {"kvdepot_lm_connections_open", "lm:// connections open now", MetricType::Gauge,
+         s.connections_open},
+        {"kvdepot_lm_connections_accepted_total", "lm:// connections accepted", MetricType::Counter,
+         s.connections_total},
+        {"kvdepot_lm_protocol_errors_total", "lm:// connections closed for breaking the protocol",
+         MetricType::Counter, s.protocol_errors},
+        {"kvdepot_lm_request_timeouts_total",
+         "lm:// connections closed because a request did not arrive whole within "
+         "limits.request_timeout",
+         MetricType::Counter, s.request_timeouts},
+        {"kvdepot_lm_idle_timeouts_total",
+         "lm:// connections closed after moving nothing for limits.idle_timeout",
+         MetricType::Counter, s.idle_timeouts},
+        {"kvdepot_lm_network_receive_bytes_total", "Bytes read from lm:// clients",
+         MetricType::Counter, s.bytes_in},
+        {"kvdepot_lm_network_transmit_bytes_total", "Bytes written to lm:// clients",
          MetricType::Counter, s.bytes_out},
     };
     AddRows(rows, out);
@@ -357,6 +413,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
   std::vector<std::pair<std::string, std::function<TierStats()>>> tiers_;
   std::function<ServerStats()> server_;
   std::function<SsdTierStats()> ssd_;
+  std::function<LmServerStats()> lm_;
 };
 
 Metrics::Metrics(std::string version)
@@ -393,6 +450,10 @@ void Metrics::SetServerSource(std::function<ServerStats()> source) {
 
 void Metrics::SetSsdSource(std::function<SsdTierStats()> source) {
   collector_->SetSsd(std::move(source));
+}
+
+void Metrics::SetLmSource(std::function<LmServerStats()> source) {
+  collector_->SetLm(std::move(source));
 }
 
 void Metrics::OnRequest(protocol::Op op, StatusCode status,

@@ -30,7 +30,8 @@ std::string Unhex(std::string_view hex) {
 
 }  // namespace
 
-ReloadResult ApplyReload(const Config& next, Config& running, HostTier& host) {
+ReloadResult ApplyReload(const Config& next, Config& running, HostTier& host,
+                         const ReloadTargets& listeners) {
   ReloadResult result;
   const auto before = Entries(running);
   const auto after = Entries(next);
@@ -57,6 +58,29 @@ ReloadResult ApplyReload(const Config& next, Config& running, HostTier& host) {
         result.applied.push_back(key);
         continue;
       }
+    }
+    if (key == "limits.request_timeout" || key == "limits.idle_timeout") {
+      // One key for both listeners (config.cc sets server and lm alike); each listener's
+      // watchdogs read the pair at their next tick.
+      running.server.request_timeout = running.lm.request_timeout = next.server.request_timeout;
+      running.server.idle_timeout = running.lm.idle_timeout = next.server.idle_timeout;
+      std::string reached;
+      if (listeners.server != nullptr) {
+        listeners.server->SetTimeouts(running.server.request_timeout, running.server.idle_timeout);
+        reached = "native";
+      }
+      if (listeners.lm != nullptr) {
+        listeners.lm->SetTimeouts(running.lm.request_timeout, running.lm.idle_timeout);
+        reached += reached.empty() ? "lm" : ",lm";
+      }
+      Log(LogLevel::kInfo, "connection timeout changed",
+          {{"key", key},
+           {"from", from},
+           {"to", to},
+           {"listeners", reached.empty() ? "none" : reached},
+           {"connections", "new and open"}});
+      result.applied.push_back(key);
+      continue;
     }
     if (key.rfind(kQuotaPrefix, 0) == 0 && before.count(key) != 0 && after.count(key) != 0) {
       const std::string id = Unhex(std::string_view(key).substr(kQuotaPrefix.size()));

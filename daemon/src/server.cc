@@ -68,9 +68,11 @@ class ConnectionBase {
 
 class Server::Impl {
  public:
-  Impl(const ServerOptions& options, Store& store, RequestObserver* observer,
-       TranscoderHooks hooks)
-      : options_(options), store_(store), observer_(observer),
+  Impl(const ServerOptions& options, Store& store, RequestObserver* observer, TranscoderHooks hooks)
+      : options_(options),
+        timeouts_(options.request_timeout, options.idle_timeout),
+        store_(store),
+        observer_(observer),
         transcoder_(std::make_unique<Transcoder>(options.transcode_threads, std::move(hooks))) {
     // One io_context per I/O thread, each connection bound to one of them: a connection's
     // handlers always run on the same thread (no cross-thread wake-ups, no strand needed).
@@ -111,6 +113,11 @@ class Server::Impl {
 
   // Called by connections.
   const ServerOptions& options() const { return options_; }
+  // The request and idle timeouts in force (options_ has the ones at start).
+  const ConnectionTimeouts& timeouts() const { return timeouts_; }
+  void SetTimeouts(std::chrono::milliseconds request, std::chrono::milliseconds idle) {
+    timeouts_.Set(request, idle);
+  }
   Store& store() { return store_; }
   Transcoder& transcoder() { return *transcoder_; }
   RequestObserver* observer() const { return observer_; }
@@ -143,6 +150,7 @@ class Server::Impl {
   void Accept(Acceptor& acceptor);
 
   ServerOptions options_;
+  ConnectionTimeouts timeouts_;
   Store& store_;
   RequestObserver* const observer_;
   std::unique_ptr<Transcoder> transcoder_;
@@ -240,6 +248,7 @@ class Connection : public ConnectionBase,
 
  private:
   struct PendingGet;  // below
+  struct LeaseBatch;
 
   // ---- reading ------------------------------------------------------------------------------
   void ReadHeader() {
@@ -262,8 +271,7 @@ class Connection : public ConnectionBase,
                                                        auto ec, std::size_t n) {
       self->Received(n);
       if (ec) return self->HeaderFailed();
-      self->request_deadline_ = std::chrono::steady_clock::now() +
-                                self->server_.options().request_timeout;
+      self->request_started_ = std::chrono::steady_clock::now();
       if (n == self->header_.size()) {
         self->awaiting_header_ = false;
         return self->OnHeader();
@@ -293,7 +301,7 @@ class Connection : public ConnectionBase,
   }
 
   // The current request has been read to its end.
-  void RequestRead() { request_deadline_ = std::chrono::steady_clock::time_point::max(); }
+  void RequestRead() { request_started_ = std::chrono::steady_clock::time_point::max(); }
 
   void OnHeader() {
     auto h = protocol::DecodeFrameHeader(header_, limits_, /*expect_response=*/false);
@@ -604,6 +612,12 @@ class Connection : public ConnectionBase,
     return info;
   }
 
+  // LEASE_GET. Keys in shared memory now (the GPU pool, the host arena) are resolved at once; a
+  // key only on the SSD tier is read through the store like a GET item (queued in get_backlog_,
+  // at most kMaxOutstandingGets reads at a time, never on this thread), into a host-tier
+  // allocation that is leased when it landed in the arena. Leases are granted in key order
+  // (GrantLeases), so max_lease_bytes takes the keys in the order asked whatever order the reads
+  // finish in; the one response frame fills the slot reserved here, keeping response order.
   void HandleLeaseGet(const FrameHeader& h) {
     if (!kIsUnix) {
       return RequestError(h, Unavailable("lease_get: shared memory is offered on the Unix socket "
@@ -612,11 +626,16 @@ class Connection : public ConnectionBase,
     auto q = protocol::DecodeLeaseGetRequest(body_, limits_);
     if (!q.ok()) return RequestError(h, q.status());
     if (Status s = CheckKeys(q->keys); !s.ok()) return RequestError(h, s);
-    std::vector<protocol::Lease> out;
-    out.reserve(q->keys.size());
+    auto batch = std::make_shared<LeaseBatch>();
+    batch->header = h;
+    batch->leases.resize(q->keys.size());
+    batch->holds.resize(q->keys.size());
+    batch->state.assign(q->keys.size(), LeaseBatch::kResolved);
+    batch->slot = ReserveSlot();
     Store& store = server_.store();
-    for (std::string_view key : q->keys) {
-      protocol::Lease l;
+    for (std::uint32_t i = 0; i < q->keys.size(); ++i) {
+      const std::string_view key = q->keys[i];
+      protocol::Lease& l = batch->leases[i];
       std::shared_ptr<const void> hold;
       DeviceTier* device = store.device();
       if (device != nullptr && q->tier != protocol::Tier::kHost) {
@@ -628,13 +647,14 @@ class Connection : public ConnectionBase,
         }
       }
       if (!hold && q->tier != protocol::Tier::kGpu) {
+        if (store.ssd() != nullptr && store.Locate(key) == protocol::Tier::kSsd) {
+          // Only on the SSD tier: read it into host memory (GrantLeases answers it).
+          batch->state[i] = LeaseBatch::kReading;
+          get_backlog_.push_back({h, std::string(key), i, false, 0, -1, batch});
+          continue;
+        }
         if (ValueRef v = store.host().Get(key)) {
-          if (v->arena_offset()) {
-            l.tier = protocol::Tier::kHost;
-            l.offset = *v->arena_offset();
-            l.length = v->bytes().size();
-            hold = std::move(v);
-          } else {
+          if (!LeaseHostValue(std::move(v), l, hold)) {
             l.status = StatusCode::kUnavailable;  // in private memory: use GET
           }
         }
@@ -644,19 +664,64 @@ class Connection : public ConnectionBase,
         l.status = store.Locate(key) == protocol::Tier::kNone ? StatusCode::kNotFound
                                                               : StatusCode::kUnavailable;
       }
-      if (hold && leased_bytes_ + l.length > server_.options().max_lease_bytes) {
-        hold.reset();
+      batch->holds[i] = std::move(hold);
+    }
+    GrantLeases(*batch);
+    PumpGets();
+  }
+
+  // Fills `l` for a host value in the shared arena and moves it into `hold`; false (nothing
+  // changed) for a value in private memory.
+  static bool LeaseHostValue(ValueRef v, protocol::Lease& l, std::shared_ptr<const void>& hold) {
+    if (!v->arena_offset()) return false;
+    l.tier = protocol::Tier::kHost;
+    l.offset = *v->arena_offset();
+    l.length = v->bytes().size();
+    hold = std::move(v);
+    return true;
+  }
+
+  // A LEASE_GET key read from the SSD tier (through Store::Get, which verifies its checksum and
+  // promotes per ssd.promotion): leased when the value is in the arena, whether or not it was
+  // promoted; a miss (absent, or a copy that failed verification) is not_found; a read error
+  // keeps its code (io_error, resource_exhausted without host memory for the buffer).
+  void OnLeaseRead(const PendingGet& g, Result<Found> found) {
+    StoreDone();
+    LeaseBatch& b = *g.lease;
+    protocol::Lease& l = b.leases[g.index];
+    if (!found.ok()) {
+      l.status = found.status().code();
+    } else if (!LeaseHostValue(std::move(found->value), l, b.holds[g.index])) {
+      l.status = StatusCode::kUnavailable;  // the arena had no range for it: use GET
+    }
+    b.state[g.index] = LeaseBatch::kReadDone;
+    GrantLeases(b);
+    PumpGets();
+  }
+
+  // Grants (or refuses over max_lease_bytes) the batch's resolved leases in key order, up to the
+  // first key still being read; answers once every key is granted. A read finished but not yet
+  // granted still counts as outstanding, so at most kMaxOutstandingGets values read for leases
+  // wait in memory at a time.
+  void GrantLeases(LeaseBatch& b) {
+    while (b.granted < b.leases.size() && b.state[b.granted] != LeaseBatch::kReading) {
+      const std::size_t i = b.granted++;
+      if (b.state[i] == LeaseBatch::kReadDone) --outstanding_gets_;
+      std::shared_ptr<const void> hold = std::move(b.holds[i]);
+      protocol::Lease& l = b.leases[i];
+      if (!hold || closed_) continue;
+      if (leased_bytes_ + l.length > server_.options().max_lease_bytes) {
         l = protocol::Lease{};
         l.status = StatusCode::kResourceExhausted;
+        continue;  // `hold` goes: the value is freed unless something else holds it
       }
-      if (hold) {
-        l.lease_id = ++last_lease_id_;
-        leased_bytes_ += l.length;
-        leases_.emplace(l.lease_id, HeldLease{std::move(hold), l.length});
-      }
-      out.push_back(l);
+      l.lease_id = ++last_lease_id_;
+      leased_bytes_ += l.length;
+      leases_.emplace(l.lease_id, HeldLease{std::move(hold), l.length});
     }
-    SendBody(h, StatusCode::kOk, protocol::EncodeLeases(out));
+    if (b.granted == b.leases.size()) {
+      FillSlot(b.slot, BodyFrame(b.header, StatusCode::kOk, protocol::EncodeLeases(b.leases)));
+    }
   }
 
   void HandleRelease(const FrameHeader& h) {
@@ -682,8 +747,8 @@ class Connection : public ConnectionBase,
     if (!q.ok()) return RequestError(h, q.status());
     if (Status s = CheckKeys(q->keys); !s.ok()) return RequestError(h, s);
     for (std::uint32_t i = 0; i < q->keys.size(); ++i) {
-      get_backlog_.push_back({h, std::string(q->keys[i]), i, i + 1 == q->keys.size(),
-                              ReserveSlot(), static_cast<int>(q->codec)});
+      get_backlog_.push_back({h, std::string(q->keys[i]), i, i + 1 == q->keys.size(), ReserveSlot(),
+                              static_cast<int>(q->codec), nullptr});
     }
     PumpGets();
   }
@@ -728,15 +793,16 @@ class Connection : public ConnectionBase,
     if (!keys.ok()) return RequestError(h, keys.status());
     if (Status s = CheckKeys(*keys); !s.ok()) return RequestError(h, s);
     for (std::uint32_t i = 0; i < keys->size(); ++i) {
-      get_backlog_.push_back({h, std::string((*keys)[i]), i, i + 1 == keys->size(),
-                              ReserveSlot(), -1});
+      get_backlog_.push_back(
+          {h, std::string((*keys)[i]), i, i + 1 == keys->size(), ReserveSlot(), -1, nullptr});
     }
     PumpGets();
   }
 
   // Starts queued GET lookups while fewer than kMaxOutstandingGets are unanswered and the queued
   // output is under max_output_bytes: a GET of many SSD-resident keys reads them a few at a time
-  // instead of allocating buffers for all of them at once. Host hits answer inline.
+  // instead of allocating buffers for all of them at once. Host hits answer inline. GET_AS and
+  // LEASE_GET items of SSD-resident keys queue here too.
   void PumpGets() {
     if (pumping_) return;  // an inline answer inside the loop below; the loop continues
     pumping_ = true;
@@ -748,6 +814,7 @@ class Connection : public ConnectionBase,
       ++store_ops_;
       server_.store().Get(g.key, [self = this->shared_from_this(), g](Result<Found> found) {
         self->OnOwnThread([self, g, found = std::move(found)]() mutable {
+          if (g.lease) return self->OnLeaseRead(g, std::move(found));
           // A transcode keeps the store operation open until its answer (Transcode).
           if (g.target_codec >= 0 && found.ok()) return self->Transcode(g, std::move(*found));
           --self->outstanding_gets_;
@@ -1031,13 +1098,12 @@ class Connection : public ConnectionBase,
     last_progress_ = std::chrono::steady_clock::now();
   }
 
-  // The watchdog ticks at a quarter of the shortest timeout (10 ms to 1 s) while the connection
-  // is open; a timeout therefore fires up to a tick late.
+  // The watchdog ticks at a quarter of the shortest timeout (10 ms to 1 s; 1 s with both off)
+  // while the connection is open, reading the server's current timeouts (SIGHUP may change
+  // them) at every tick; a timeout therefore fires up to a tick late.
   void ArmWatchdog() {
-    const ServerOptions& o = server_.options();
-    const auto tick = WatchdogTick(o.request_timeout, o.idle_timeout);
-    if (tick.count() == 0 || closed_) return;
-    watchdog_.expires_after(tick);
+    if (closed_) return;
+    watchdog_.expires_after(server_.timeouts().Tick());
     watchdog_.async_wait([self = this->shared_from_this()](boost::system::error_code ec) {
       if (!ec && !self->closed_) self->CheckTimeouts();
     });
@@ -1047,13 +1113,16 @@ class Connection : public ConnectionBase,
   // moved no byte either way for idle_timeout while no store operation was pending (an idle
   // client, or one that stopped reading its responses).
   void CheckTimeouts() {
-    const ServerOptions& o = server_.options();
+    const auto request_timeout = server_.timeouts().request();
+    const auto idle_timeout = server_.timeouts().idle();
     const auto now = std::chrono::steady_clock::now();
-    if (o.request_timeout.count() > 0 && now >= request_deadline_) {
+    if (request_timeout.count() > 0 &&
+        request_started_ != std::chrono::steady_clock::time_point::max() &&
+        now - request_started_ >= request_timeout) {
       ++server_.request_timeouts_;
       return Close();
     }
-    if (o.idle_timeout.count() > 0 && store_ops_ == 0 && now - last_progress_ >= o.idle_timeout) {
+    if (idle_timeout.count() > 0 && store_ops_ == 0 && now - last_progress_ >= idle_timeout) {
       ++server_.idle_timeouts_;
       return Close();
     }
@@ -1096,14 +1165,26 @@ class Connection : public ConnectionBase,
   std::size_t in_flight_ = 0;
   std::uint64_t queued_bytes_ = 0;
   std::uint64_t last_slot_ = 0;
+  // A LEASE_GET being answered: its keys' leases, resolved at once or by an SSD read, granted
+  // in key order (GrantLeases), then sent as one frame into `slot`.
+  struct LeaseBatch {
+    enum State : std::uint8_t { kResolved, kReading, kReadDone };
+    FrameHeader header;
+    std::vector<protocol::Lease> leases;
+    std::vector<std::shared_ptr<const void>> holds;  // a resolved key's value until granted
+    std::vector<State> state;
+    std::size_t granted = 0;  // keys [0, granted) are final
+    std::uint64_t slot = 0;
+  };
   // GET keys whose lookup has not started (their placeholders are queued already).
   struct PendingGet {
     FrameHeader header;
     std::string key;
     std::uint32_t index;
     bool last;
-    std::uint64_t slot;
-    int target_codec;  // GET_AS: the CodecId to transcode into; GET: -1
+    std::uint64_t slot;  // GET, GET_AS: the frame's placeholder (LEASE_GET: the batch's)
+    int target_codec;    // GET_AS: the CodecId to transcode into; GET: -1
+    std::shared_ptr<LeaseBatch> lease;  // LEASE_GET: the batch this key belongs to
   };
   static constexpr std::uint32_t kMaxOutstandingGets = 16;
   // Leases of this connection (LEASE_GET): each holds its value (host) or pool range (GPU) until
@@ -1126,8 +1207,9 @@ class Connection : public ConnectionBase,
   bool closed_ = false;
   asio::steady_timer watchdog_;
   std::chrono::steady_clock::time_point last_progress_{};
-  std::chrono::steady_clock::time_point request_deadline_ =
-      std::chrono::steady_clock::time_point::max();  // of the request being read
+  // The first byte of the request being read (max: none).
+  std::chrono::steady_clock::time_point request_started_ =
+      std::chrono::steady_clock::time_point::max();
   std::uint32_t store_ops_ = 0;                       // store calls whose callback has not run
 };
 
@@ -1403,5 +1485,9 @@ std::uint16_t Server::tcp_port() const { return impl_->tcp_port(); }
 void Server::Stop() { impl_->Stop(); }
 ServerStats Server::stats() const { return impl_->stats(); }
 void Server::Probe(std::function<void()> done) { impl_->Probe(std::move(done)); }
+void Server::SetTimeouts(std::chrono::milliseconds request_timeout,
+                         std::chrono::milliseconds idle_timeout) {
+  impl_->SetTimeouts(request_timeout, idle_timeout);
+}
 
 }  // namespace kvdepot::daemon

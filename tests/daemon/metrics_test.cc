@@ -1,5 +1,6 @@
 // Metrics end to end, in-process: a real Server with a Metrics observer, driven by the client
-// library; the /metrics and /healthz endpoint over real HTTP.
+// library; a real lm:// listener driven over raw sockets; the /metrics and /healthz endpoint
+// over real HTTP.
 #include "kvdepot/daemon/metrics.h"
 
 #include <gtest/gtest.h>
@@ -7,13 +8,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "kvdepot/client/client.h"
 #include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/daemon/lm_server.h"
 #include "kvdepot/daemon/metrics_http.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/store.h"
@@ -40,6 +44,22 @@ double WaitFor(const Metrics& metrics, const std::string& series, double at_leas
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return v;
+}
+
+// A TCP connection to 127.0.0.1:`port` (5 s receive timeout), or -1.
+int ConnectLoopback(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
 }
 
 // GET `path` over HTTP/1.0 from 127.0.0.1:`port`: the status code and the body.
@@ -185,6 +205,96 @@ TEST_F(MetricsTest, HttpServesMetricsAndHealth) {
   http->reset();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1))
       << "stopping does not wait out CivetWeb's poll timeout";
+}
+
+TEST_F(MetricsTest, RefusalCountersAreExported) {
+  const std::string text = metrics_.Text();
+  EXPECT_EQ(Sample(text, "kvdepot_auth_failures_total"), 0);
+  EXPECT_EQ(Sample(text, "kvdepot_tls_handshake_failures_total"), 0);
+  EXPECT_NE(text.find("# TYPE kvdepot_auth_failures_total counter"), std::string::npos);
+  // Their values end to end (a refused AUTH, a failed TLS handshake) are checked by
+  // security_test.cc, which has tokens and certificates.
+}
+
+// The lm:// listener's counters reach /metrics as kvdepot_lm_* series: requests by command,
+// hits, dropped PUTs, protocol errors, connections and bytes.
+TEST(MetricsLmTest, LmListenerCountersAreExported) {
+  HostTier tier(HostTierOptions::With(4ull << 20));
+  Store store(tier, nullptr);
+  LmServerOptions o;
+  o.listen = "127.0.0.1:0";
+  LmServer lm(o, store);
+  ASSERT_TRUE(lm.Start().ok());
+  Metrics metrics("test");
+  metrics.SetLmSource([&lm] { return lm.stats(); });
+  // An LMCache request header: command, length, fmt, dtype, location, shape[4], key.
+  auto header = [](std::int32_t command, std::int32_t length, const std::string& key) {
+    std::string h(186, ' ');
+    const std::int32_t ints[9] = {command, length, 1, 3, 1, 2, 16, 256, 1024};
+    std::memcpy(h.data(), ints, sizeof(ints));
+    std::memcpy(h.data() + 36, key.data(), key.size());
+    return h;
+  };
+  auto send_all = [](int fd, const std::string& bytes) {
+    return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
+  };
+  auto reply_code = [](int fd) {
+    std::int32_t reply[9] = {};
+    if (::recv(fd, reply, sizeof(reply), MSG_WAITALL) != static_cast<ssize_t>(sizeof(reply))) {
+      return -1;
+    }
+    std::vector<char> payload(static_cast<std::size_t>(std::max(reply[1], 0)));
+    if (!payload.empty()) (void)::recv(fd, payload.data(), payload.size(), MSG_WAITALL);
+    return static_cast<int>(reply[0]);
+  };
+  const int fd = ConnectLoopback(lm.port());
+  ASSERT_GE(fd, 0);
+  const std::string payload(1000, 'p');
+  ASSERT_TRUE(send_all(fd, header(1, 1000, "model@1@0@aa") + payload));  // stored
+  ASSERT_TRUE(send_all(fd, header(1, 5 << 20, "model@1@0@bb") +          // over capacity:
+                               std::string(5 << 20, 'q')));              // read, dropped
+  ASSERT_TRUE(send_all(fd, header(2, 0, "model@1@0@aa")));
+  EXPECT_EQ(reply_code(fd), 200);
+  ASSERT_TRUE(send_all(fd, header(2, 0, "model@1@0@zz")));
+  EXPECT_EQ(reply_code(fd), 400);
+  ASSERT_TRUE(send_all(fd, header(3, 0, "model@1@0@aa")));
+  EXPECT_EQ(reply_code(fd), 200);
+  ASSERT_TRUE(send_all(fd, header(3, 0, "model@1@0@bb")));
+  EXPECT_EQ(reply_code(fd), 400);
+  ASSERT_TRUE(send_all(fd, header(5, 0, "")));
+  EXPECT_EQ(reply_code(fd), 200);
+  const int bad = ConnectLoopback(lm.port());
+  ASSERT_GE(bad, 0);
+  ASSERT_TRUE(send_all(bad, header(99, 0, "x")));  // unknown command: 400, closed
+  EXPECT_EQ(reply_code(bad), 400);
+  ::close(bad);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (lm.stats().connections_open != 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const std::string text = metrics.Text();
+  EXPECT_EQ(Sample(text, R"(kvdepot_lm_requests_total{command="put"})"), 2) << text;
+  EXPECT_EQ(Sample(text, R"(kvdepot_lm_requests_total{command="get"})"), 2);
+  EXPECT_EQ(Sample(text, R"(kvdepot_lm_requests_total{command="exist"})"), 2);
+  EXPECT_EQ(Sample(text, R"(kvdepot_lm_requests_total{command="health"})"), 1);
+  EXPECT_EQ(Sample(text, R"(kvdepot_lm_requests_total{command="list"})"), 0);
+  EXPECT_EQ(Sample(text, R"(kvdepot_lm_hits_total{command="get"})"), 1);
+  EXPECT_EQ(Sample(text, R"(kvdepot_lm_hits_total{command="exist"})"), 1);
+  EXPECT_EQ(Sample(text, "kvdepot_lm_puts_dropped_total"), 1);
+  EXPECT_EQ(Sample(text, "kvdepot_lm_protocol_errors_total"), 1);
+  EXPECT_EQ(Sample(text, "kvdepot_lm_connections_accepted_total"), 2);
+  EXPECT_EQ(Sample(text, "kvdepot_lm_connections_open"), 1);
+  EXPECT_EQ(Sample(text, "kvdepot_lm_request_timeouts_total"), 0);
+  EXPECT_EQ(Sample(text, "kvdepot_lm_idle_timeouts_total"), 0);
+  EXPECT_GT(Sample(text, "kvdepot_lm_network_receive_bytes_total"), 5 << 20);
+  EXPECT_GE(Sample(text, "kvdepot_lm_network_transmit_bytes_total"), 6 * 36 + 1000);
+  EXPECT_NE(text.find("# TYPE kvdepot_lm_requests_total counter"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE kvdepot_lm_connections_open gauge"), std::string::npos);
+  ::close(fd);
+  lm.Stop();
+  // Without an lm:// source there are no kvdepot_lm_* series.
+  EXPECT_EQ(Metrics("test").Text().find("kvdepot_lm_"), std::string::npos);
 }
 
 TEST(MetricsProbeTest, ProbeRunsOnceEveryIoLoopWentRound) {

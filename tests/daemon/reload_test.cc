@@ -1,17 +1,61 @@
 #include "kvdepot/daemon/reload.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
+#include "kvdepot/client/client.h"
 #include "kvdepot/daemon/log.h"
+#include "kvdepot/daemon/store.h"
+#include "kvdepot/lm_wire.h"
 
 namespace kvdepot::daemon {
 namespace {
 
+using namespace std::chrono_literals;
+
 bool Has(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+int ConnectTcp(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+// True once the peer has closed (recv returns 0 or a reset) within the 5 s receive timeout.
+bool ClosedByPeer(int fd) {
+  std::byte buf[4096];
+  while (true) {
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n == 0) return true;
+    if (n < 0) return errno == ECONNRESET;  // EAGAIN: the receive timeout passed
+  }
+}
+
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
 }
 
 TEST(ConfigEntriesTest, EveryEntryRoundTripsThroughItsFlag) {
@@ -92,6 +136,83 @@ TEST(ReloadTest, AppliesWhatCanChangeAndReportsTheRest) {
   testing::internal::GetCapturedStderr();
   EXPECT_TRUE(again.applied.empty());
   EXPECT_EQ(again.restart_needed.size(), r.restart_needed.size());
+}
+
+// SIGHUP's limits.request_timeout and limits.idle_timeout reach the running listeners, native and
+// lm://: connections opened before the reload (idle, or stalled inside a request) are closed by
+// the new, shorter timeouts — request_timeout was off before — and so are new ones; a busy
+// connection stays open. Each change is logged.
+TEST(ReloadTest, TimeoutsReachOpenAndNewConnectionsOfBothListeners) {
+  Config running;
+  running.server.listen = "127.0.0.1:0";
+  running.server.request_timeout = running.lm.request_timeout = 0ms;  // off
+  running.server.idle_timeout = running.lm.idle_timeout = 600000ms;   // 10 min
+  running.lm.listen = "127.0.0.1:0";
+  HostTier host(HostTierOptions::With(16ull << 20));
+  Store store(host, nullptr);
+  Server server(running.server, store);
+  ASSERT_TRUE(server.Start().ok());
+  LmServer lm(running.lm, store);
+  ASSERT_TRUE(lm.Start().ok());
+
+  // Before the reload: an idle connection and one stalled mid-header on each listener.
+  const int native_idle = ConnectTcp(server.tcp_port());
+  const int native_stalled = ConnectTcp(server.tcp_port());
+  const std::array<char, 10> half_frame = {'K', 'V', 'D', 'P', 1, 1, 0, 0, 0, 0};
+  ASSERT_EQ(::send(native_stalled, half_frame.data(), half_frame.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(half_frame.size()));
+  const int lm_idle = ConnectTcp(lm.port());
+  const int lm_stalled = ConnectTcp(lm.port());
+  std::array<std::byte, lm::kRequestHeaderBytes> lm_header{};
+  lm_header[0] = std::byte{lm::kCommandHealth};
+  ASSERT_EQ(::send(lm_stalled, lm_header.data(), 90, MSG_NOSIGNAL), 90);
+  client::ClientOptions co;
+  co.address = "127.0.0.1:" + std::to_string(server.tcp_port());
+  auto busy = client::Connection::Connect(co);
+  ASSERT_TRUE(busy.ok());
+  ASSERT_TRUE(WaitFor([&] { return server.stats().connections_open == 3; }));
+  ASSERT_TRUE(WaitFor([&] { return lm.stats().connections_open == 2; }));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(server.stats().idle_timeouts + server.stats().request_timeouts, 0u);
+
+  Config next = running;
+  next.server.request_timeout = next.lm.request_timeout = 300ms;
+  next.server.idle_timeout = next.lm.idle_timeout = 800ms;
+  testing::internal::CaptureStderr();
+  const ReloadResult r = ApplyReload(next, running, host, ReloadTargets{&server, &lm});
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(Has(r.applied, "limits.request_timeout"));
+  EXPECT_TRUE(Has(r.applied, "limits.idle_timeout"));
+  EXPECT_TRUE(r.restart_needed.empty());
+  EXPECT_EQ(running.server.idle_timeout, 800ms);
+  EXPECT_EQ(running.lm.request_timeout, 300ms);
+  EXPECT_NE(log.find(R"(msg="connection timeout changed" key=limits.idle_timeout from=600000ms )"
+                     R"(to=800ms listeners=native,lm connections="new and open")"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find(R"(key=limits.request_timeout from=0ms to=300ms listeners=native,lm)"),
+            std::string::npos)
+      << log;
+
+  const int native_new = ConnectTcp(server.tcp_port());  // opened after the reload
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 15; ++i) {  // 1.5 s of pings, 100 ms apart: never idle
+    ASSERT_TRUE((*busy)->Ping().ok()) << i;
+    std::this_thread::sleep_for(100ms);
+  }
+  for (int fd : {native_idle, native_stalled, lm_idle, lm_stalled, native_new}) {
+    EXPECT_TRUE(ClosedByPeer(fd)) << fd;
+    ::close(fd);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
+  EXPECT_TRUE((*busy)->Ping().ok()) << "a busy connection stays open";
+  EXPECT_EQ(server.stats().request_timeouts, 1u);
+  EXPECT_EQ(server.stats().idle_timeouts, 2u);
+  EXPECT_EQ(lm.stats().request_timeouts, 1u);
+  EXPECT_EQ(lm.stats().idle_timeouts, 1u);
+  busy->reset();
+  lm.Stop();
+  server.Stop();
 }
 
 }  // namespace

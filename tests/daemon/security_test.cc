@@ -15,6 +15,7 @@
 #include "kvdepot/daemon/auth.h"
 #include "kvdepot/daemon/config.h"
 #include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/daemon/metrics.h"
 #include "kvdepot/daemon/server.h"
 
 namespace kvdepot::daemon {
@@ -203,6 +204,12 @@ TEST_F(SecurityTest, WrongTokenIsRefusedAndLoggedRateLimited) {
   EXPECT_LE(lines, 2u) << log;  // at most one a second
   EXPECT_EQ(log.find("wrong-token"), std::string::npos) << "a token reached the log";
   EXPECT_EQ(server_->stats().auth_failures, 5u);
+  Metrics metrics("test");  // exported to Prometheus too
+  metrics.SetServerSource([this] { return server_->stats(); });
+  const std::string text = metrics.Text();
+  EXPECT_NE(text.find("# TYPE kvdepot_auth_failures_total counter"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nkvdepot_auth_failures_total 5\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nkvdepot_tls_handshake_failures_total 0\n"), std::string::npos);
 }
 
 TEST_F(SecurityTest, RightTokenWorks) {
@@ -358,6 +365,15 @@ TEST_F(SecurityTest, PlainClientOnTlsPortFailsWithoutHurtingOthers) {
   auto got = good->Get("k");
   ASSERT_TRUE(got.ok() && got->has_value());
   EXPECT_GE(server_->stats().tls_handshake_failures, 3u);
+  Metrics metrics("test");  // exported to Prometheus too
+  metrics.SetServerSource([this] { return server_->stats(); });
+  const std::string text = metrics.Text();
+  const std::string series = "\nkvdepot_tls_handshake_failures_total ";
+  const auto at = text.find(series);
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_EQ(std::stod(text.substr(at + series.size())),
+            static_cast<double>(server_->stats().tls_handshake_failures));
+  EXPECT_NE(text.find("\nkvdepot_auth_failures_total 0\n"), std::string::npos);
 }
 
 TEST_F(SecurityTest, MutualTlsRequiresClientCertificate) {

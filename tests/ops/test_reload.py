@@ -1,10 +1,12 @@
 """SIGHUP reloads the --config file: the log level and the host tier's capacity change at run
-time (the tier evicts down to a lowered capacity), keys that need a restart are logged and keep
-their running value, a broken file is refused without disturbing the daemon. Observed through
-the STATS operation, /metrics and the log."""
+time (the tier evicts down to a lowered capacity), connection timeouts reach open connections of
+both listeners, keys that need a restart are logged and keep their running value, a broken file
+is refused without disturbing the daemon. Observed through the STATS operation, /metrics and the
+log."""
 import json
 import os
 import signal
+import socket
 import time
 
 from kvd import Daemon, http_get, logfmt, samples
@@ -95,5 +97,57 @@ def test_sighup_applies_log_level_and_capacity(tmp_path):
 
         assert d.stop() == 0
         assert not any("level=info" in l and "GET" in l for l in d.lines), "no per-request lines"
+    finally:
+        d.kill()
+
+
+TIMEOUT_CONFIG = """\
+listen: 127.0.0.1:0
+unix: ""
+data_dir: {data}
+metrics:
+  listen: 127.0.0.1:0
+lm:
+  listen: 127.0.0.1:0
+limits:
+  idle_timeout: {idle}
+"""
+
+
+def connect(addr):
+    host, _, port = addr.rpartition(":")
+    s = socket.create_connection((host, int(port)), timeout=10)
+    return s
+
+
+def test_sighup_applies_idle_timeout_to_open_connections(tmp_path):
+    config = tmp_path / "kvdepot.yaml"
+    config.write_text(TIMEOUT_CONFIG.format(data=tmp_path / "data", idle="10m"))
+    d = Daemon(tmp_path, config=config)
+    try:
+        lm_addr = logfmt(d.wait_for_line(r'msg="lm:// \(LMCache protocol\) on'))["lm"]
+        native, lm = connect(d.addr), connect(lm_addr)  # idle from here on
+        time.sleep(1.0)
+        m = samples(d.scrape())
+        assert m["kvdepot_connections_open"] == 1 and m["kvdepot_lm_connections_open"] == 1, m
+
+        config.write_text(TIMEOUT_CONFIG.format(data=tmp_path / "data", idle="500ms"))
+        mark = len(d.lines)
+        d.proc.send_signal(signal.SIGHUP)
+        done = logfmt(d.wait_for_line(r'msg="config reloaded"', start=mark))
+        assert done["applied"] == "limits.idle_timeout", done
+        changed = logfmt(d.wait_for_line(r'msg="connection timeout changed"', start=mark))
+        assert (changed["from"], changed["to"]) == ("600000ms", "500ms"), changed
+        assert changed["listeners"] == "native,lm", changed
+
+        # Both connections, opened under the 10-minute timeout, are closed now.
+        for s in (native, lm):
+            assert s.recv(1) == b"", "the daemon closed the idle connection"
+            s.close()
+        m = wait_until(lambda: (lambda v: v if v.get("kvdepot_lm_idle_timeouts_total") == 1
+                                else None)(samples(d.scrape())))
+        assert m["kvdepot_idle_timeouts_total"] == 1, m
+        assert b"pong" in d.cli("ping").stdout
+        assert d.stop() == 0
     finally:
         d.kill()

@@ -118,8 +118,10 @@ class Connection {
   };
   Result<MapResult> Map();
   // LEASE_GET: one lease per key (status ok: tier, offset and length in the shared arena or GPU
-  // pool; not_found; unavailable: present but not in shared memory, use Get). The daemon keeps
-  // each leased value until Release or until this connection closes.
+  // pool — a key on the daemon's SSD tier is read into the arena first; not_found;
+  // unavailable: present but not in shared memory, use Get; resource_exhausted: over the
+  // daemon's per-connection lease bound). The daemon keeps each leased value until Release or
+  // until this connection closes.
   Result<std::vector<protocol::Lease>> LeaseGet(std::span<const std::string> keys,
                                                 protocol::Tier tier = protocol::Tier::kNone);
   // RELEASE: per id ok, or not_found for an id this connection does not hold.

@@ -81,6 +81,12 @@ class LmServer {
 
   LmServerStats stats() const;
 
+  // Replaces request_timeout and idle_timeout (0 = off) for new and open connections alike; an
+  // open connection picks them up at its watchdog's next tick (within 1 s). Any thread, any time,
+  // before or after Start (SIGHUP reload).
+  void SetTimeouts(std::chrono::milliseconds request_timeout,
+                   std::chrono::milliseconds idle_timeout);
+
   class Impl;
 
  private:

@@ -6,8 +6,9 @@
 //    lock, no allocation, no label lookup; prometheus-cpp's Histogram takes a mutex per
 //    observation, which cost 15-20% of 4 KiB GET throughput on the 2-core dev VM); the arrays
 //    are turned into metric families at scrape time;
-//  - gauges and counters the components already keep (ServerStats, each tier's stats), read at
-//    scrape time through the sources registered here, so nothing is counted twice.
+//  - gauges and counters the components already keep (ServerStats, LmServerStats, each tier's
+//    stats), read at scrape time through the sources registered here, so nothing is counted
+//    twice.
 //
 // Tiers report through one generic TierStats; each tier registers a source under its label
 // (tier="host" today; the SSD and GPU tiers add "ssd" and "gpu" the same way).
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/daemon/lm_server.h"
 #include "kvdepot/daemon/request_observer.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/ssd_tier.h"
@@ -71,8 +73,12 @@ class Metrics final : public RequestObserver {
 
   // Registers a tier's stats under label tier=`name` ("host", "ssd", "gpu"); read at every scrape.
   void AddTier(std::string name, std::function<TierStats()> source);
-  // The server's connection and byte counters; read at every scrape.
+  // The server's connection, byte and refusal counters; read at every scrape.
   void SetServerSource(std::function<ServerStats()> source);
+  // The lm:// listener's counters (kvdepot_lm_*: requests by command, hits, dropped PUTs,
+  // connections, timeouts, bytes); read at every scrape. Without it the kvdepot_lm_* families
+  // are absent (no lm:// listener).
+  void SetLmSource(std::function<LmServerStats()> source);
   // The SSD tier's own counters (kvdepot_ssd_*: I/O, errors, checksum failures, the I/O path);
   // read at every scrape. Its generic tier series come through AddTier("ssd", ...).
   void SetSsdSource(std::function<SsdTierStats()> source);

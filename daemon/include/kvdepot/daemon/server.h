@@ -24,8 +24,9 @@
 // Same-host zero-copy (docs/gpu-tier.md): MAP hands a Unix-socket client the host arena's fd
 // (SCM_RIGHTS) and the GPU pool's IPC handle; LEASE_GET answers (offset, length, lease id) and
 // the connection keeps a reference to each leased value until RELEASE or until it closes, so a
-// crashed client leaks nothing and no leased byte is freed or reused. GET_AS transcodes on a
-// worker pool.
+// crashed client leaks nothing and no leased byte is freed or reused. A key only on the SSD tier
+// is read into the host arena first (asynchronously, paced like a GET's keys) and leased there.
+// GET_AS transcodes on a worker pool.
 //
 // Thread-safety: Start/Stop/Wait from one controlling thread; the handlers run on the I/O threads
 // and never block on I/O (disk reads and writes go through the store's asynchronous calls).
@@ -111,6 +112,12 @@ class Server {
   void Stop();
 
   ServerStats stats() const;
+
+  // Replaces request_timeout and idle_timeout (0 = off) for new and open connections alike; an
+  // open connection picks them up at its watchdog's next tick (within 1 s). Any thread, any time
+  // (SIGHUP reload).
+  void SetTimeouts(std::chrono::milliseconds request_timeout,
+                   std::chrono::milliseconds idle_timeout);
 
   // Liveness probe for the service watchdog: posts a no-op to every I/O thread's queue and runs
   // `done` (on an I/O thread) once all of them have run it, i.e. once every event loop has gone

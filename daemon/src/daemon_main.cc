@@ -257,7 +257,12 @@ int DaemonMain(int argc, char** argv) {
     ssd = std::move(*opened);
   }
   if (config.host.shared_memory) {
-    if (Status s = host.EnableSharedArena(); !s.ok()) {
+    // Under write-back, evicted values keep their arena ranges until the SSD has them.
+    const std::uint64_t headroom =
+        ssd != nullptr && config.ssd.write_policy == SsdWritePolicy::kWriteBack
+            ? config.ssd.write_buffer_bytes
+            : 0;
+    if (Status s = host.EnableSharedArena(headroom); !s.ok()) {
       Log(LogLevel::kError, "cannot start", {{"error", s.message()}});
       return Fail(1, "host.shared_memory: " + s.message());
     }

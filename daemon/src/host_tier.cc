@@ -351,9 +351,10 @@ Result<std::uint64_t> HostTier::SetNamespaceQuota(std::string_view ns, std::uint
   return evicted;
 }
 
-Status HostTier::EnableSharedArena() {
+Status HostTier::EnableSharedArena(std::uint64_t headroom_bytes) {
   if (arena_) return Status::Ok();
-  KVD_ASSIGN_OR_RETURN(arena_, ShmArena::Create(capacity_.load(std::memory_order_relaxed)));
+  KVD_ASSIGN_OR_RETURN(arena_, ShmArena::Create(capacity_.load(std::memory_order_relaxed) +
+                                                headroom_bytes));
   return Status::Ok();
 }
 

@@ -201,11 +201,12 @@ class HostTier {
   // at run time: kNotFound). Evicts within the namespace down to the new quota as SetCapacity.
   Result<std::uint64_t> SetNamespaceQuota(std::string_view ns, std::uint64_t quota_bytes);
 
-  // Creates the shared-memory arena (capacity_bytes, fixed for the life of the tier): values
-  // allocated from then on live in it while it has a free range large enough, in private memory
-  // otherwise (e.g. after the capacity was raised by a reload). Call once, before use. Errors
-  // from ShmArena::Create.
-  Status EnableSharedArena();
+  // Creates the shared-memory arena (capacity_bytes + headroom_bytes, fixed for the life of the
+  // tier): values allocated from then on live in it while it has a free range large enough, in
+  // private memory otherwise (e.g. after the capacity was raised by a reload). headroom_bytes
+  // covers memory that values hold beyond the capacity, e.g. evicted values waiting in the SSD
+  // tier's write buffer. Call once, before use. Errors from ShmArena::Create.
+  Status EnableSharedArena(std::uint64_t headroom_bytes = 0);
   // The arena, or null without one.
   const std::shared_ptr<ShmArena>& arena() const { return arena_; }
 

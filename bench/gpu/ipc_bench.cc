@@ -85,8 +85,9 @@ int Child(int in) {
     outs.push_back(static_cast<std::byte*>(d_out) + c * m.decoded_bytes);
   }
   bench::PagedLayout paged_layout;
-  if (!paged_layout.Init(static_cast<std::byte*>(d_out), {m.layers, m.tokens, m.kv_heads, m.head_dim},
-                         static_cast<std::uint32_t>(m.chunks))
+  if (!paged_layout
+           .Init(static_cast<std::byte*>(d_out), {m.layers, m.tokens, m.kv_heads, m.head_dim},
+                 static_cast<std::uint32_t>(m.chunks))
            .ok()) {
     return 1;
   }
@@ -121,8 +122,10 @@ int Child(int in) {
     auto inspected = cuda::InspectLeasedChunks(leased, s);
     check(inspected.status());
     if (!inspected.ok()) return 1;
-    row(codec + ": batch, inspected once", time([&] { check(decoder->Decode(*inspected, contiguous, s)); }));
-    row(codec + ": batch, inspected once, paged", time([&] { check(decoder->Decode(*inspected, paged, s)); }));
+    row(codec + ": batch, inspected once",
+        time([&] { check(decoder->Decode(*inspected, contiguous, s)); }));
+    row(codec + ": batch, inspected once, paged",
+        time([&] { check(decoder->Decode(*inspected, paged, s)); }));
   }
   return ok ? 0 : 1;
 }
@@ -180,11 +183,12 @@ int main(int argc, char** argv) {
       m.lengths[k][c] = leases.back()->length();
     }
   }
-  std::printf("%llu chunks of [%u, 2, %u, %u, %u] fp16: %llu B decoded; cachegen %zu B, "
-              "hack-int2 %zu B, raw %zu B each\n",
-              static_cast<unsigned long long>(chunks), shape.layers, shape.tokens, shape.kv_heads,
-              shape.head_dim, static_cast<unsigned long long>(m.decoded_bytes), containers[0].size(),
-              containers[1].size(), containers[2].size());
+  std::printf(
+      "%llu chunks of [%u, 2, %u, %u, %u] fp16: %llu B decoded; cachegen %zu B, "
+      "hack-int2 %zu B, raw %zu B each\n",
+      static_cast<unsigned long long>(chunks), shape.layers, shape.tokens, shape.kv_heads,
+      shape.head_dim, static_cast<unsigned long long>(m.decoded_bytes), containers[0].size(),
+      containers[1].size(), containers[2].size());
   std::fflush(stdout);
   int p[2];
   if (::pipe(p) != 0) return 1;

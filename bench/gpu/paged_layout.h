@@ -18,10 +18,10 @@ namespace kvdepot::bench {
 struct PagedLayout {
   static constexpr std::uint32_t kPage = 16;
   KvShape shape;
-  std::uint32_t per_chunk = 0;        // pages per chunk
-  std::uint64_t row_bytes = 0;        // one token's row of one layer's K or V
-  std::uint64_t region_bytes = 0;     // one layer's K (or V) pages
-  std::vector<std::int32_t> table;    // [chunks][per_chunk] page numbers
+  std::uint32_t per_chunk = 0;      // pages per chunk
+  std::uint64_t row_bytes = 0;      // one token's row of one layer's K or V
+  std::uint64_t region_bytes = 0;   // one layer's K (or V) pages
+  std::vector<std::int32_t> table;  // [chunks][per_chunk] page numbers
   cuda::DeviceBuffer d_table;
   std::vector<const std::int32_t*> tables;
   std::vector<void*> k_cache, v_cache;

@@ -11,7 +11,9 @@ namespace {
 
 constexpr std::uint64_t kSlot = 4096;  // staging slots keep the containers 16-byte aligned
 
-std::uint64_t SlotBytes(std::uint64_t n) { return (n + kSlot - 1) / kSlot * kSlot; }
+std::uint64_t SlotBytes(std::uint64_t n) {
+  return (n + kSlot - 1) / kSlot * kSlot;
+}
 
 }  // namespace
 

@@ -45,12 +45,18 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const auto v = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
-    if (a == "--addr") options.address = argv[i + 1];
-    else if (a == "--chunks") chunks = v;
-    else if (a == "--reps") reps = v;
-    else if (a == "--layers") shape.layers = v;
-    else if (a == "--heads") shape.kv_heads = v;
-    else if (a == "--head-dim") shape.head_dim = v;
+    if (a == "--addr")
+      options.address = argv[i + 1];
+    else if (a == "--chunks")
+      chunks = v;
+    else if (a == "--reps")
+      reps = v;
+    else if (a == "--layers")
+      shape.layers = v;
+    else if (a == "--heads")
+      shape.kv_heads = v;
+    else if (a == "--head-dim")
+      shape.head_dim = v;
     else {
       std::fprintf(stderr, "kvdepot_gpu_fetch: unknown argument %s\n", a.c_str());
       return 1;
@@ -166,20 +172,18 @@ int main(int argc, char** argv) {
         for (std::uint32_t lk = 0; lk < shape.layers * 2; ++lk) {
           for (std::uint32_t tok = 0; tok < shape.tokens; ++tok) {
             const std::byte* want = ref.data.data() + lk * lk_bytes + tok * row * 2;
-            const std::byte* got =
-                into_pages ? host.data() + layout.RowOffset(c, lk, tok)
-                           : host.data() + c * decoded + lk * lk_bytes + tok * row * 2;
+            const std::byte* got = into_pages
+                                       ? host.data() + layout.RowOffset(c, lk, tok)
+                                       : host.data() + c * decoded + lk * lk_bytes + tok * row * 2;
             mismatches += std::memcmp(want, got, row * 2) != 0;
           }
         }
       }
     }
-    print(codec + ": held leases, decode", gbs(seconds_of([&] {
-            check((*fetcher)->Decode(*held, contiguous, s));
-          })));
-    print(codec + ": held leases, decode paged", gbs(seconds_of([&] {
-            check((*fetcher)->Decode(*held, paged, s));
-          })));
+    print(codec + ": held leases, decode",
+          gbs(seconds_of([&] { check((*fetcher)->Decode(*held, contiguous, s)); })));
+    print(codec + ": held leases, decode paged",
+          gbs(seconds_of([&] { check((*fetcher)->Decode(*held, paged, s)); })));
     check((*fetcher)->Release(*held));
     print(codec + ": lease + checks + decode + release", gbs(seconds_of([&] {
             auto h = (*fetcher)->Lease(keys[k], s);

@@ -98,19 +98,6 @@ std::vector<float> ToFloat(const KvTensorView& t) {
   return out;
 }
 
-std::string Position(const KvShape& s, std::uint64_t i) {
-  const std::uint64_t d = i % s.head_dim;
-  i /= s.head_dim;
-  const std::uint64_t h = i % s.kv_heads;
-  i /= s.kv_heads;
-  const std::uint64_t t = i % s.tokens;
-  i /= s.tokens;
-  const std::uint64_t kv = i % 2;
-  const std::uint64_t l = i / 2;
-  return "[" + std::to_string(l) + ", " + std::to_string(kv) + ", " + std::to_string(t) + ", " +
-         std::to_string(h) + ", " + std::to_string(d) + "]";
-}
-
 Result<Quantized> Quantize(const KvTensorView& tensor, const CacheGenOptions& options) {
   KVD_RETURN_IF_ERROR(tensor.Validate().WithContext("cachegen encode"));
   const KvShape& shape = tensor.shape;
@@ -138,7 +125,8 @@ Result<Quantized> Quantize(const KvTensorView& tensor, const CacheGenOptions& op
       for (std::uint32_t c = 0; c < channels; ++c) {
         const float v = x[row + c];
         if (!cachegen::IsFiniteFloat(v)) {
-          return InvalidArgument("cachegen: non-finite value at " + Position(shape, row + c) +
+          return InvalidArgument("cachegen: non-finite value at " +
+                                 ElementPosition(shape, row + c) +
                                  " (CacheGen cannot represent NaN/Inf; use the raw codec)");
         }
         if (t == 0 || v < mn[c]) mn[c] = v;

@@ -33,26 +33,6 @@ bool IsFinite(float x) {
   return cachegen::IsFiniteFloat(x);
 }
 
-std::string Position(std::uint32_t layer, std::uint32_t kv, std::uint32_t token, std::uint32_t head,
-                     std::uint32_t d) {
-  std::string out = "[";  // appended piecewise: GCC 12 -O3 warns falsely on "[" + to_string
-  for (const std::uint32_t v : {layer, kv, token, head, d}) {
-    if (out.size() > 1) out += ", ";
-    out += std::to_string(v);
-  }
-  return out + "]";
-}
-
-std::string PositionOf(const KvShape& s, std::uint64_t i) {
-  const auto d = static_cast<std::uint32_t>(i % s.head_dim);
-  i /= s.head_dim;
-  const auto h = static_cast<std::uint32_t>(i % s.kv_heads);
-  i /= s.kv_heads;
-  const auto t = static_cast<std::uint32_t>(i % s.tokens);
-  i /= s.tokens;
-  return Position(static_cast<std::uint32_t>(i / 2), static_cast<std::uint32_t>(i % 2), t, h, d);
-}
-
 std::vector<float> ToFloat(const KvTensorView& t) {
   std::vector<float> out(t.shape.elements());
   const std::byte* p = t.data.data();
@@ -183,12 +163,12 @@ Result<HackChunk> QuantizeHack(const KvTensorView& tensor, const HackOptions& op
   const std::vector<float> x = ToFloat(tensor);
   for (std::uint64_t i = 0; i < x.size(); ++i) {
     if (!IsFinite(x[i])) {
-      return InvalidArgument("hack-int2: non-finite value at " + PositionOf(shape, i) +
+      return InvalidArgument("hack-int2: non-finite value at " + ElementPosition(shape, i) +
                              " (hack-int2 cannot represent NaN/Inf; use the raw codec)");
     }
     if (std::fabs(x[i]) > hack::kMaxAbsValue) {
       return InvalidArgument("hack-int2: value " + std::to_string(x[i]) + " at " +
-                             PositionOf(shape, i) +
+                             ElementPosition(shape, i) +
                              " is beyond the fp16 range of its scales (|x| <= 65504); use the "
                              "raw codec");
     }
@@ -473,7 +453,7 @@ Result<std::vector<float>> LoadTail(const HackStructure& st) {
             const std::uint64_t i = lay.unquantized_offset(l, kv, u, h, d);
             const float v = LoadElement(st.dtype, tail, i);
             if (!IsFinite(v) || std::fabs(v) > hack::kMaxAbsValue) {
-              return Bad("tail value at " + Position(l, kv, lay.unquantized_token(u), h, d) +
+              return Bad("tail value at " + ElementPosition(l, kv, lay.unquantized_token(u), h, d) +
                          " is not finite or beyond the fp16 range");
             }
             values[i] = v;

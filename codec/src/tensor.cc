@@ -1,6 +1,7 @@
 #include "kvdepot/tensor.h"
 
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "kvdepot/numeric.h"
@@ -27,9 +28,35 @@ std::size_t DTypeSize(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
 
 bool IsValidDType(std::uint8_t raw) { return raw >= 1 && raw <= 3; }
 
+namespace {
+// "[a, b, ...]", appended piecewise (GCC 12 -O3 warns falsely on "[" + std::to_string(...)).
+std::string Bracketed(std::initializer_list<std::uint64_t> values) {
+  std::string out = "[";
+  for (const std::uint64_t v : values) {
+    if (out.size() > 1) out += ", ";
+    out += std::to_string(v);
+  }
+  return out + "]";
+}
+}  // namespace
+
 std::string KvShape::ToString() const {
-  return "[" + std::to_string(layers) + ", 2, " + std::to_string(tokens) + ", " +
-         std::to_string(kv_heads) + ", " + std::to_string(head_dim) + "]";
+  return Bracketed({layers, 2, tokens, kv_heads, head_dim});
+}
+
+std::string ElementPosition(std::uint32_t layer, std::uint32_t kv, std::uint32_t token,
+                            std::uint32_t head, std::uint32_t dim) {
+  return Bracketed({layer, kv, token, head, dim});
+}
+
+std::string ElementPosition(const KvShape& shape, std::uint64_t index) {
+  const std::uint64_t d = index % shape.head_dim;
+  index /= shape.head_dim;
+  const std::uint64_t h = index % shape.kv_heads;
+  index /= shape.kv_heads;
+  const std::uint64_t t = index % shape.tokens;
+  index /= shape.tokens;
+  return Bracketed({index / 2, index % 2, t, h, d});
 }
 
 namespace {

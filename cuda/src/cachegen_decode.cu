@@ -28,6 +28,11 @@ namespace {
 
 using internal::ConfigureSharedMemory;
 using internal::kMaxDevices;
+using internal::CpAsync16;
+using internal::CpAsyncCommit;
+using internal::CpAsyncWait;
+using internal::CpAsyncWaitAll;
+using internal::SharedAddress;
 
 using cachegen::kLanes;
 using cachegen::kProbScale;
@@ -114,14 +119,13 @@ __device__ __forceinline__ std::uint32_t EntryFreq(std::uint32_t e) {
   return e >> 19;
 }
 
-__device__ __forceinline__ std::uint32_t SharedAddress(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // Where a group's words come from: its shared-memory stage (word i at byte address
 // base + 2 * i, i.e. base = stage address - 2 * a for words [a, end) staged from stage[0]) or
 // global memory.
 struct SharedWords {
+  // Reads may go up to 31 words past the group's end (the warp's stage keeps that slack), so the
+  // read index needs no clamp on the per-step chain; the position is clamped once per step.
+  static constexpr bool kSlack = true;
   std::uint32_t base;
   __device__ __forceinline__ std::uint32_t operator()(std::uint32_t i) const {
     unsigned short v;
@@ -130,6 +134,7 @@ struct SharedWords {
   }
 };
 struct GlobalWords {
+  static constexpr bool kSlack = false;  // every read index clamped into the group
   const std::uint16_t* codes;
   __device__ __forceinline__ std::uint32_t operator()(std::uint32_t i) const {
     return __ldg(codes + i);
@@ -162,6 +167,7 @@ __device__ __forceinline__ std::uint32_t DecodeGroup(
   if (__any_sync(kFullMask, x < kStateLow)) return kErrState;
   std::uint32_t pos = begin + 2 * n_state;
   const std::uint32_t last = end - 1;
+  std::uint32_t pos_base = min(pos, end);  // Words::kSlack: reads at pos_base + rank <= end + 31
 
   Elem* paged_base = nullptr;
   if constexpr (Paged) {
@@ -209,13 +215,17 @@ __device__ __forceinline__ std::uint32_t DecodeGroup(
             cachegen::RansDecodeAdvance(x, EntryRank(e), EntryFreq(e), 0u);
         const bool need = active && advanced < kStateLow;
         const std::uint32_t ballot = __ballot_sync(kFullMask, need);
-        const std::uint32_t w = word(min(pos + __popc(ballot & lanemask_lt), last));
+        const std::uint32_t rank = __popc(ballot & lanemask_lt);
+        const std::uint32_t w = word(Words::kSlack ? pos_base + rank : min(pos + rank, last));
+        // (advanced << 16) | w in one byte permute (advanced < 2^16 and w < 2^16 when needed).
+        const std::uint32_t renormalised = __byte_perm(w, advanced, 0x5410);
         if constexpr (kFast) {
-          x = need ? (advanced << 16) | w : advanced;
+          x = need ? renormalised : advanced;
         } else {
-          x = active ? (need ? (advanced << 16) | w : advanced) : x;
+          x = active ? (need ? renormalised : advanced) : x;
         }
         pos += __popc(ballot);
+        if constexpr (Words::kSlack) pos_base = min(pos, end);
         if constexpr (kFast) {
           out[r * row_stride] = lut[q * 32 + lane];
         } else {
@@ -265,7 +275,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
   }
   const bool index_ok = begin <= end && end <= d.codes_words;
   const std::uint32_t a = begin & ~7u;
-  const bool staged = has_group && index_ok && end - a <= p.stage_words;
+  const bool staged = has_group && index_ok && end - a + 32 <= p.stage_words;  // + read slack
   std::uint16_t* stage = stage_all + std::size_t{warp} * p.stage_words;
   // The first pass's scale, loaded now so that its latency overlaps the table construction.
   cachegen::ChannelScale first_scale{0.0f, 1.0f};
@@ -278,10 +288,9 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
     const uint4* src = reinterpret_cast<const uint4*>(d.codes + a);
     const std::uint32_t dst = SharedAddress(stage);
     for (std::uint32_t i = lane; i < vecs; i += 32) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + 16u * i), "l"(src + i)
-                   : "memory");
+      CpAsync16(dst + 16u * i, src + i);
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    CpAsyncCommit();
     for (std::uint32_t w = a + (vecs << 3) + lane; w < end; w += 32) stage[w - a] = d.codes[w];
   }
 
@@ -324,7 +333,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
   }
   __syncthreads();
   if (s_ok == 0) {
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    CpAsyncWaitAll();
     return;
   }
   for (std::uint32_t s = 0; s < s_bins; ++s) {
@@ -342,7 +351,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
   }
   std::uint32_t code = 0;
   if (staged) {
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    CpAsyncWaitAll();
     __syncwarp();
     const SharedWords words{SharedAddress(stage) - 2u * a};
     const bool full = (group + 1) * p.channels_per_lane * 32 <= p.channels;

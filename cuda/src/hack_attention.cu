@@ -96,9 +96,6 @@ struct Geo {
 
 // ---- PTX wrappers ----
 
-__device__ __forceinline__ std::uint32_t SmemAddr(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
 __device__ __forceinline__ void MbarInit(std::uint32_t bar) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
 }
@@ -338,11 +335,11 @@ __device__ __forceinline__ void IssueBlock(const BlockSrc& src, std::uint8_t* st
   using G = Geo<D>;
   ProxyFence();
   MbarExpectTx(bar, G::kStageBytes);
-  BulkCopy(SmemAddr(stage + G::kOffK), src.kcodes, G::kCodes, bar);
-  BulkCopy(SmemAddr(stage + G::kOffV), src.vcodes, G::kCodes, bar);
-  BulkCopy(SmemAddr(stage + G::kOffKS), src.kscales, G::kScales, bar);
-  BulkCopy(SmemAddr(stage + G::kOffVS), src.vscales, G::kScales, bar);
-  BulkCopy(SmemAddr(stage + G::kOffVSum), src.vsums, D, bar);
+  BulkCopy(internal::SharedAddress(stage + G::kOffK), src.kcodes, G::kCodes, bar);
+  BulkCopy(internal::SharedAddress(stage + G::kOffV), src.vcodes, G::kCodes, bar);
+  BulkCopy(internal::SharedAddress(stage + G::kOffKS), src.kscales, G::kScales, bar);
+  BulkCopy(internal::SharedAddress(stage + G::kOffVS), src.vscales, G::kScales, bar);
+  BulkCopy(internal::SharedAddress(stage + G::kOffVSum), src.vsums, D, bar);
 }
 
 // One quantized block in shared memory `st` (positions pos0 .. pos0 + 63): updates the warp state.
@@ -663,7 +660,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   // Per-warp shared memory: stages, V table, mbarriers.
   std::uint8_t* wbase = smem + warp * G::kWarpBytes;
   float4* vtab = reinterpret_cast<float4*>(wbase + kStages * G::kStageBytes);
-  const std::uint32_t bar0 = SmemAddr(wbase + kStages * G::kStageBytes + G::kVTable);
+  const std::uint32_t bar0 = internal::SharedAddress(wbase + kStages * G::kStageBytes + G::kVTable);
   if (lane == 0) {
     MbarInit(bar0);
     MbarInit(bar0 + 8);

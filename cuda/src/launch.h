@@ -36,6 +36,35 @@ cudaError_t GridStrideBlocks(Kernel kernel, std::uint64_t work_items, int thread
   return cudaSuccess;
 }
 
+// ---- device helpers shared by the kernel families ----
+
+// The shared-memory (state space) address of a generic pointer into shared memory.
+__device__ __forceinline__ std::uint32_t SharedAddress(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// cp.async of 16 bytes, global -> shared (both 16-byte aligned), bypassing L1.
+__device__ __forceinline__ void CpAsync16(std::uint32_t shared_dst, const void* global_src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_dst), "l"(global_src)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Waits until at most `Pending` of this thread's committed groups are still in flight.
+template <int Pending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
+}
+__device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// Waits until the grid this one depends on (programmatic dependent launch,
+// cudaLaunchAttributeProgrammaticStreamSerialization) has completed and its memory is visible;
+// returns at once for a grid launched without that attribute. sm_90.
+__device__ __forceinline__ void GridDependencyWait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
 // Devices whose shared-memory configuration ConfigureSharedMemory caches.
 inline constexpr int kMaxDevices = 64;
 

@@ -20,7 +20,9 @@ bool Aligned(const void* p, std::uintptr_t n) {
   return (reinterpret_cast<std::uintptr_t>(p) & (n - 1)) == 0;
 }
 
-std::string ContainerLabel(std::size_t i) { return "leased container " + std::to_string(i); }
+std::string ContainerLabel(std::size_t i) {
+  return "leased container " + std::to_string(i);
+}
 
 Status Prefixed(const Status& s, const std::string& label) {
   return Status(s.code(), label + ": " + s.message());
@@ -133,13 +135,14 @@ Result<std::vector<LeasedChunk>> InspectLeasedChunks(std::span<const DeviceConta
   thread_local std::vector<std::byte> host;
 
   // Round 1: every container's header and section table.
-  KVD_ASSIGN_OR_RETURN(std::byte* const prefixes,
-                       Grow(prefix_stage, std::max<std::size_t>(1, containers.size()) * kPrefixBytes));
+  KVD_ASSIGN_OR_RETURN(
+      std::byte* const prefixes,
+      Grow(prefix_stage, std::max<std::size_t>(1, containers.size()) * kPrefixBytes));
   for (std::size_t i = 0; i < containers.size(); ++i) {
-    KVD_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(prefixes + i * kPrefixBytes, containers[i].data,
-                        std::min(containers[i].bytes, kPrefixBytes), cudaMemcpyDeviceToHost, stream),
-        what + ": header copy");
+    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(prefixes + i * kPrefixBytes, containers[i].data,
+                                             std::min(containers[i].bytes, kPrefixBytes),
+                                             cudaMemcpyDeviceToHost, stream),
+                             what + ": header copy");
   }
   KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), what);
 
@@ -160,8 +163,8 @@ Result<std::vector<LeasedChunk>> InspectLeasedChunks(std::span<const DeviceConta
   for (std::size_t i = 0; i < containers.size(); ++i) {
     std::uint64_t at = packed_at[i];
     for (const auto& [begin, end] : plans[i].ranges) {
-      KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(packed + at, containers[i].data + begin,
-                                               end - begin, cudaMemcpyDeviceToHost, stream),
+      KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(packed + at, containers[i].data + begin, end - begin,
+                                               cudaMemcpyDeviceToHost, stream),
                                what + ": section copy");
       at += end - begin;
     }
@@ -240,9 +243,8 @@ Status LeasedDecoder::EnqueueScatter(std::span<const std::byte* const> sources,
     aligned16 = aligned16 && Aligned(target.k_cache[l], 16) && Aligned(target.v_cache[l], 16);
   }
   std::memset(host, 0, lay.sources);  // the error word starts clear
-  KVD_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(dev, host, lay.total, cudaMemcpyHostToDevice, stream),
-      "LeasedDecoder: upload scatter descriptors");
+  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, lay.total, cudaMemcpyHostToDevice, stream),
+                           "LeasedDecoder: upload scatter descriptors");
   const std::uint64_t esize = DTypeSize(target.dtype);
   ScatterRowsParams p{};
   p.sources = reinterpret_cast<const std::byte* const*>(dev + lay.sources);
@@ -379,8 +381,9 @@ Status LeasedDecoder::Finish(cudaStream_t stream) {
   if (cachegen) {
     Status s = FinishDecodeCacheGen(cachegen_, stream);
     if (!s.ok()) {
-      return Prefixed(s, "LeasedDecoder (cachegen chunks numbered among the batch's cachegen "
-                         "chunks)");
+      return Prefixed(s,
+                      "LeasedDecoder (cachegen chunks numbered among the batch's cachegen "
+                      "chunks)");
     }
   }
   if (scatter && *error_word != 0) {
@@ -448,7 +451,7 @@ Status DecodeLeasedChunk(const std::byte* d_container, std::uint64_t bytes, void
     return InvalidArgument("DecodeLeasedChunk: output of " + std::to_string(out_bytes) +
                            " bytes is smaller than the chunk's " + std::to_string(need));
   }
-  KVD_ASSIGN_OR_RETURN(LeasedDecoder* decoder, ThreadDecoder(c.shape.layers));
+  KVD_ASSIGN_OR_RETURN(LeasedDecoder * decoder, ThreadDecoder(c.shape.layers));
   void* const outs[] = {d_out};
   CacheGenDecodeTarget target;
   target.dtype = c.dtype;

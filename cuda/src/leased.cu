@@ -46,8 +46,8 @@ template <typename Word>
 cudaError_t Launch(const ScatterRowsParams& p, cudaStream_t stream) {
   const std::uint64_t rows = std::uint64_t{p.chunks} * p.layers * 2 * p.tokens;
   unsigned blocks = 0;
-  const cudaError_t err = internal::GridStrideBlocks(ScatterRowsKernel<Word>,
-                                                     rows * kWarp, kThreads, 0, &blocks);
+  const cudaError_t err =
+      internal::GridStrideBlocks(ScatterRowsKernel<Word>, rows * kWarp, kThreads, 0, &blocks);
   if (err != cudaSuccess) return err;
   ScatterRowsKernel<Word><<<blocks, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
@@ -59,7 +59,8 @@ cudaError_t LaunchScatterRows(const ScatterRowsParams& p, cudaStream_t stream) {
   if (p.chunks == 0 || p.layers == 0 || p.tokens == 0 || p.page_size == 0 || p.row_bytes % 2 != 0) {
     return cudaErrorInvalidValue;
   }
-  const bool wide = p.aligned16 != 0 && p.row_bytes % 16 == 0 && p.row_stride % 16 == 0 && p.page_stride % 16 == 0;
+  const bool wide = p.aligned16 != 0 && p.row_bytes % 16 == 0 && p.row_stride % 16 == 0 &&
+                    p.page_stride % 16 == 0;
   return wide ? Launch<uint4>(p, stream) : Launch<std::uint16_t>(p, stream);
 }
 

@@ -93,11 +93,16 @@ const std::vector<KeySpec>& Specs() {
        }},
       {"log_level", "debug, info, warn or error",
        [](std::string_view v, Config& c) -> Status {
-         if (v == "debug") c.log_level = LogLevel::kDebug;
-         else if (v == "info") c.log_level = LogLevel::kInfo;
-         else if (v == "warn") c.log_level = LogLevel::kWarn;
-         else if (v == "error") c.log_level = LogLevel::kError;
-         else return InvalidArgument("'" + std::string(v) + "' is not debug, info, warn or error");
+         if (v == "debug")
+           c.log_level = LogLevel::kDebug;
+         else if (v == "info")
+           c.log_level = LogLevel::kInfo;
+         else if (v == "warn")
+           c.log_level = LogLevel::kWarn;
+         else if (v == "error")
+           c.log_level = LogLevel::kError;
+         else
+           return InvalidArgument("'" + std::string(v) + "' is not debug, info, warn or error");
          return Status::Ok();
        }},
       {"host.capacity", "host-memory tier capacity, e.g. 64MiB, 8GiB",
@@ -118,9 +123,12 @@ const std::vector<KeySpec>& Specs() {
        }},
       {"host.shared_memory", "true: values live in a memfd arena same-host clients map read-only",
        [](std::string_view v, Config& c) -> Status {
-         if (v == "true") c.host.shared_memory = true;
-         else if (v == "false") c.host.shared_memory = false;
-         else return InvalidArgument("'" + std::string(v) + "' is not true or false");
+         if (v == "true")
+           c.host.shared_memory = true;
+         else if (v == "false")
+           c.host.shared_memory = false;
+         else
+           return InvalidArgument("'" + std::string(v) + "' is not true or false");
          return Status::Ok();
        }},
       {"gpu.capacity", "GPU tier device-memory pool, e.g. 8GiB (0: no GPU tier)",
@@ -274,9 +282,12 @@ const std::vector<KeySpec>& Specs() {
        }},
       {"lm.allow_unauthenticated", "serve lm:// (no auth in LMCache's protocol) with auth on",
        [](std::string_view v, Config& c) -> Status {
-         if (v == "true") c.lm_allow_unauthenticated = true;
-         else if (v == "false") c.lm_allow_unauthenticated = false;
-         else return InvalidArgument("'" + std::string(v) + "' is not true or false");
+         if (v == "true")
+           c.lm_allow_unauthenticated = true;
+         else if (v == "false")
+           c.lm_allow_unauthenticated = false;
+         else
+           return InvalidArgument("'" + std::string(v) + "' is not true or false");
          return Status::Ok();
        }},
       {"limits.request_timeout",

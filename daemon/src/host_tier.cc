@@ -353,8 +353,8 @@ Result<std::uint64_t> HostTier::SetNamespaceQuota(std::string_view ns, std::uint
 
 Status HostTier::EnableSharedArena(std::uint64_t headroom_bytes) {
   if (arena_) return Status::Ok();
-  KVD_ASSIGN_OR_RETURN(arena_, ShmArena::Create(capacity_.load(std::memory_order_relaxed) +
-                                                headroom_bytes));
+  KVD_ASSIGN_OR_RETURN(
+      arena_, ShmArena::Create(capacity_.load(std::memory_order_relaxed) + headroom_bytes));
   return Status::Ok();
 }
 

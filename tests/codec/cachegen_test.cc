@@ -64,6 +64,105 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(KvShape{1, 2, 1, 1}, DType::kFloat32),
                       std::make_tuple(KvShape{3, 300, 2, 7}, DType::kFloat16)));
 
+// The GPU encoder's reciprocal step must equal the division step for every frequency and every
+// state the encoder can hold ([2^16, 2^32)): around each renormalisation bound and multiple of
+// the frequency, and at random.
+TEST(CacheGenTest, ReciprocalEncodeStepEqualsTheDivision) {
+  std::mt19937_64 rng(44);
+  std::uint64_t checked = 0;
+  for (std::uint32_t freq = 1; freq <= cachegen::kProbScale; ++freq) {
+    const std::uint64_t rcp = cachegen::RansReciprocal(freq);
+    const std::uint32_t cum = static_cast<std::uint32_t>(rng() % (cachegen::kProbScale - freq + 1));
+    std::vector<std::uint32_t> xs = {cachegen::kStateLow, 0xffffffffu, 0xfffffffeu};
+    const std::uint64_t bound = std::uint64_t{freq} << 20;
+    for (std::int64_t d = -2; d <= 2; ++d) {
+      const std::int64_t v = static_cast<std::int64_t>(bound) + d;
+      if (v >= cachegen::kStateLow && v <= 0xffffffffll)
+        xs.push_back(static_cast<std::uint32_t>(v));
+    }
+    for (int i = 0; i < 24; ++i) {
+      const std::uint64_t k = rng() % (bound / freq);  // multiples of freq below the bound, +-1
+      for (std::int64_t d = -1; d <= 1; ++d) {
+        const std::int64_t v = static_cast<std::int64_t>(k * freq) + d;
+        if (v >= cachegen::kStateLow && v <= 0xffffffffll)
+          xs.push_back(static_cast<std::uint32_t>(v));
+      }
+      xs.push_back(static_cast<std::uint32_t>(cachegen::kStateLow +
+                                              rng() % (0x100000000ull - cachegen::kStateLow)));
+    }
+    for (const std::uint32_t x : xs) {
+      std::uint32_t a = x, b = x;
+      std::uint16_t wa = 0, wb = 0;
+      const bool ea = cachegen::RansEncodeStep(&a, freq, cum, &wa);
+      const bool eb = cachegen::RansEncodeStepRcp(&b, freq, cum, rcp, &wb);
+      ASSERT_EQ(ea, eb) << "freq " << freq << " x " << x;
+      ASSERT_EQ(a, b) << "freq " << freq << " x " << x;
+      if (ea) {
+        ASSERT_EQ(wa, wb);
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 4096u * 50);
+}
+
+// The GPU encoder's quantizer (reciprocal + one correction) must give Quantize's symbol for
+// every finite fp16 input under fp16-derived scales: all 63,488 finite fp16 x against 300 scales
+// (random data ranges, and ones whose quotients hit the .5 ties).
+TEST(CacheGenTest, ReciprocalQuantizerEqualsTheDivision) {
+  std::mt19937 rng(45);
+  std::vector<float> xs;
+  for (std::uint32_t h = 0; h < 0x10000u; ++h) {
+    const float x = HalfBitsToFloat(static_cast<std::uint16_t>(h));
+    if (cachegen::IsFiniteFloat(x)) xs.push_back(x);
+  }
+  std::uniform_real_distribution<float> mag(-16.0f, 16.0f);
+  std::uint64_t differ = 0;
+  for (int k = 0; k < 300; ++k) {
+    float a = std::ldexp(1.0f, static_cast<int>(mag(rng))) * (rng() % 2 ? 1.0f : -1.0f);
+    float b = a + std::ldexp(1.0f, static_cast<int>(mag(rng))) * static_cast<float>(1 + rng() % 9);
+    if (k % 3 == 0) {  // a tiny range: quotients land on halves of small steps
+      a = HalfBitsToFloat(static_cast<std::uint16_t>(rng() & 0x7bffu));
+      b = a + HalfBitsToFloat(static_cast<std::uint16_t>(1 + rng() % 64));
+    }
+    const std::uint32_t bins = 2 + rng() % 63;
+    bool ok = false;
+    const cachegen::ChannelScale sc =
+        cachegen::ScaleFp16(std::min(a, b), std::max(a, b), bins, &ok);
+    if (!ok) continue;
+    const float rcp = 1.0f / sc.step;
+    for (const float x : xs) {
+      differ += cachegen::Quantize(x, sc, bins) != cachegen::QuantizeFp16Scale(x, sc, rcp, bins);
+    }
+    // Exact ties: lo + (j + 0.5) * step.
+    for (std::uint32_t j = 0; j + 1 < bins; ++j) {
+      const float x = sc.lo + (static_cast<float>(j) + 0.5f) * sc.step;
+      differ += cachegen::Quantize(x, sc, bins) != cachegen::QuantizeFp16Scale(x, sc, rcp, bins);
+    }
+  }
+  EXPECT_EQ(differ, 0u);
+}
+
+TEST(CacheGenTest, NormalizeFrequenciesIsTheSameInBothWidths) {
+  // Totals just below and at 2^20 take the two paths; frequencies must follow the formula.
+  for (const std::uint64_t total : {(1ull << 20) - 1, 1ull << 20, 262144ull, 7ull}) {
+    std::uint32_t counts[3] = {static_cast<std::uint32_t>(total / 3),
+                               static_cast<std::uint32_t>(total / 5), 0};
+    counts[2] = static_cast<std::uint32_t>(total - counts[0] - counts[1]);
+    std::uint16_t freq[3];
+    cachegen::NormalizeFrequencies(counts, 3, freq);
+    std::uint32_t sum = 0;
+    for (int s = 0; s < 3; ++s) {
+      sum += freq[s];
+      const auto want = static_cast<std::uint32_t>(std::uint64_t{counts[s]} * 4096 / total);
+      if (s != 2) {
+        EXPECT_EQ(freq[s], want == 0 && counts[s] != 0 ? 1u : want) << total;
+      }
+    }
+    EXPECT_EQ(sum, 4096u);
+  }
+}
+
 TEST(CacheGenTest, SpecialTensors) {
   const KvShape shape{2, 33, 3, 16};
   ExpectRoundTrip(KvTensor::Zeros(DType::kFloat16, shape));

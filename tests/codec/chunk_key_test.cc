@@ -81,7 +81,7 @@ TEST(NamespaceTest, ValidateNamesTheBadField) {
        "namespace: model is 257 bytes, over the limit of 256"},
       {"model newline", [](Namespace& ns) { ns.model = "abc\ndef"; },
        "namespace: model has control character 0x0a at byte 3"},
-      {"model DEL", [](Namespace& ns) { ns.model = "\x7f"; },
+      {"model DEL", [](Namespace& ns) { ns.model.assign(1, '\x7f'); },
        "namespace: model has control character 0x7f at byte 0"},
       {"model NUL", [](Namespace& ns) { ns.model = std::string("a\0b", 3); },
        "namespace: model has control character 0x00 at byte 1"},

@@ -58,7 +58,8 @@ Held UploadAndInspect(const std::vector<std::vector<std::byte>>& containers) {
   return h;
 }
 
-std::vector<std::byte> Encode(const KvShape& shape, DType dtype, CodecId codec, std::uint64_t seed) {
+std::vector<std::byte> Encode(const KvShape& shape, DType dtype, CodecId codec,
+                              std::uint64_t seed) {
   const KvTensor t = *SynthesizeKv(SynthOptions{shape, seed, dtype});
   EncodeOptions o;
   o.codec = codec;
@@ -222,8 +223,7 @@ TEST(LeasedDecode, HackToAnotherDTypeEqualsTheCpuDequantize) {
   target.contiguous = outs;
   auto decoder = LeasedDecoder::Create(1, 2);
   ASSERT_TRUE(decoder->Decode(held.chunks, target, nullptr).ok());
-  const KvTensor ref =
-      DequantizeHack(*UnpackHack(*ParseContainer(containers[0])), DType::kFloat32);
+  const KvTensor ref = DequantizeHack(*UnpackHack(*ParseContainer(containers[0])), DType::kFloat32);
   EXPECT_EQ(Download(out.data(), bytes), ref.data);
 }
 
@@ -317,8 +317,7 @@ TEST(LeasedDecode, DecodeLeasedChunkHandlesEveryCodec) {
   KVD_REQUIRE_GPU();
   const KvShape shape{2, 130, 4, 64};
   for (CodecId codec : {CodecId::kRaw, CodecId::kCacheGen, CodecId::kHackInt2}) {
-    std::vector<std::vector<std::byte>> containers = {
-        Encode(shape, DType::kFloat16, codec, 40)};
+    std::vector<std::vector<std::byte>> containers = {Encode(shape, DType::kFloat16, codec, 40)};
     Pool pool = Upload(containers);
     const std::uint64_t bytes = shape.elements() * 2;
     DeviceBuffer out = std::move(DeviceBuffer::Allocate(bytes).value());

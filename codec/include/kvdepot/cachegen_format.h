@@ -68,10 +68,15 @@ KVD_HOST_DEVICE void NormalizeFrequencies(const std::uint32_t* counts, std::uint
     if (counts[s] > counts[best]) best = s;
   }
   std::int32_t sum = 0;
+  // 32-bit arithmetic when it is exact (count * 4096 < 2^32): a 64-bit division costs ~70
+  // instructions on a GPU, and a chunk's (layer, K|V) rarely has 2^20 symbols.
+  const bool narrow = total < (1ull << 20);
   for (std::uint32_t s = 0; s < bins; ++s) {
     std::uint32_t f = 0;
     if (counts[s] != 0) {
-      f = static_cast<std::uint32_t>((static_cast<std::uint64_t>(counts[s]) * kProbScale) / total);
+      f = narrow ? (counts[s] * kProbScale) / static_cast<std::uint32_t>(total)
+                 : static_cast<std::uint32_t>((static_cast<std::uint64_t>(counts[s]) * kProbScale) /
+                                              total);
       if (f == 0) f = 1;
     }
     freq[s] = static_cast<std::uint16_t>(f);
@@ -138,6 +143,24 @@ KVD_HOST_DEVICE std::uint32_t Quantize(float x, ChannelScale s, std::uint32_t bi
   return r >= top ? bins - 1u : static_cast<std::uint32_t>(r);
 }
 
+// Quantize for fp16-derived scales (ScaleFp16: lo and step fp16 values, step > 0), with the
+// division done as in Markstein's method: rcp = RN(1 / step), t = RN(v * rcp), then one
+// correction with the exact remainder fma(-step, t, v). Every value involved is a normal float
+// (v = x - lo is a difference of fp16 values, step and rcp lie in [2^-24, 2^24]), where that
+// gives the correctly rounded quotient: the same symbol as Quantize
+// (tests/codec/cachegen_test.cc checks every fp16 x against many scales). The GPU encoder uses
+// it: an IEEE division there is ~10 instructions and a slow-path call.
+KVD_HOST_DEVICE std::uint32_t QuantizeFp16Scale(float x, ChannelScale s, float rcp,
+                                                std::uint32_t bins) {
+  const float v = x - s.lo;
+  float t = v * rcp;
+  t = fmaf(fmaf(-s.step, t, v), rcp, t);
+  const float r = rintf(t);
+  if (!(r > 0.0f)) return 0;
+  const float top = static_cast<float>(bins - 1u);
+  return r >= top ? bins - 1u : static_cast<std::uint32_t>(r);
+}
+
 KVD_HOST_DEVICE float Dequantize(std::uint32_t q, ChannelScale s) {
   const float scaled = static_cast<float>(q) * s.step;
   return s.lo + scaled;
@@ -156,6 +179,45 @@ KVD_HOST_DEVICE bool RansEncodeStep(std::uint32_t* state, std::uint32_t freq, st
     emitted = true;
   }
   *state = ((x / freq) << kProbBits) + (x % freq) + cum;
+  return emitted;
+}
+
+// The reciprocal of a frequency for RansEncodeStepRcp: ceil(2^44 / freq), freq in [1, 4096].
+KVD_HOST_DEVICE std::uint64_t RansReciprocal(std::uint32_t freq) {
+  return ((1ull << 44) + freq - 1u) / freq;
+}
+
+// floor(x / freq) for x < freq * 2^20 (a state after renormalisation), with rcp =
+// RansReciprocal(freq): rcp * freq = 2^44 + e with e < freq, so x * rcp / 2^44 = x / freq +
+// x * e / (freq * 2^44) and the error term stays below 1 / freq (x * e < freq^2 * 2^20 <= 2^44):
+// the floor is exact. Computed as floor((x * hi32(rcp) + hi32(x * lo32(rcp))) / 2^12), which
+// drops only a fraction below 1 from an integer before the division by 2^12: two 32-bit
+// multiplications instead of a 64 x 64-bit product.
+KVD_HOST_DEVICE std::uint32_t RansDivide(std::uint32_t x, std::uint64_t rcp) {
+  const auto lo = static_cast<std::uint32_t>(rcp);
+  const auto hi = static_cast<std::uint32_t>(rcp >> 32);  // < 2^13
+#if defined(__CUDA_ARCH__)
+  const std::uint32_t cross = __umulhi(x, lo);
+#else
+  const auto cross = static_cast<std::uint32_t>((std::uint64_t{x} * lo) >> 32);
+#endif
+  return static_cast<std::uint32_t>((std::uint64_t{x} * hi + cross) >> 12);
+}
+
+// RansEncodeStep with the division done as a multiplication by rcp = RansReciprocal(freq): the
+// same state and words (tests/codec/cachegen_format_test.cc), a much shorter dependency chain on
+// a GPU, where a 32-bit division is a ~20-instruction sequence.
+KVD_HOST_DEVICE bool RansEncodeStepRcp(std::uint32_t* state, std::uint32_t freq, std::uint32_t cum,
+                                       std::uint64_t rcp, std::uint16_t* word) {
+  std::uint32_t x = *state;
+  // x >= freq * 2^20 (the renormalisation bound), without 64-bit arithmetic.
+  const bool emitted = (x >> 20) >= freq;
+  if (emitted) {
+    *word = static_cast<std::uint16_t>(x & 0xffffu);
+    x >>= 16;
+  }
+  const std::uint32_t q = RansDivide(x, rcp);
+  *state = (q << kProbBits) + (x - q * freq) + cum;
   return emitted;
 }
 

@@ -55,6 +55,12 @@ struct KvShape {
   friend bool operator==(const KvShape&, const KvShape&) = default;
 };
 
+// "[layer, kv, token, head, dim]": how error messages name one element of a KV tensor, from its
+// coordinates or from its flat (C order) index in a tensor of `shape`.
+std::string ElementPosition(std::uint32_t layer, std::uint32_t kv, std::uint32_t token,
+                            std::uint32_t head, std::uint32_t dim);
+std::string ElementPosition(const KvShape& shape, std::uint64_t index);
+
 // OK when every dimension is within [1, its kMax*] and elements * DTypeSize(dtype) is at most
 // kMaxDecodedBytes; otherwise kOutOfRange naming the dimension ("tokens = 0 is out of range
 // [1, 65536]").

@@ -6,8 +6,8 @@
 // Flow: Lease(keys) once per set of chunks (LEASE_GET + the metadata checks), Decode(held, target)
 // as often as needed while they are held, Release(held). A chunk leased from the GPU tier is read
 // in place; one leased from the host arena is first copied to a device staging buffer owned by the
-// HeldChunks (one host-to-device copy of its compressed bytes). Keys in neither shared tier come back
-// with their status (not_found, or unavailable: read them with Connection::Get).
+// HeldChunks (one host-to-device copy of its compressed bytes). Keys in neither shared tier come
+// back with their status (not_found, or unavailable: read them with Connection::Get).
 //
 // Thread-safety: one thread at a time (it drives one Connection and one decoder).
 #pragma once
@@ -31,16 +31,16 @@ namespace kvdepot::client {
 // Chunks held by a GpuFetcher: for each requested key its status; for the ok ones, in key order,
 // the lease and what InspectLeasedChunks learned (valid until Release).
 struct HeldChunks {
-  std::vector<StatusCode> status;       // [keys]
-  std::vector<std::size_t> key_index;   // [held]: position of each held chunk among the keys
-  std::vector<protocol::Lease> leases;  // [held]
+  std::vector<StatusCode> status;         // [keys]
+  std::vector<std::size_t> key_index;     // [held]: position of each held chunk among the keys
+  std::vector<protocol::Lease> leases;    // [held]
   std::vector<cuda::LeasedChunk> chunks;  // [held]
   std::shared_ptr<cuda::DeviceBuffer> staging;  // device copies of the host-tier chunks, if any
 };
 
 struct GpuFetchStats {
-  std::uint64_t leased_gpu = 0;   // chunks leased from the GPU tier (read in place)
-  std::uint64_t leased_host = 0;  // chunks leased from the host arena (copied to the device)
+  std::uint64_t leased_gpu = 0;    // chunks leased from the GPU tier (read in place)
+  std::uint64_t leased_host = 0;   // chunks leased from the host arena (copied to the device)
   std::uint64_t staged_bytes = 0;  // bytes copied host arena -> device
 };
 

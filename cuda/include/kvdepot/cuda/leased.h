@@ -68,7 +68,7 @@ Result<std::vector<LeasedChunk>> InspectLeasedChunks(std::span<const DeviceConta
 
 // Kernel parameters of the row scatter: contiguous [layers][2][tokens][row] sources -> pages.
 struct ScatterRowsParams {
-  const std::byte* const* sources;         // [chunks] device pointers (device array)
+  const std::byte* const* sources;          // [chunks] device pointers (device array)
   const std::int32_t* const* block_tables;  // [chunks] device pointers, ceil(tokens / page_size)
   std::byte* const* caches;                 // [2 * layers]: K of layer l at [l], V at [layers + l]
   unsigned int* error;                      // set to 1 when a page number is out of range

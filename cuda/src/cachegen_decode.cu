@@ -307,24 +307,12 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
       f0 = lane < bins ? d.freq[start + lane] : 0u;
       f1 = lane + 32 < bins ? d.freq[start + lane + 32] : 0u;
     }
-    // Inclusive scan of f0 then f1 over the lanes.
-    std::uint32_t s0 = f0, s1 = f1;
-#pragma unroll
-    for (std::uint32_t off = 1; off < 32; off <<= 1) {
-      const std::uint32_t u0 = __shfl_up_sync(kFullMask, s0, off);
-      const std::uint32_t u1 = __shfl_up_sync(kFullMask, s1, off);
-      if (lane >= off) {
-        s0 += u0;
-        s1 += u1;
-      }
-    }
-    const std::uint32_t total0 = __shfl_sync(kFullMask, s0, 31);
-    const std::uint32_t total = total0 + __shfl_sync(kFullMask, s1, 31);
-    ok = ok && total == kProbScale;
+    const internal::WarpCumulative64 cum = internal::WarpCumulative(f0, f1);
+    ok = ok && cum.total == kProbScale;
     s_freq[lane] = f0;
-    s_cum[lane] = s0 - f0;
+    s_cum[lane] = cum.cum0;
     s_freq[lane + 32] = f1;
-    s_cum[lane + 32] = total0 + s1 - f1;
+    s_cum[lane + 32] = cum.cum1;
     if (lane == 0) {
       s_bins = ok ? bins : 0u;
       s_ok = ok ? 1u : 0u;

@@ -550,28 +550,17 @@ __global__ void NormalizeKernel(const __grid_constant__ CacheGenEncodeParams p) 
   const std::int32_t fix = static_cast<std::int32_t>(cachegen::kProbScale) - sum;
   if (best == s0) f0 = static_cast<std::uint32_t>(static_cast<std::int32_t>(f0) + fix);
   if (best == s1) f1 = static_cast<std::uint32_t>(static_cast<std::int32_t>(f1) + fix);
-  // Exclusive prefix sums: cum of s0 over lanes, then of s1 after all of the first half.
-  std::uint32_t inc0 = f0, inc1 = f1;
-#pragma unroll
-  for (std::uint32_t off = 1; off < 32; off <<= 1) {
-    const std::uint32_t u0 = __shfl_up_sync(kFullMask, inc0, off);
-    const std::uint32_t u1 = __shfl_up_sync(kFullMask, inc1, off);
-    if (lane >= off) {
-      inc0 += u0;
-      inc1 += u1;
-    }
-  }
-  const std::uint32_t half = __shfl_sync(kFullMask, inc0, 31);
+  const internal::WarpCumulative64 cum = internal::WarpCumulative(f0, f1);
   auto* table =
       reinterpret_cast<std::uint16_t*>(Desc(p, chunk).output + p.tables_offset) + p.table_start[lk];
   std::uint32_t* packed = p.packed + row;
   if (s0 < bins) {
     table[s0] = static_cast<std::uint16_t>(f0);
-    packed[s0] = f0 | ((inc0 - f0) << 16);
+    packed[s0] = f0 | (cum.cum0 << 16);
   }
   if (s1 < bins) {
     table[s1] = static_cast<std::uint16_t>(f1);
-    packed[s1] = f1 | ((half + inc1 - f1) << 16);
+    packed[s1] = f1 | (cum.cum1 << 16);
   }
 }
 

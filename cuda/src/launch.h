@@ -58,6 +58,27 @@ __device__ __forceinline__ void CpAsyncWait() {
 }
 __device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
+// Exclusive prefix sums of a 64-entry table held by a warp as lane l -> (f[l], f[l + 32]): cum0 of
+// entry l, cum1 of entry l + 32, and the sum of all 64 (every lane gets the same total).
+struct WarpCumulative64 {
+  std::uint32_t cum0, cum1, total;
+};
+__device__ __forceinline__ WarpCumulative64 WarpCumulative(std::uint32_t f0, std::uint32_t f1) {
+  const std::uint32_t lane = threadIdx.x & 31u;
+  std::uint32_t s0 = f0, s1 = f1;  // inclusive scans of each half
+#pragma unroll
+  for (std::uint32_t off = 1; off < 32; off <<= 1) {
+    const std::uint32_t u0 = __shfl_up_sync(0xffffffffu, s0, off);
+    const std::uint32_t u1 = __shfl_up_sync(0xffffffffu, s1, off);
+    if (lane >= off) {
+      s0 += u0;
+      s1 += u1;
+    }
+  }
+  const std::uint32_t half = __shfl_sync(0xffffffffu, s0, 31);
+  return {s0 - f0, half + s1 - f1, half + __shfl_sync(0xffffffffu, s1, 31)};
+}
+
 // Waits until the grid this one depends on (programmatic dependent launch,
 // cudaLaunchAttributeProgrammaticStreamSerialization) has completed and its memory is visible;
 // returns at once for a grid launched without that attribute. sm_90.

@@ -21,9 +21,12 @@
 #include "kvdepot/daemon/metrics_http.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/store.h"
+#include "socket_test_util.h"
 
 namespace kvdepot::daemon {
 namespace {
+
+using ::kvdepot::test_socket::ConnectLoopback;
 
 // The value of the sample `series` (name with its labels, as exposed), or -1 when absent.
 double Sample(const std::string& text, const std::string& series) {
@@ -44,22 +47,6 @@ double WaitFor(const Metrics& metrics, const std::string& series, double at_leas
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return v;
-}
-
-// A TCP connection to 127.0.0.1:`port` (5 s receive timeout), or -1.
-int ConnectLoopback(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd;
 }
 
 // GET `path` over HTTP/1.0 from 127.0.0.1:`port`: the status code and the body.

@@ -16,36 +16,18 @@
 #include "kvdepot/daemon/log.h"
 #include "kvdepot/daemon/store.h"
 #include "kvdepot/lm_wire.h"
+#include "socket_test_util.h"
 
 namespace kvdepot::daemon {
 namespace {
+
+using ::kvdepot::test_socket::ConnectLoopback;
+using ::kvdepot::test_socket::ClosedByPeer;
 
 using namespace std::chrono_literals;
 
 bool Has(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
-}
-
-int ConnectTcp(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd;
-}
-
-// True once the peer has closed (recv returns 0 or a reset) within the 5 s receive timeout.
-bool ClosedByPeer(int fd) {
-  std::byte buf[4096];
-  while (true) {
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n == 0) return true;
-    if (n < 0) return errno == ECONNRESET;  // EAGAIN: the receive timeout passed
-  }
 }
 
 template <typename Pred>
@@ -156,13 +138,13 @@ TEST(ReloadTest, TimeoutsReachOpenAndNewConnectionsOfBothListeners) {
   ASSERT_TRUE(lm.Start().ok());
 
   // Before the reload: an idle connection and one stalled mid-header on each listener.
-  const int native_idle = ConnectTcp(server.tcp_port());
-  const int native_stalled = ConnectTcp(server.tcp_port());
+  const int native_idle = ConnectLoopback(server.tcp_port());
+  const int native_stalled = ConnectLoopback(server.tcp_port());
   const std::array<char, 10> half_frame = {'K', 'V', 'D', 'P', 1, 1, 0, 0, 0, 0};
   ASSERT_EQ(::send(native_stalled, half_frame.data(), half_frame.size(), MSG_NOSIGNAL),
             static_cast<ssize_t>(half_frame.size()));
-  const int lm_idle = ConnectTcp(lm.port());
-  const int lm_stalled = ConnectTcp(lm.port());
+  const int lm_idle = ConnectLoopback(lm.port());
+  const int lm_stalled = ConnectLoopback(lm.port());
   std::array<std::byte, lm::kRequestHeaderBytes> lm_header{};
   lm_header[0] = std::byte{lm::kCommandHealth};
   ASSERT_EQ(::send(lm_stalled, lm_header.data(), 90, MSG_NOSIGNAL), 90);
@@ -194,7 +176,7 @@ TEST(ReloadTest, TimeoutsReachOpenAndNewConnectionsOfBothListeners) {
             std::string::npos)
       << log;
 
-  const int native_new = ConnectTcp(server.tcp_port());  // opened after the reload
+  const int native_new = ConnectLoopback(server.tcp_port());  // opened after the reload
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < 15; ++i) {  // 1.5 s of pings, 100 ms apart: never idle
     ASSERT_TRUE((*busy)->Ping().ok()) << i;

@@ -23,9 +23,13 @@
 #include "kvdepot/daemon/store.h"
 #include "kvdepot/lm_wire.h"
 #include "ssd/io_engine.h"
+#include "socket_test_util.h"
 
 namespace kvdepot::daemon {
 namespace {
+
+using ::kvdepot::test_socket::ConnectLoopback;
+using ::kvdepot::test_socket::ClosedByPeer;
 
 using namespace std::chrono_literals;
 
@@ -34,28 +38,6 @@ std::vector<std::byte> Bytes(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   for (auto& b : v) b = static_cast<std::byte>(rng());
   return v;
-}
-
-int ConnectTcp(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd;
-}
-
-// True once the peer has closed (recv returns 0 or a reset), reading and dropping any data.
-bool ClosedByPeer(int fd) {
-  std::byte buf[4096];
-  while (true) {
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n == 0) return true;
-    if (n < 0) return errno == ECONNRESET;  // EAGAIN: the 5 s receive timeout passed
-  }
 }
 
 template <typename Pred>
@@ -127,7 +109,7 @@ TEST_F(ServerFaultsTest, AClientSendingAByteAtATimeIsClosedByTheRequestTimeout) 
   o.idle_timeout = 0ms;
   Start(o);
   auto good = Client();
-  const int fd = ConnectTcp(server_->tcp_port());
+  const int fd = ConnectLoopback(server_->tcp_port());
   const std::vector<std::byte> frame = GetFrame("k", 1);
   const auto start = std::chrono::steady_clock::now();
   bool closed = false;
@@ -161,7 +143,7 @@ TEST_F(ServerFaultsTest, APartialFrameThenSilenceIsClosedAndItsValueReleased) {
   std::vector<std::byte> frame(protocol::kFrameHeaderBytes);
   protocol::EncodeFrameHeader(h, frame.data());
   frame.insert(frame.end(), body.begin(), body.begin() + 1000);
-  const int fd = ConnectTcp(server_->tcp_port());
+  const int fd = ConnectLoopback(server_->tcp_port());
   ASSERT_EQ(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL),
             static_cast<ssize_t>(frame.size()));
   EXPECT_TRUE(ClosedByPeer(fd));
@@ -186,7 +168,7 @@ TEST_F(ServerFaultsTest, DisconnectingMidFrameLeavesNothingBehind) {
     std::vector<std::byte> frame(protocol::kFrameHeaderBytes);
     protocol::EncodeFrameHeader(h, frame.data());
     frame.insert(frame.end(), body.begin(), body.end());
-    const int fd = ConnectTcp(server_->tcp_port());
+    const int fd = ConnectLoopback(server_->tcp_port());
     ASSERT_EQ(::send(fd, frame.data(), cut, MSG_NOSIGNAL), static_cast<ssize_t>(cut));
     ::close(fd);
   }
@@ -203,7 +185,7 @@ TEST_F(ServerFaultsTest, AClientThatStopsReadingIsClosedByTheIdleTimeout) {
   auto c = Client();
   ASSERT_TRUE(c->Put("big", Bytes(1 << 20, 3)).ok());
   c.reset();
-  const int fd = ConnectTcp(server_->tcp_port());
+  const int fd = ConnectLoopback(server_->tcp_port());
   int rcvbuf = 4096;
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
   const std::vector<std::byte> get = GetFrame("big", 1);
@@ -223,7 +205,7 @@ TEST_F(ServerFaultsTest, IdleConnectionsCloseAndBusyOnesStayOpen) {
   o.request_timeout = 800ms;
   o.idle_timeout = 800ms;  // generous: a loaded CI machine may stall the test thread a while
   Start(o);
-  const int idle = ConnectTcp(server_->tcp_port());
+  const int idle = ConnectLoopback(server_->tcp_port());
   auto busy = Client();
   for (int i = 0; i < 20; ++i) {  // 2 s of pings, 100 ms apart
     ASSERT_TRUE(busy->Ping().ok()) << i << ": idle_timeouts " << server_->stats().idle_timeouts
@@ -251,13 +233,13 @@ TEST(LmServerFaultsTest, SlowPartialAndIdleClientsAreClosed) {
   header[0] = std::byte{lm::kCommandPut};
   header[4] = std::byte{100};  // a 100-byte payload
   header[36] = std::byte{'k'};
-  const int slow = ConnectTcp(server.port());
+  const int slow = ConnectLoopback(server.port());
   ASSERT_EQ(::send(slow, header.data(), 90, MSG_NOSIGNAL), 90);
   // A whole header whose payload never comes: the request timeout too.
-  const int partial = ConnectTcp(server.port());
+  const int partial = ConnectLoopback(server.port());
   ASSERT_EQ(::send(partial, header.data(), header.size(), MSG_NOSIGNAL),
             static_cast<ssize_t>(header.size()));
-  const int idle = ConnectTcp(server.port());
+  const int idle = ConnectLoopback(server.port());
   EXPECT_TRUE(ClosedByPeer(slow));
   EXPECT_TRUE(ClosedByPeer(partial));
   EXPECT_TRUE(ClosedByPeer(idle));

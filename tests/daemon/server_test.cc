@@ -18,9 +18,12 @@
 #include "kvdepot/client/client.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/ssd_tier.h"
+#include "socket_test_util.h"
 
 namespace kvdepot::daemon {
 namespace {
+
+using ::kvdepot::test_socket::ConnectLoopback;
 
 using client::ClientOptions;
 using client::Connection;
@@ -78,18 +81,6 @@ class ServerTest : public ::testing::Test {
   std::unique_ptr<Store> store_;
   std::unique_ptr<Server> server_;
 };
-
-int ConnectRaw(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd;
-}
 
 // Reads until EOF (or timeout); returns the bytes read.
 std::vector<std::byte> ReadToEof(int fd) {
@@ -276,7 +267,7 @@ TEST_F(ServerTest, MalformedFramesCloseOnlyThatConnection) {
   auto good = Connect(Tcp());
   ASSERT_TRUE(good->Put("keep", Bytes(10, 1)).ok());
   auto send_and_expect_close = [&](std::vector<std::byte> bytes, const char* what) {
-    const int fd = ConnectRaw(server_->tcp_port());
+    const int fd = ConnectLoopback(server_->tcp_port());
     ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
               static_cast<ssize_t>(bytes.size()));
     ::shutdown(fd, SHUT_WR);

@@ -51,15 +51,8 @@ double WaitFor(const Metrics& metrics, const std::string& series, double at_leas
 
 // GET `path` over HTTP/1.0 from 127.0.0.1:`port`: the status code and the body.
 std::pair<int, std::string> HttpGet(std::uint16_t port, const std::string& path) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return {0, ""};
-  }
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) return {0, ""};
   const std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
   (void)!::write(fd, request.data(), request.size());
   std::string response;

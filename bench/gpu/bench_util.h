@@ -1,12 +1,16 @@
-// Timing helpers shared by the GPU benchmarks: cudaEvent intervals around one operation, the
-// median of the timed repetitions, the D2D-copy ceiling, buffer-set counts that defeat L2, and
-// JSON string escaping.
+// Helpers shared by the GPU benchmarks: the common flags and start-up, cudaEvent intervals around
+// one operation, the median of the timed repetitions, the D2D-copy ceiling, buffer-set counts that
+// defeat L2, and JSON string escaping.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,6 +20,101 @@
 #include "kvdepot/status.h"
 
 namespace kvdepot::cuda::bench {
+
+// The flags every GPU benchmark takes: --json FILE, --reps N (>= 50), --warmup N (>= 1),
+// --device N.
+struct CommonOptions {
+  std::string json_path;
+  int reps = 100;
+  int warmup = 5;
+  int device = 0;
+};
+
+// One pass over argv. `extra(flag, value)` takes a benchmark's own flags (value: the next
+// argument, null when there is none; it returns false for a flag it does not know or a bad
+// value); the common ones are handled here. False on any bad flag or value.
+template <typename Extra>
+bool ParseArgs(int argc, char** argv, CommonOptions& common, Extra extra) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
+    if (value != nullptr && flag == "--json") {
+      common.json_path = value;
+    } else if (value != nullptr && flag == "--reps") {
+      common.reps = std::atoi(value);
+    } else if (value != nullptr && flag == "--warmup") {
+      common.warmup = std::atoi(value);
+    } else if (value != nullptr && flag == "--device") {
+      common.device = std::atoi(value);
+    } else if (!extra(flag, value)) {
+      return false;
+    }
+    ++i;  // every flag takes one value
+  }
+  return common.reps >= 50 && common.warmup >= 1 && common.device >= 0;
+}
+
+// "1,8,32" -> {1, 8, 32}, each in [lo, hi]; false when empty or out of range.
+inline bool ParseUintList(const char* value, std::vector<std::uint32_t>& out, long lo, long hi) {
+  out.clear();
+  std::stringstream ss(value);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    const long v = std::strtol(part.c_str(), nullptr, 10);
+    if (v < lo || v > hi) return false;
+    out.push_back(static_cast<std::uint32_t>(v));
+  }
+  return !out.empty();
+}
+
+// What every benchmark needs before measuring: a GPU (exit status 2 without one), the device
+// selected and described, a stream, and the JSON file when asked for. Prints the reason of a
+// failure prefixed with `name`; returns 0 or the exit status.
+struct BenchStart {
+  DeviceInfo info;
+  Stream stream;
+  std::FILE* json = nullptr;  // owned; null without --json
+  ~BenchStart() {
+    if (json != nullptr) std::fclose(json);
+  }
+};
+// Closes the JSON file (a failure means it may be incomplete); returns `rc`, or 1 on failure.
+inline int CloseJson(const char* name, const CommonOptions& o, BenchStart& b, int rc) {
+  if (b.json == nullptr) return rc;
+  const int closed = std::fclose(b.json);
+  b.json = nullptr;
+  if (closed == 0) return rc;
+  std::fprintf(stderr, "%s: %s\n", name,
+               StatusFromErrno(errno, "close " + o.json_path).ToString().c_str());
+  return 1;
+}
+
+inline int StartBench(const char* name, const CommonOptions& o, BenchStart& out) {
+  if (const Status gpu = GpuAvailable(); !gpu.ok()) {
+    std::fprintf(stderr, "%s: no GPU: %s\n", name, gpu.message().c_str());
+    return 2;
+  }
+  Status s = StatusFromCuda(cudaSetDevice(o.device), "cudaSetDevice");
+  if (s.ok()) {
+    Result<DeviceInfo> info = QueryDevice(o.device);
+    Result<Stream> stream = Stream::Create();
+    s = !info.ok() ? info.status() : stream.status();
+    if (s.ok()) {
+      out.info = std::move(*info);
+      out.stream = std::move(*stream);
+    }
+  }
+  if (s.ok() && !o.json_path.empty()) {
+    out.json = std::fopen(o.json_path.c_str(), "w");
+    if (out.json == nullptr) s = StatusFromErrno(errno, "open " + o.json_path);
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", name, s.ToString().c_str());
+    return 1;
+  }
+  std::printf("device: %s\n", out.info.ToString().c_str());
+  return 0;
+}
 
 class EventPair {
  public:

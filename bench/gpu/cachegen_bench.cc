@@ -50,11 +50,7 @@ constexpr KvShape kShape{32, 256, 8, 128};
 constexpr int kDistinct = 4;  // distinct synthetic chunks, replicated over the buffers
 constexpr std::uint32_t kPageSize = 16;
 
-struct Options {
-  std::string json_path;
-  int reps = 100;
-  int warmup = 5;
-  int device = 0;
+struct Options : bench::CommonOptions {
   std::vector<std::uint32_t> batches = {1, 8, 32};
   std::string only;
 };
@@ -239,57 +235,21 @@ int Usage(const char* argv0) {
 }
 
 int Main(int argc, char** argv) {
+  constexpr const char* kName = "kvdepot_cachegen_bench";
   Options opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    const char* value = nullptr;
-    if (arg == "--json" && (value = next())) {
-      opt.json_path = value;
-    } else if (arg == "--reps" && (value = next())) {
-      opt.reps = std::atoi(value);
-    } else if (arg == "--warmup" && (value = next())) {
-      opt.warmup = std::atoi(value);
-    } else if (arg == "--device" && (value = next())) {
-      opt.device = std::atoi(value);
-    } else if (arg == "--batches" && (value = next())) {
-      opt.batches.clear();
-      std::stringstream ss(value);
-      std::string part;
-      while (std::getline(ss, part, ',')) {
-        const long b = std::strtol(part.c_str(), nullptr, 10);
-        if (b < 1 || b > 64) return Usage(argv[0]);
-        opt.batches.push_back(static_cast<std::uint32_t>(b));
-      }
-    } else if (arg == "--only" && (value = next())) {
-      opt.only = value;
-      if (opt.only != "encode" && opt.only != "decode" && opt.only != "paged") {
-        return Usage(argv[0]);
-      }
-    } else {
-      return Usage(argv[0]);
-    }
-  }
-  if (opt.reps < 50 || opt.warmup < 1 || opt.device < 0 || opt.batches.empty()) {
-    return Usage(argv[0]);
-  }
-  if (const Status gpu = GpuAvailable(); !gpu.ok()) {
-    std::fprintf(stderr, "kvdepot_cachegen_bench: no GPU: %s\n", gpu.message().c_str());
-    return 2;
-  }
-  if (const cudaError_t err = cudaSetDevice(opt.device); err != cudaSuccess) {
-    std::fprintf(stderr, "kvdepot_cachegen_bench: %s\n",
-                 StatusFromCuda(err, "cudaSetDevice").ToString().c_str());
-    return 1;
-  }
-  Result<DeviceInfo> info = QueryDevice(opt.device);
-  Result<Stream> stream = Stream::Create();
-  if (!info.ok() || !stream.ok()) {
-    std::fprintf(stderr, "kvdepot_cachegen_bench: %s\n",
-                 (!info.ok() ? info.status() : stream.status()).ToString().c_str());
-    return 1;
-  }
-  std::printf("device: %s\n", info->ToString().c_str());
+  const bool parsed = bench::ParseArgs(argc, argv, opt, [&](std::string_view flag, const char* v) {
+    if (v == nullptr) return false;
+    if (flag == "--batches") return bench::ParseUintList(v, opt.batches, 1, 64);
+    if (flag != "--only") return false;
+    opt.only = v;
+    return opt.only == "encode" || opt.only == "decode" || opt.only == "paged";
+  });
+  if (!parsed) return Usage(argv[0]);
+  bench::BenchStart start;
+  if (const int rc = bench::StartBench(kName, opt, start); rc != 0) return rc;
+  const DeviceInfo* info = &start.info;
+  const Stream* stream = &start.stream;
+  std::FILE* json = start.json;
 
   Fixture fx;
   for (int s = 0; s < kDistinct; ++s) {
@@ -316,15 +276,6 @@ int Main(int argc, char** argv) {
       static_cast<unsigned long long>(fx.container_bytes_avg),
       static_cast<double>(fx.host[0].data.size()) / fx.container_bytes_avg, *d2d, opt.warmup,
       opt.reps);
-  std::FILE* json = nullptr;
-  if (!opt.json_path.empty()) {
-    json = std::fopen(opt.json_path.c_str(), "w");
-    if (json == nullptr) {
-      std::fprintf(stderr, "kvdepot_cachegen_bench: %s\n",
-                   StatusFromErrno(errno, "open " + opt.json_path).ToString().c_str());
-      return 1;
-    }
-  }
   std::printf("%-13s %5s %12s %12s %10s %12s %8s\n", "op", "batch", "median us", "us/chunk", "GB/s",
               "min bytes", "% ceil");
   int rc = 0;
@@ -360,12 +311,7 @@ int Main(int argc, char** argv) {
       }
     }
   }
-  if (json != nullptr && std::fclose(json) != 0) {
-    std::fprintf(stderr, "kvdepot_cachegen_bench: %s\n",
-                 StatusFromErrno(errno, "close " + opt.json_path).ToString().c_str());
-    rc = 1;
-  }
-  return rc;
+  return bench::CloseJson(kName, opt, start, rc);
 }
 
 }  // namespace

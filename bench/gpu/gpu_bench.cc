@@ -36,12 +36,8 @@ using bench::JsonEscape;
 
 constexpr int kSets = 2;
 
-struct Options {
-  std::string json_path;
+struct Options : bench::CommonOptions {
   std::uint64_t mib = 256;
-  int reps = 100;
-  int warmup = 5;
-  int device = 0;
 };
 
 struct Variant {
@@ -170,57 +166,24 @@ int Usage(const char* argv0) {
 }
 
 int Main(int argc, char** argv) {
+  constexpr const char* kName = "kvdepot_gpu_bench";
   Options opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    const char* value = nullptr;
-    if (arg == "--json" && (value = next())) {
-      opt.json_path = value;
-    } else if (arg == "--mib" && (value = next())) {
-      opt.mib = std::strtoull(value, nullptr, 10);
-    } else if (arg == "--reps" && (value = next())) {
-      opt.reps = std::atoi(value);
-    } else if (arg == "--warmup" && (value = next())) {
-      opt.warmup = std::atoi(value);
-    } else if (arg == "--device" && (value = next())) {
-      opt.device = std::atoi(value);
-    } else {
-      return Usage(argv[0]);
-    }
-  }
-  if (opt.mib < 8 || opt.mib > 16384 || opt.reps < 50 || opt.warmup < 1 || opt.device < 0) {
-    std::fprintf(stderr, "kvdepot_gpu_bench: need --mib in [8, 16384], --reps >= 50, "
-                         "--warmup >= 1\n");
-    return Usage(argv[0]);
-  }
-
-  if (const Status gpu = GpuAvailable(); !gpu.ok()) {
-    std::fprintf(stderr, "kvdepot_gpu_bench: no GPU: %s\n", gpu.message().c_str());
-    return 2;
-  }
-  if (const cudaError_t err = cudaSetDevice(opt.device); err != cudaSuccess) {
-    std::fprintf(stderr, "kvdepot_gpu_bench: %s\n",
-                 StatusFromCuda(err, "cudaSetDevice").ToString().c_str());
-    return 1;
-  }
-  Result<DeviceInfo> info = QueryDevice(opt.device);
-  if (!info.ok()) {
-    std::fprintf(stderr, "kvdepot_gpu_bench: %s\n", info.status().ToString().c_str());
-    return 1;
-  }
-  std::printf("device: %s\n", info->ToString().c_str());
+  const bool parsed = bench::ParseArgs(argc, argv, opt, [&](std::string_view flag, const char* v) {
+    if (flag != "--mib" || v == nullptr) return false;
+    opt.mib = std::strtoull(v, nullptr, 10);
+    return true;
+  });
+  if (!parsed || opt.mib < 8 || opt.mib > 16384) return Usage(argv[0]);
+  bench::BenchStart start;
+  if (const int rc = bench::StartBench(kName, opt, start); rc != 0) return rc;
+  const DeviceInfo* info = &start.info;
+  const Stream* stream = &start.stream;
+  std::FILE* json = start.json;
   std::printf("input %llu MiB per op, %d buffer sets, %d warm-up + %d timed reps, median\n",
               static_cast<unsigned long long>(opt.mib), kSets, opt.warmup, opt.reps);
   if ((opt.mib << 20) < 2 * info->l2_bytes) {
     std::printf("warning: input is less than 2x L2 (%llu bytes); results include cache hits\n",
                 static_cast<unsigned long long>(info->l2_bytes));
-  }
-
-  Result<Stream> stream = Stream::Create();
-  if (!stream.ok()) {
-    std::fprintf(stderr, "kvdepot_gpu_bench: %s\n", stream.status().ToString().c_str());
-    return 1;
   }
   const Variant variants[] = {
       {"d2d", DType::kFloat16, DType::kFloat16, true},
@@ -229,15 +192,6 @@ int Main(int argc, char** argv) {
       {"fp32->bf16", DType::kFloat32, DType::kBFloat16, false},
       {"bf16->fp16", DType::kBFloat16, DType::kFloat16, false},
   };
-  std::FILE* json = nullptr;
-  if (!opt.json_path.empty()) {
-    json = std::fopen(opt.json_path.c_str(), "w");
-    if (json == nullptr) {
-      std::fprintf(stderr, "kvdepot_gpu_bench: %s\n",
-                   StatusFromErrno(errno, "open " + opt.json_path).ToString().c_str());
-      return 1;
-    }
-  }
   std::printf("%-12s %14s %12s %10s %8s\n", "variant", "bytes moved", "median us", "GB/s",
               "% d2d");
   double ceiling = 0;
@@ -267,12 +221,7 @@ int Main(int argc, char** argv) {
                    row->gbps, pct, opt.reps, kSets);
     }
   }
-  if (json != nullptr && std::fclose(json) != 0) {
-    std::fprintf(stderr, "kvdepot_gpu_bench: %s\n",
-                 StatusFromErrno(errno, "close " + opt.json_path).ToString().c_str());
-    rc = 1;
-  }
-  return rc;
+  return bench::CloseJson(kName, opt, start, rc);
 }
 
 }  // namespace

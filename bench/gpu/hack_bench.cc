@@ -61,11 +61,7 @@ constexpr std::uint32_t kKvHeads = 8;
 constexpr std::uint32_t kDim = 128;
 constexpr std::uint32_t kVerifyMaxTokens = 32768;
 
-struct Options {
-  std::string json_path;
-  int reps = 100;
-  int warmup = 5;
-  int device = 0;
+struct Options : bench::CommonOptions {
   std::string only;
   std::vector<std::uint32_t> lengths = {4096, 32768, 131072};
   std::vector<std::uint32_t> batches = {1, 16};
@@ -495,19 +491,6 @@ Result<Row> MeasureCodec(bool quantize, std::uint32_t layers, bool stochastic,
   return row;
 }
 
-
-bool ParseList(const char* value, std::vector<std::uint32_t>& out, long lo, long hi) {
-  out.clear();
-  std::stringstream ss(value);
-  std::string part;
-  while (std::getline(ss, part, ',')) {
-    const long v = std::strtol(part.c_str(), nullptr, 10);
-    if (v < lo || v > hi) return false;
-    out.push_back(static_cast<std::uint32_t>(v));
-  }
-  return !out.empty();
-}
-
 int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--json FILE] [--reps N (>= 50, default 100)] [--warmup N (default 5)] "
@@ -518,56 +501,29 @@ int Usage(const char* argv0) {
 }
 
 int Main(int argc, char** argv) {
+  constexpr const char* kName = "kvdepot_hack_bench";
   Options opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    const char* value = nullptr;
-    if (arg == "--json" && (value = next())) {
-      opt.json_path = value;
-    } else if (arg == "--reps" && (value = next())) {
-      opt.reps = std::atoi(value);
-    } else if (arg == "--warmup" && (value = next())) {
-      opt.warmup = std::atoi(value);
-    } else if (arg == "--device" && (value = next())) {
-      opt.device = std::atoi(value);
-    } else if (arg == "--only" && (value = next())) {
-      opt.only = value;
-      if (opt.only != "decode" && opt.only != "prefill" && opt.only != "quantize" &&
-          opt.only != "dequantize") {
-        return Usage(argv[0]);
-      }
-    } else if (arg == "--lengths" && (value = next())) {
-      if (!ParseList(value, opt.lengths, 64, 1 << 20)) return Usage(argv[0]);
-    } else if (arg == "--batches" && (value = next())) {
-      if (!ParseList(value, opt.batches, 1, 256)) return Usage(argv[0]);
-    } else if (arg == "--prefill-lengths" && (value = next())) {
-      if (!ParseList(value, opt.prefill_lengths, 64, 65536)) return Usage(argv[0]);
-    } else {
-      return Usage(argv[0]);
-    }
-  }
-  if (opt.reps < 50 || opt.warmup < 1 || opt.device < 0) return Usage(argv[0]);
-  if (const Status gpu = GpuAvailable(); !gpu.ok()) {
-    std::fprintf(stderr, "kvdepot_hack_bench: no GPU: %s\n", gpu.message().c_str());
-    return 2;
-  }
-  if (const cudaError_t err = cudaSetDevice(opt.device); err != cudaSuccess) {
-    std::fprintf(stderr, "kvdepot_hack_bench: %s\n",
-                 StatusFromCuda(err, "cudaSetDevice").ToString().c_str());
-    return 1;
-  }
-  Result<DeviceInfo> info = QueryDevice(opt.device);
-  Result<Stream> stream = Stream::Create();
+  const bool parsed = bench::ParseArgs(argc, argv, opt, [&](std::string_view flag, const char* v) {
+    if (v == nullptr) return false;
+    if (flag == "--lengths") return bench::ParseUintList(v, opt.lengths, 64, 1 << 20);
+    if (flag == "--batches") return bench::ParseUintList(v, opt.batches, 1, 256);
+    if (flag == "--prefill-lengths") return bench::ParseUintList(v, opt.prefill_lengths, 64, 65536);
+    if (flag != "--only") return false;
+    opt.only = v;
+    return opt.only == "decode" || opt.only == "prefill" || opt.only == "quantize" ||
+           opt.only == "dequantize";
+  });
+  if (!parsed) return Usage(argv[0]);
+  bench::BenchStart start;
+  if (const int rc = bench::StartBench(kName, opt, start); rc != 0) return rc;
+  const DeviceInfo* info = &start.info;
+  const Stream* stream = &start.stream;
+  std::FILE* json = start.json;
   Result<HackAttentionWorkspace> ws = HackAttentionWorkspace::Create();
-  if (!info.ok() || !stream.ok() || !ws.ok()) {
-    std::fprintf(stderr, "kvdepot_hack_bench: %s\n",
-                 (!info.ok() ? info.status() : !stream.ok() ? stream.status() : ws.status())
-                     .ToString()
-                     .c_str());
+  if (!ws.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kName, ws.status().ToString().c_str());
     return 1;
   }
-  std::printf("device: %s\n", info->ToString().c_str());
   Result<double> d2d = MeasureD2d(stream->get(), opt);
   if (!d2d.ok()) {
     std::fprintf(stderr, "kvdepot_hack_bench: d2d: %s\n", d2d.status().ToString().c_str());
@@ -575,15 +531,6 @@ int Main(int argc, char** argv) {
   }
   std::printf("d2d ceiling %.1f GB/s (read + write); %d warm-up + %d timed reps, median\n", *d2d,
               opt.warmup, opt.reps);
-  std::FILE* json = nullptr;
-  if (!opt.json_path.empty()) {
-    json = std::fopen(opt.json_path.c_str(), "w");
-    if (json == nullptr) {
-      std::fprintf(stderr, "kvdepot_hack_bench: %s\n",
-                   StatusFromErrno(errno, "open " + opt.json_path).ToString().c_str());
-      return 1;
-    }
-  }
   std::printf("%-16s %-28s %5s %7s %11s %11s %13s %9s %7s %7s  %s\n", "op", "shape", "batch",
               "tokens", "median us", "min us", "bytes", "GB/s", "% d2d", "TOPS", "config");
   int rc = 0;
@@ -638,12 +585,7 @@ int Main(int argc, char** argv) {
       report(MeasureCodec(true, 32, true, *info, stream->get(), opt), "quantize stochastic");
     }
   }
-  if (json != nullptr && std::fclose(json) != 0) {
-    std::fprintf(stderr, "kvdepot_hack_bench: %s\n",
-                 StatusFromErrno(errno, "close " + opt.json_path).ToString().c_str());
-    rc = 1;
-  }
-  return rc;
+  return bench::CloseJson(kName, opt, start, rc);
 }
 
 }  // namespace

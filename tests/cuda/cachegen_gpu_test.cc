@@ -25,31 +25,6 @@
 namespace kvdepot::cuda {
 namespace {
 
-KvTensor Synth(const KvShape& shape, DType dtype, std::uint64_t seed) {
-  Result<KvTensor> t = SynthesizeKv(SynthOptions{shape, seed, dtype});
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  return std::move(t).value();
-}
-
-void StoreFloat(KvTensor& t, std::uint64_t i, float v) {
-  switch (t.dtype) {
-    case DType::kFloat16: StoreLE<std::uint16_t>(t.data.data() + i * 2, FloatToHalfBits(v)); break;
-    case DType::kBFloat16: StoreLE<std::uint16_t>(t.data.data() + i * 2, FloatToBf16Bits(v)); break;
-    case DType::kFloat32: StoreLE<float>(t.data.data() + i * 4, v); break;
-  }
-}
-
-std::string SectionAt(const std::vector<std::byte>& c, std::size_t at) {
-  Result<ContainerView> v = ParseContainer(c, ParseOptions{false});
-  if (!v.ok()) return "?";
-  for (const SectionView& s : v->sections) {
-    if (at >= s.offset && at < s.offset + s.length) {
-      return std::string(SectionKindName(s.kind)) + "+" + std::to_string(at - s.offset);
-    }
-  }
-  return "header/padding";
-}
-
 void ExpectSameBytes(const std::vector<std::byte>& cpu, const std::vector<std::byte>& gpu,
                      const std::string& label) {
   if (cpu == gpu) return;

@@ -44,6 +44,19 @@ def scan_req(limit=10, tier=0, prefix=b"", cursor=b""):
 
 
 PING, PUT, GET, LOOKUP, DELETE, STATS, SCAN = 1, 2, 3, 4, 5, 6, 7
+AUTH, MAP, LEASE_GET, RELEASE, GET_AS = 8, 9, 10, 11, 12
+
+
+def lease_get(keys, tier=0):
+    return struct.pack("<B3x", tier) + key_list(keys)
+
+
+def lease_ids(ids):
+    return struct.pack("<I", len(ids)) + b"".join(struct.pack("<Q", i) for i in ids)
+
+
+def get_as(codec, keys):
+    return struct.pack("<B3x", codec) + key_list(keys)
 
 # protocol: byte 0 picks the decoder, byte 1 the limits (bit 0: small).
 for lim in (0, 1):
@@ -53,6 +66,15 @@ for lim in (0, 1):
     put("protocol", f"putbody-{lim}", bytes([3, lim]) + put_body([(b"k1", b"value"), (b"k2", b"")]))
     put("protocol", f"scanreq-{lim}", bytes([7, lim]) + struct.pack("<IBBH", 5, 2, 0, 2) + b"ab" +
         struct.pack("<H", 1) + b"c")
+# The zero-copy and authentication messages (decoders 9-14 of the protocol target).
+put("protocol", "auth", bytes([9, 0]) + struct.pack("<H", 5) + b"token")
+put("protocol", "mapinfo", bytes([10, 0]) + struct.pack("<QQiI", 1 << 20, 0, -1, 0) + bytes(64))
+for lim in (0, 1):
+    put("protocol", f"leaseget-{lim}", bytes([11, lim]) + lease_get([b"a", b"bb"], tier=2))
+    put("protocol", f"leaseids-{lim}", bytes([13, lim]) + lease_ids([1, 2, 3]))
+    put("protocol", f"getas-{lim}", bytes([14, lim]) + get_as(1, [b"k"]))
+put("protocol", "leases", bytes([12, 0]) + struct.pack("<I", 2) +
+    struct.pack("<HBBIQQQ", 0, 2, 0, 0, 1, 4096, 100) + struct.pack("<HBBIQQQ", 2, 0, 0, 0, 0, 0, 0))
 put("protocol", "statuslist", bytes([4, 0]) + struct.pack("<IHH", 2, 0, 5))
 put("protocol", "getprefix", bytes([5, 0]) + struct.pack("<IB3x", 3, 2))
 put("protocol", "lookupresult", bytes([6, 0]) + struct.pack("<II3B", 1, 3, 2, 0, 3))
@@ -73,6 +95,17 @@ put("server", "pipelined-gets", frame(PUT, put_body([(b"big", b"B" * 70000)])) +
     b"".join(frame(GET, key_list([b"big"]), rid=i) for i in range(3)))
 put("server", "truncated-put", frame(PUT, put_body([(b"k", b"0123456789")]))[:-4])
 put("server", "bad-magic", b"KVDX" + frame(PING)[4:])
+put("server", "auth-without-auth", frame(AUTH, struct.pack("<H", 5) + b"token", rid=1) +
+    frame(PING, rid=2))
+put("server", "map-lease-release", frame(PUT, put_body([(b"a", b"A" * 5000), (b"b", b"B" * 10)]),
+                                             rid=1) +
+    frame(MAP, rid=2) + frame(LEASE_GET, lease_get([b"a", b"b", b"missing"]), rid=3) +
+    frame(LEASE_GET, lease_get([b"a"], tier=1), rid=4) +
+    frame(RELEASE, lease_ids([1, 2, 99]), rid=5) + frame(DELETE, key_list([b"a"]), rid=6) +
+    frame(LEASE_GET, lease_get([b"a"]), rid=7))
+put("server", "lease-bound", frame(PUT, put_body([(b"big", b"Z" * 700000)]), rid=1) +
+    frame(LEASE_GET, lease_get([b"big", b"big", b"big"]), rid=2) + frame(RELEASE, lease_ids([1]),
+                                                                          rid=3))
 
 # ---- lm:// ----------------------------------------------------------------------------------
 def lm_header(cmd, length=0, k=b"key", fmt=1, dtype=2, loc=0, shape=(1, 2, 3, 4)):
@@ -110,6 +143,16 @@ put("config", "small.yaml", b"listen: 127.0.0.1:0\nhost:\n  capacity: 64MiB\n  e
     b"  capacity: 64MiB\n  segment_size: 8MiB\nlm:\n  listen: 127.0.0.1:0\n  namespace: ns\n")
 put("config", "quota.yaml", b"host:\n  quotas:\n    00112233445566778899aabbccddeeff: 2GiB\n")
 put("config", "empty.yaml", b"")
+
+# ---- server: GET_AS over real containers (the test vectors) -----------------------------------
+_vec = os.path.join(ROOT, "tests", "vectors")
+for _name in ("raw-fp16-small.kvd", "cachegen-fp16-small.kvd", "hack-fp16-tail.kvd"):
+    _path = os.path.join(_vec, _name)
+    if not os.path.exists(_path):
+        continue
+    _c = open(_path, "rb").read()
+    put("server", "get-as-" + _name.split(".")[0], frame(PUT, put_body([(b"c", _c)]), rid=1) +
+        b"".join(frame(GET_AS, get_as(codec, [b"c", b"none"]), rid=2 + codec) for codec in (0, 1, 2)))
 
 # ---- containers: the test vectors; the valid ones also seed the codecs -------------------------
 vectors = os.path.join(ROOT, "tests", "vectors")

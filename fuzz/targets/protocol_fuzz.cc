@@ -28,10 +28,10 @@ int FuzzProtocol(const std::uint8_t* data, std::size_t size) {
     limits.max_body_bytes = 256;
   }
   const std::span<const std::byte> in(reinterpret_cast<const std::byte*>(data + 2), size - 2);
-  switch (which % 9) {
+  switch (which % 15) {
     case 0:
     case 1: {
-      auto h = protocol::DecodeFrameHeader(in, limits, /*expect_response=*/which % 9 == 1);
+      auto h = protocol::DecodeFrameHeader(in, limits, /*expect_response=*/which % 15 == 1);
       if (h.ok()) {
         std::byte out[protocol::kFrameHeaderBytes];
         protocol::EncodeFrameHeader(*h, out);
@@ -64,6 +64,66 @@ int FuzzProtocol(const std::uint8_t* data, std::size_t size) {
     case 8: {
       auto r = protocol::DecodeScanResult(in);
       if (r.ok()) (void)protocol::EncodeScanResult(*r);
+      break;
+    }
+    // The same-host zero-copy and authentication messages: a decoded value re-encodes and
+    // decodes again to the same value.
+    case 9: {
+      auto t = protocol::DecodeAuthRequest(in);
+      if (t.ok() && *protocol::DecodeAuthRequest(protocol::EncodeAuthRequest(*t)) != *t) {
+        __builtin_trap();
+      }
+      break;
+    }
+    case 10: {
+      auto m = protocol::DecodeMapInfo(in);
+      if (m.ok()) {
+        const auto again = protocol::DecodeMapInfo(protocol::EncodeMapInfo(*m));
+        if (!again.ok() || again->host_arena_bytes != m->host_arena_bytes ||
+            again->gpu_pool_bytes != m->gpu_pool_bytes || again->ipc_handle != m->ipc_handle) {
+          __builtin_trap();
+        }
+      }
+      break;
+    }
+    case 11: {
+      auto q = protocol::DecodeLeaseGetRequest(in, limits);
+      if (q.ok()) {
+        const std::vector<std::string> keys(q->keys.begin(), q->keys.end());
+        const auto body = protocol::EncodeLeaseGetRequest(q->tier, keys);
+        const auto again = protocol::DecodeLeaseGetRequest(body, limits);
+        if (!again.ok() || again->tier != q->tier || again->keys.size() != keys.size()) {
+          __builtin_trap();
+        }
+      }
+      break;
+    }
+    case 12: {
+      auto l = protocol::DecodeLeases(in);
+      if (l.ok()) {
+        const auto again = protocol::DecodeLeases(protocol::EncodeLeases(*l));
+        if (!again.ok() || again->size() != l->size()) __builtin_trap();
+      }
+      break;
+    }
+    case 13: {
+      auto ids = protocol::DecodeLeaseIds(in, limits);
+      if (ids.ok()) {
+        const auto again = protocol::DecodeLeaseIds(protocol::EncodeLeaseIds(*ids), limits);
+        if (!again.ok() || *again != *ids) __builtin_trap();
+      }
+      break;
+    }
+    case 14: {
+      auto q = protocol::DecodeGetAsRequest(in, limits);
+      if (q.ok()) {
+        const std::vector<std::string> keys(q->keys.begin(), q->keys.end());
+        const auto again =
+            protocol::DecodeGetAsRequest(protocol::EncodeGetAsRequest(q->codec, keys), limits);
+        if (!again.ok() || again->codec != q->codec || again->keys.size() != keys.size()) {
+          __builtin_trap();
+        }
+      }
       break;
     }
   }

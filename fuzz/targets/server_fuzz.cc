@@ -1,5 +1,5 @@
 // server: bytes from one client connection to a real in-process kvdepot Server (native protocol,
-// Unix socket, host tier only), with the largest key limit the configuration allows and a small
+// Unix socket, host tier only, in a shared arena), with the largest key limit the configuration allows and a small
 // output limit (so that backpressure pauses are reached). Every complete response frame must be a
 // valid response header; the server must close the connection once the client has half-closed.
 #include <sys/socket.h>
@@ -42,6 +42,10 @@ struct Daemon {
     o.io_threads = 1;
     o.limits = limits;
     o.max_output_bytes = 64u << 10;
+    o.max_lease_bytes = 1u << 20;  // so that the lease bound is reached
+    // A shared arena, so that MAP, LEASE_GET and RELEASE run their real paths (the descriptor MAP
+    // passes is dropped by the fuzz client's plain reads).
+    if (!host.EnableSharedArena().ok()) __builtin_trap();
     server = std::make_unique<daemon::Server>(o, store);
     if (!server->Start().ok()) __builtin_trap();
   }

@@ -1004,7 +1004,7 @@ class Connection : public ConnectionBase,
     asio::async_write(socket_, buffers_,
                       [self = this->shared_from_this()](auto ec, std::size_t n) {
                         self->server_.bytes_out_ += n;
-                        if (ec) return self->Close();
+                        if (ec || self->closed_) return self->WriteEnded();
                         self->last_progress_ = std::chrono::steady_clock::now();
                         for (std::size_t i = 0; i < self->in_flight_; ++i) {
                           if (!self->pending_.empty()) self->ObserveWritten(self->queue_.front());
@@ -1044,17 +1044,17 @@ class Connection : public ConnectionBase,
     const ssize_t n = ::sendmsg(raw.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
       raw.async_wait(asio::socket_base::wait_write, [self = this->shared_from_this()](auto ec) {
-        if (ec) return self->Close();
+        if (ec || self->closed_) return self->WriteEnded();
         self->SendWithFd();
       });
       return;
     }
-    if (n < 0) return Close();
+    if (n < 0) return WriteEnded();
     server_.bytes_out_ += static_cast<std::uint64_t>(n);
     f.pass_fd = -1;
     auto finish = [self = this->shared_from_this()](auto ec, std::size_t written) {
       self->server_.bytes_out_ += written;
-      if (ec) return self->Close();
+      if (ec || self->closed_) return self->WriteEnded();
       if (!self->pending_.empty()) self->ObserveWritten(self->queue_.front());
       self->queued_bytes_ -= self->queue_.front().size();
       self->queue_.pop_front();
@@ -1129,14 +1129,24 @@ class Connection : public ConnectionBase,
     ArmWatchdog();
   }
 
+  // The end of a write that failed or found the connection closed meanwhile (a handler queued
+  // with success can run after Close): the frames it was writing are gone with the rest.
+  void WriteEnded() {
+    writing_ = false;
+    queue_.clear();
+    Close();
+  }
+
   void MaybeClose() {
     if (stop_reading_ && !writing_ && queue_.empty() && !awaiting_header_) Close();
   }
 
+  // Closes the socket; the queued frames go now, or, while a write is in flight (it still points
+  // into them), when its handler runs (WriteEnded).
   void Close() {
     if (closed_) return;
     closed_ = true;
-    queue_.clear();
+    if (!writing_) queue_.clear();
     watchdog_.cancel();
     boost::system::error_code ec;
     socket_.lowest_layer().shutdown(asio::socket_base::shutdown_both, ec);

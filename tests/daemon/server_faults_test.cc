@@ -16,12 +16,14 @@
 #include <thread>
 
 #include "kvdepot/client/client.h"
+#include "kvdepot/codec.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/lm_server.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/ssd_tier.h"
 #include "kvdepot/daemon/store.h"
 #include "kvdepot/lm_wire.h"
+#include "kvdepot/synth.h"
 #include "ssd/io_engine.h"
 #include "socket_test_util.h"
 
@@ -101,6 +103,46 @@ TEST_F(ServerFaultsTest, KeysUpToTheLargestConfigurableLimitRoundTrip) {
   auto got = c->Get(key);
   ASSERT_TRUE(got.ok() && got->has_value());
   EXPECT_EQ(**got, Bytes(5000, 1));
+}
+
+// Regression (fuzz/regressions/server/get-as-then-close-write-race): the write started when a
+// GET_AS answer came back from the transcoder could end after a malformed frame had closed the
+// connection; its handler then popped frames from the emptied queue (UBSan: an invalid bool read
+// out of the deque). Rounds of pipelined GET_AS requests followed at once by a malformed header:
+// each connection is closed, the server keeps serving (the sanitizer builds catch the UB).
+TEST_F(ServerFaultsTest, AWriteEndingAfterTheConnectionClosedIsHarmless) {
+  Start(ServerOptions{});
+  auto c = Client();
+  ASSERT_NE(c, nullptr);
+  const KvTensor t = *SynthesizeKv(SynthOptions{KvShape{2, 64, 2, 32}, 1, DType::kFloat16});
+  EncodeOptions raw;
+  raw.codec = CodecId::kRaw;
+  ASSERT_TRUE(c->Put("c", *EncodeChunk(t.view(), raw)).ok());
+  const std::string keys[] = {"c", "c"};
+  const std::vector<std::byte> body =
+      protocol::EncodeGetAsRequest(static_cast<std::uint8_t>(CodecId::kCacheGen), keys);
+  std::vector<std::byte> wire;
+  for (std::uint64_t id = 1; id <= 3; ++id) {
+    protocol::FrameHeader h;
+    h.type = static_cast<std::uint8_t>(protocol::Op::kGetAs);
+    h.request_id = id;
+    h.body_length = static_cast<std::uint32_t>(body.size());
+    const std::size_t at = wire.size();
+    wire.resize(at + protocol::kFrameHeaderBytes);
+    protocol::EncodeFrameHeader(h, wire.data() + at);
+    wire.insert(wire.end(), body.begin(), body.end());
+  }
+  wire.insert(wire.end(), protocol::kFrameHeaderBytes, std::byte{'X'});  // malformed: closes
+  for (int round = 0; round < 60; ++round) {
+    const int fd = ConnectLoopback(server_->tcp_port());
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::send(fd, wire.data(), wire.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(wire.size()));
+    EXPECT_TRUE(ClosedByPeer(fd)) << "round " << round;
+    ::close(fd);
+  }
+  EXPECT_TRUE(c->Ping().ok());
+  EXPECT_TRUE(WaitFor([&] { return server_->stats().connections_open == 1; }));
 }
 
 TEST_F(ServerFaultsTest, AClientSendingAByteAtATimeIsClosedByTheRequestTimeout) {

@@ -51,6 +51,26 @@ class ConnectionTimeouts {
   // watchdog keeps ticking so that a reload turning a timeout on reaches open connections).
   std::chrono::milliseconds Tick() const;
 
+  // Which timeout a connection has run past at `now`, if any: the request one when a request
+  // started at `request_started` (time_point::max() when none is being read) has been arriving
+  // for request(), else the idle one when it moved nothing since `last_progress` for idle() while
+  // no store operation was pending (`busy`). A zero timeout is off.
+  enum class Expired { kNone, kRequest, kIdle };
+  Expired Check(std::chrono::steady_clock::time_point now,
+                std::chrono::steady_clock::time_point request_started,
+                std::chrono::steady_clock::time_point last_progress, bool busy) const {
+    const auto request_timeout = request(), idle_timeout = idle();
+    if (request_timeout.count() > 0 &&
+        request_started != std::chrono::steady_clock::time_point::max() &&
+        now - request_started >= request_timeout) {
+      return Expired::kRequest;
+    }
+    if (idle_timeout.count() > 0 && !busy && now - last_progress >= idle_timeout) {
+      return Expired::kIdle;
+    }
+    return Expired::kNone;
+  }
+
  private:
   std::atomic<std::chrono::milliseconds::rep> request_ms_{0};
   std::atomic<std::chrono::milliseconds::rep> idle_ms_{0};

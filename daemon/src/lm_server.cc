@@ -179,18 +179,12 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
   }
 
   void CheckTimeouts() {
-    const auto request_timeout = server_.timeouts().request();
-    const auto idle_timeout = server_.timeouts().idle();
-    const auto now = std::chrono::steady_clock::now();
-    if (request_timeout.count() > 0 &&
-        request_started_ != std::chrono::steady_clock::time_point::max() &&
-        now - request_started_ >= request_timeout) {
-      ++counters_->request_timeouts;
-      return Close();
-    }
-    if (idle_timeout.count() > 0 && !in_store_ && now - last_progress_ >= idle_timeout) {
-      ++counters_->idle_timeouts;
-      return Close();
+    using Expired = ConnectionTimeouts::Expired;
+    switch (server_.timeouts().Check(std::chrono::steady_clock::now(), request_started_,
+                                     last_progress_, in_store_)) {
+      case Expired::kRequest: ++counters_->request_timeouts; return Close();
+      case Expired::kIdle: ++counters_->idle_timeouts; return Close();
+      case Expired::kNone: break;
     }
     ArmWatchdog();
   }

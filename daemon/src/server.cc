@@ -1113,18 +1113,12 @@ class Connection : public ConnectionBase,
   // moved no byte either way for idle_timeout while no store operation was pending (an idle
   // client, or one that stopped reading its responses).
   void CheckTimeouts() {
-    const auto request_timeout = server_.timeouts().request();
-    const auto idle_timeout = server_.timeouts().idle();
-    const auto now = std::chrono::steady_clock::now();
-    if (request_timeout.count() > 0 &&
-        request_started_ != std::chrono::steady_clock::time_point::max() &&
-        now - request_started_ >= request_timeout) {
-      ++server_.request_timeouts_;
-      return Close();
-    }
-    if (idle_timeout.count() > 0 && store_ops_ == 0 && now - last_progress_ >= idle_timeout) {
-      ++server_.idle_timeouts_;
-      return Close();
+    using Expired = ConnectionTimeouts::Expired;
+    switch (server_.timeouts().Check(std::chrono::steady_clock::now(), request_started_,
+                                     last_progress_, store_ops_ != 0)) {
+      case Expired::kRequest: ++server_.request_timeouts_; return Close();
+      case Expired::kIdle: ++server_.idle_timeouts_; return Close();
+      case Expired::kNone: break;
     }
     ArmWatchdog();
   }

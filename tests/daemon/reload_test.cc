@@ -23,6 +23,7 @@ namespace {
 
 using ::kvdepot::test_socket::ConnectLoopback;
 using ::kvdepot::test_socket::ClosedByPeer;
+using ::kvdepot::test_socket::WaitFor;
 
 using namespace std::chrono_literals;
 
@@ -30,15 +31,6 @@ bool Has(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
 
 TEST(ConfigEntriesTest, EveryEntryRoundTripsThroughItsFlag) {
   Config c;

@@ -32,6 +32,7 @@ namespace {
 
 using ::kvdepot::test_socket::ConnectLoopback;
 using ::kvdepot::test_socket::ClosedByPeer;
+using ::kvdepot::test_socket::WaitFor;
 
 using namespace std::chrono_literals;
 
@@ -42,15 +43,6 @@ std::vector<std::byte> Bytes(std::size_t n, std::uint64_t seed) {
   return v;
 }
 
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
 
 std::vector<std::byte> GetFrame(const std::string& key, std::uint64_t id) {
   const std::string keys[] = {key};

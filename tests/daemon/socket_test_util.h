@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <thread>
 
 namespace kvdepot::test_socket {
 
@@ -40,6 +42,17 @@ inline bool ClosedByPeer(int fd) {
     if (n == 0) return true;
     if (n < 0) return errno == ECONNRESET;
   }
+}
+
+// Polls `pred` every 5 ms until it holds (true) or `limit` passes (false).
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(5)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
 }
 
 }  // namespace kvdepot::test_socket

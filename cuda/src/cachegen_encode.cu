@@ -974,22 +974,6 @@ std::size_t HostStatusOffset(const ScratchLayout& s) {
   return Align256(s.upload_end);
 }
 
-// "[layer, kv, token, head, dim]" of flat element i (the CPU encoder's error wording).
-std::string Position(const KvShape& s, std::uint64_t i) {
-  const std::uint64_t d = i % s.head_dim;
-  i /= s.head_dim;
-  const std::uint64_t h = i % s.kv_heads;
-  i /= s.kv_heads;
-  const std::uint64_t t = i % s.tokens;
-  i /= s.tokens;
-  char buf[96];
-  std::snprintf(buf, sizeof(buf), "[%llu, %llu, %llu, %llu, %llu]",
-                static_cast<unsigned long long>(i / 2), static_cast<unsigned long long>(i % 2),
-                static_cast<unsigned long long>(t), static_cast<unsigned long long>(h),
-                static_cast<unsigned long long>(d));
-  return buf;
-}
-
 Status ValidateBins(const std::vector<std::uint8_t>& bins, std::uint32_t layers,
                     const char* which) {
   if (bins.size() != layers) {
@@ -1271,7 +1255,7 @@ Result<std::vector<std::uint64_t>> FinishEncodeCacheGen(CacheGenEncodeWorkspace&
     const volatile unsigned long long* st = status + std::size_t{i} * kHostStatusWords;
     const std::string where = chunks > 1 ? prefix + std::to_string(i) + ": " : prefix;
     if (st[1] != 0) {
-      return InvalidArgument(where + "non-finite value at " + Position(ws.shape_, ~st[1]) +
+      return InvalidArgument(where + "non-finite value at " + ElementPosition(ws.shape_, ~st[1]) +
                              " (CacheGen cannot represent NaN/Inf; use the raw codec)");
     }
     if (st[0] != 0 && st[2] != 0) {

@@ -3,19 +3,23 @@
 // Params -> kernel -> launcher -> dispatcher. Five instantiations: quantize In {fp16, bf16},
 // dequantize Out {fp16, bf16, fp32}.
 //
-// Quantize: one CTA of 128 threads per group (layer, K|V, head, block), grid-stride. (A) the
-// group's P tokens x head_dim are staged in shared memory with 16-byte loads (each element's
-// validity checked); (B) every partition's min and max (channel partitions: a thread per channel
-// pair and token slice; token partitions: a thread per 8-element chunk, reduced over the lanes
-// of a partition), PartitionQuant, the scales entry; (C) a thread per 32-bit word of 16 codes in
-// the container's order quantizes its elements with hack::QuantizeNearest / QuantizeStochastic
-// and stores the word; (D) the code sums from the per-word sums. The tail rows are copied by the
-// same grid after the groups. All scalar math is hack_format.h's (IEEE division, rintf): no
-// fused multiply-add can change a result (docs/hack.md), so no -fmad=false is needed.
+// Quantize: one CTA of 128 threads per group (layer, K|V, head, block), grid-stride, 8 CTAs per
+// SM. (A) the group's P tokens x head_dim are copied into shared memory with cp.async and each
+// thread checks the elements it copied (NaN/Inf; bf16 beyond fp16); (B) every partition's min and
+// max (channel partitions: paired half-precision min/max per (channel pair, token slice), then
+// across slices; token partitions: 8-element chunks reduced over a partition's lanes),
+// hack::PartitionQuant, the scales entry; (C) the code words in container order into shared
+// memory: round-to-nearest codes from the reciprocal of the scale, a word redone with
+// hack::QuantizeNearest when one of its elements lies within 2^-19 of a rounding boundary
+// (NearestCode), stochastic codes always with hack::QuantizeStochastic; (D) the words stored with
+// 16-byte stores, the code sums from the words. The tail rows are copied by the same grid after
+// the groups. Every stored value is the one hack_format.h's functions give (IEEE division,
+// rintf): byte-identical to the CPU, with or without fused multiply-add (docs/hack.md).
 //
 // Bit-exactness detail: the CPU's min/max scan keeps the first element on ties, which only
 // matters for signed zeros (PartitionQuant(+0, ..) and (-0, ..) store different min bits); the
 // kernel reproduces it by taking a zero min or max's sign from the partition's first zero.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -24,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "kvdepot/byte_order.h"
@@ -44,7 +49,15 @@ using internal::kMaxDevices;
 using hack::Layout;
 using hack::Quant;
 
-constexpr int kThreads = 128;
+constexpr int kThreads = 128;        // dequantize
+constexpr int kQuantThreads = 128;  // quantize
+// Resident quantize CTAs per SM the registers must allow (<= 64 registers). Measured on the H200
+// (docs/hack-gpu.md): many single-stage CTAs hide the staging latency better than fewer CTAs
+// that double-buffer (2 stages, 6 CTAs: 46.7 us; 1 stage, 8 CTAs: 40.4 us per Llama-8B chunk).
+constexpr int kQuantMinBlocks = 8;
+// |t - rint(t)| above this marks a code whose reciprocal-based rounding may differ from the
+// division's (NearestCode): 0.5 - 2^-19, twice the margin the error bound needs.
+constexpr float kRoundingMargin = 0.5f - 0x1p-19f;
 constexpr std::uint32_t kTilePad = 8;  // 16-byte pad per staged row (conflict-free row walks)
 constexpr unsigned kFull = 0xffffffffu;
 
@@ -97,34 +110,79 @@ __device__ __forceinline__ float FixZero(float v, std::uint32_t zs) {
   return v == 0.0f ? (zs == 2 ? -0.0f : 0.0f) : v;
 }
 
-// Shared-memory plan of the quantize kernel for a layout.
+// Shared-memory plan of the quantize kernel for a layout: the staged group, its quantizers,
+// partial min/max and code words.
 struct QuantSmem {
   std::uint32_t row_halves;  // staged row stride in 16-bit elements
   std::size_t tile;          // offset 0: [P][row_halves] u16
-  std::size_t quants;        // float2 [max partitions per group]
-  std::size_t red;           // float4 [kThreads] + u32 [kThreads] zero signs (channel slices)
-  std::size_t wsum;          // u8 [P * D / 16] per-word code sums
+  std::size_t quants;        // float2 {min, 1 / scale (0 for scale 0)} [max partitions per group]
+  std::size_t scales;        // float [max partitions per group]
+  std::size_t red;           // uint2 [kQuantThreads]: half2 bits of a slice's min and max
+  std::size_t words;         // u32 [P * D / 16]: the group's code words in container order
   std::size_t total;
 };
+
+KVD_HOST_DEVICE std::size_t Align16(std::size_t n) {
+  return (n + 15) & ~std::size_t{15};
+}
 
 KVD_HOST_DEVICE QuantSmem PlanQuantSmem(const Layout& lay) {
   QuantSmem s{};
   s.row_halves = lay.dim + kTilePad;
   s.tile = 0;
-  s.quants = (std::size_t{lay.partition} * s.row_halves * 2 + 15) & ~std::size_t{15};
+  s.quants = Align16(std::size_t{lay.partition} * s.row_halves * 2);
   const std::uint32_t max_parts = lay.partition * lay.dim_groups() > lay.dim
                                       ? lay.partition * lay.dim_groups()
                                       : lay.dim;
-  s.red = s.quants + std::size_t{max_parts} * 8;
-  s.wsum = s.red + kThreads * 16 + kThreads * 4;
-  s.total = (s.wsum + lay.partition * lay.dim / 16 + 15) & ~std::size_t{15};
+  s.scales = s.quants + std::size_t{max_parts} * 8;
+  s.red = Align16(s.scales + std::size_t{max_parts} * 4);
+  s.words = s.red + kQuantThreads * 8;
+  s.total = Align16(s.words + std::size_t{lay.partition} * lay.dim / 4);
   return s;
+}
+
+__device__ __forceinline__ std::uint32_t Log2(std::uint32_t power_of_two) {
+  return static_cast<std::uint32_t>(__ffs(static_cast<int>(power_of_two)) - 1);
+}
+
+// Sum of the 16 two-bit codes of a word.
+__device__ __forceinline__ std::uint32_t CodeSum(std::uint32_t word) {
+  return __popc(word & 0x55555555u) + 2u * __popc(word & 0xaaaaaaaau);
 }
 
 __device__ __forceinline__ void StoreScaleEntry(std::uint8_t* scales, std::uint64_t index, Quant q) {
   const std::uint32_t entry = static_cast<std::uint32_t>(FloatToHalfBits(q.scale)) |
                               (static_cast<std::uint32_t>(FloatToHalfBits(q.min)) << 16);
   reinterpret_cast<std::uint32_t*>(scales)[index] = entry;
+}
+
+// Records partition `part`'s quantizer for the code pass and stores its scales entry.
+__device__ __forceinline__ void SetQuant(float2* quants, float* scales, std::uint8_t* out,
+                                         std::uint64_t pbase, std::uint32_t part, Quant q) {
+  quants[part] = make_float2(q.min, q.scale > 0.0f ? 1.0f / q.scale : 0.0f);
+  scales[part] = q.scale;
+  StoreScaleEntry(out, pbase + part, q);
+}
+
+// Round-to-nearest code from the reciprocal of the scale. hack::QuantizeNearest rounds
+// fl(fl(x - min) / scale); fl(fl(x - min) * fl(1 / scale)) is within 1.5 * 2^-23 relative of
+// it, so the two round to different codes only when t lies within 2^-20 of a rounding boundary
+// (0.5, 1.5, 2.5; t >= 0 because min <= x). Such an element sets `ambiguous`, and the caller
+// redoes the word with hack::QuantizeNearest. `q` = {min, 1 / scale or 0}.
+__device__ __forceinline__ std::uint32_t NearestCode(float x, float2 q, bool& ambiguous) {
+  const float t = (x - q.x) * q.y;
+  const float r = rintf(t);
+  ambiguous |= fabsf(t - r) > kRoundingMargin;
+  return min(__float2uint_rz(r), hack::kMaxCode);
+}
+
+// The exact code of element x of partition `part` (hack_format.h's functions).
+__device__ __forceinline__ std::uint32_t ExactCode(const HackQuantizeParams& p, float x,
+                                                   const float2* quants, const float* scales,
+                                                   std::uint32_t part, std::uint64_t index) {
+  const Quant q{scales[part], quants[part].x};
+  return p.stochastic != 0 ? hack::QuantizeStochastic(x, q, hack::StochasticUniform(p.seed, index))
+                           : hack::QuantizeNearest(x, q);
 }
 
 // Copies tail row (layer, kv, u) of the input into the tail section, checking its elements.
@@ -141,7 +199,7 @@ __device__ void CopyTailRow(const HackQuantizeParams& p, std::uint64_t row) {
   const std::uint32_t chunks = lay.heads * lay.dim / 8;
   const uint4* in = reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(p.input) + src);
   uint4* out = reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.tail) + dst);
-  for (std::uint32_t c = threadIdx.x; c < chunks; c += kThreads) {
+  for (std::uint32_t c = threadIdx.x; c < chunks; c += kQuantThreads) {
     const uint4 v = __ldg(in + c);
     const std::uint32_t bad =
         InvalidMask<In>(v.x) | InvalidMask<In>(v.y) | InvalidMask<In>(v.z) | InvalidMask<In>(v.w);
@@ -150,224 +208,334 @@ __device__ void CopyTailRow(const HackQuantizeParams& p, std::uint64_t row) {
   }
 }
 
+// A quantized group (layer, kv, head, block) and the flat index of its first element.
+struct GroupAt {
+  std::uint32_t layer, kv, head, block;
+  std::uint64_t e_base;
+};
+
+template <typename Index>
+__device__ __forceinline__ GroupAt LocateGroupAs(const Layout& lay, Index item) {
+  // Group index ((layer * 2 + kv) * H + head) * B + block.
+  GroupAt g;
+  const Index B = lay.blocks(), H = lay.heads;
+  const Index rest = item / B;
+  g.block = static_cast<std::uint32_t>(item - rest * B);
+  const Index lk = rest / H;
+  g.head = static_cast<std::uint32_t>(rest - lk * H);
+  g.kv = static_cast<std::uint32_t>(lk & 1u);
+  g.layer = static_cast<std::uint32_t>(lk >> 1);
+  g.e_base = lay.element_index(g.layer, g.kv, lay.sinks + g.block * lay.partition, g.head, 0);
+  return g;
+}
+
+// 32-bit division whenever the group index fits (64-bit division is a long software sequence).
+__device__ __forceinline__ GroupAt LocateGroup(const Layout& lay, std::uint64_t item) {
+  return item <= 0xffffffffu ? LocateGroupAs(lay, static_cast<std::uint32_t>(item))
+                             : LocateGroupAs(lay, item);
+}
+
+// Starts the asynchronous copy of a group's P rows of D elements into `tile` (16 bytes per
+// copy; chunk c = tid + k * kQuantThreads, the chunks CheckStaged later reads back).
+__device__ __forceinline__ void StageGroup(const HackQuantizeParams& p, std::uint64_t e_base,
+                                           std::uint16_t* tile, std::uint32_t rh) {
+  const Layout& lay = p.layout;
+  const std::uint32_t row_shift = Log2(lay.dim / 8);
+  const std::uint32_t chunks = lay.partition * lay.dim / 8;
+  const std::uint64_t row_step = std::uint64_t{lay.heads} * lay.dim;
+  const auto* in = static_cast<const std::uint16_t*>(p.input) + e_base;
+  for (std::uint32_t c = threadIdx.x; c < chunks; c += kQuantThreads) {
+    const std::uint32_t t = c >> row_shift, cc = c & ((1u << row_shift) - 1u);
+    internal::CpAsync16(internal::SharedAddress(tile + t * rh + cc * 8), in + t * row_step + cc * 8);
+  }
+}
+
+// Checks the elements this thread staged (after its copies have landed).
 template <DType In>
-__global__ void __launch_bounds__(kThreads) HackQuantizeKernel(const HackQuantizeParams p) {
+__device__ __forceinline__ void CheckStaged(const HackQuantizeParams& p, std::uint64_t e_base,
+                                            const std::uint16_t* tile, std::uint32_t rh) {
+  const Layout& lay = p.layout;
+  const std::uint32_t row_shift = Log2(lay.dim / 8);
+  const std::uint32_t chunks = lay.partition * lay.dim / 8;
+  for (std::uint32_t c = threadIdx.x; c < chunks; c += kQuantThreads) {
+    const std::uint32_t t = c >> row_shift, cc = c & ((1u << row_shift) - 1u);
+    const uint4 v = *reinterpret_cast<const uint4*>(tile + t * rh + cc * 8);
+    const std::uint32_t bad =
+        InvalidMask<In>(v.x) | InvalidMask<In>(v.y) | InvalidMask<In>(v.z) | InvalidMask<In>(v.w);
+    if (bad != 0) {
+      ReportInvalid<In>(p.error, e_base + t * std::uint64_t{lay.heads} * lay.dim + cc * 8, v);
+    }
+  }
+}
+
+template <DType In>
+using Pair = std::conditional_t<In == DType::kFloat16, __half2, __nv_bfloat162>;
+
+template <DType In>
+__device__ __forceinline__ Pair<In> AsPair(std::uint32_t bits) {
+  Pair<In> v;
+  std::memcpy(&v, &bits, sizeof(bits));
+  return v;
+}
+template <DType In>
+__device__ __forceinline__ std::uint32_t PairBits(Pair<In> v) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  return bits;
+}
+
+// Sign of the first zero among P elements `stride` apart (1: +0, 2: -0, 0: none).
+template <DType In>
+__device__ std::uint32_t FirstZero(const std::uint16_t* first, std::uint32_t stride, std::uint32_t n) {
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::uint32_t zs = TrackZero(0, BitsToValue<In>(first[i * stride]));
+    if (zs != 0) return zs;
+  }
+  return 0;
+}
+
+// Channel partitions (V; K in the channel orientation): min/max of each channel over the block's
+// P tokens, a thread per (channel pair, token slice) with paired half-precision min/max (exact:
+// the values are compared, not rounded), then a thread per channel across the slices.
+template <DType In>
+__device__ void ChannelQuantizers(const HackQuantizeParams& p, const std::uint16_t* tile,
+                                  std::uint32_t rh, uint2* red, float2* quants, float* scales,
+                                  std::uint64_t pbase) {
+  const Layout& lay = p.layout;
+  const std::uint32_t tid = threadIdx.x, P = lay.partition, D = lay.dim;
+  const std::uint32_t pairs = D / 2, pair_shift = Log2(pairs);
+  const std::uint32_t slices = kQuantThreads >> pair_shift;  // 4, 2, 1 for D = 64, 128, 256
+  const std::uint32_t pair = tid & (pairs - 1u), slice = tid >> pair_shift;
+  const std::uint32_t tlen = P / slices, t0 = slice * tlen;
+  const auto* col = reinterpret_cast<const std::uint32_t*>(tile + t0 * rh) + pair;
+  Pair<In> mn = AsPair<In>(col[0]), mx = mn;
+  for (std::uint32_t t = 1; t < tlen; ++t) {
+    const Pair<In> v = AsPair<In>(col[t * (rh / 2)]);
+    mn = __hmin2(mn, v);
+    mx = __hmax2(mx, v);
+  }
+  red[tid] = make_uint2(PairBits<In>(mn), PairBits<In>(mx));
+  __syncthreads();
+  for (std::uint32_t d = tid; d < D; d += kQuantThreads) {
+    const std::uint32_t shift = 16 * (d & 1u);
+    float lo = 0, hi = 0;
+    for (std::uint32_t s = 0; s < slices; ++s) {
+      const uint2 r = red[(s << pair_shift) + d / 2];
+      const float smn = BitsToValue<In>((r.x >> shift) & 0xffffu);
+      const float smx = BitsToValue<In>((r.y >> shift) & 0xffffu);
+      lo = s == 0 ? smn : fminf(lo, smn);
+      hi = s == 0 ? smx : fmaxf(hi, smx);
+    }
+    if (lo == 0.0f || hi == 0.0f) {
+      const std::uint32_t zs = FirstZero<In>(tile + d, rh, P);
+      lo = FixZero(lo, zs);
+      hi = FixZero(hi, zs);
+    }
+    SetQuant(quants, scales, p.scales, pbase, d, hack::PartitionQuant(lo, hi));
+  }
+}
+
+// Token partitions (K in the token orientation): the gs channels of a (token, dim group) are
+// contiguous in a staged row; a thread per 8-element chunk, reduced over the gs / 8 lanes of a
+// partition.
+template <DType In>
+__device__ void TokenQuantizers(const HackQuantizeParams& p, const std::uint16_t* tile,
+                                std::uint32_t rh, float2* quants, float* scales,
+                                std::uint64_t pbase) {
+  const Layout& lay = p.layout;
+  const std::uint32_t P = lay.partition, D = lay.dim, G = lay.dim_groups();
+  const std::uint32_t gs = P < D ? P : D;  // elements of a token partition (groups are full)
+  const std::uint32_t row_chunks = D / 8, cpp = gs / 8;  // cpp in {4, 8, 16}
+  const std::uint32_t chunks = P * row_chunks;           // a multiple of kQuantThreads
+  const std::uint32_t lane = threadIdx.x & 31u;
+  const std::uint32_t seg_lane = lane & ~(cpp - 1);
+  const std::uint32_t seg_mask = (cpp == 32 ? kFull : ((1u << cpp) - 1u)) << seg_lane;
+  for (std::uint32_t c = threadIdx.x; c < chunks; c += kQuantThreads) {
+    const std::uint32_t t = c / row_chunks, cc = c % row_chunks;
+    const uint4 v = *reinterpret_cast<const uint4*>(tile + t * rh + cc * 8);
+    std::uint16_t e[8];
+    std::memcpy(e, &v, sizeof(e));
+    float mn = BitsToValue<In>(e[0]), mx = mn;
+    std::uint32_t zs = TrackZero(0, mn);
+#pragma unroll
+    for (int i = 1; i < 8; ++i) {
+      const float x = BitsToValue<In>(e[i]);
+      mn = fminf(mn, x);
+      mx = fmaxf(mx, x);
+      zs = TrackZero(zs, x);
+    }
+    for (std::uint32_t off = 1; off < cpp; off <<= 1) {
+      mn = fminf(mn, __shfl_xor_sync(kFull, mn, off));
+      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, off));
+    }
+    // The partition's first zero: from the lowest lane of the segment that saw one.
+    const std::uint32_t zlanes = __ballot_sync(kFull, zs != 0) & seg_mask;
+    const std::uint32_t zsrc = zlanes != 0 ? __ffs(zlanes) - 1 : lane;
+    zs = __shfl_sync(kFull, zs, zsrc);
+    if (lane == seg_lane) {
+      SetQuant(quants, scales, p.scales, pbase, t * G + cc * 8 / gs,
+               hack::PartitionQuant(FixZero(mn, zs), FixZero(mx, zs)));
+    }
+  }
+}
+
+// K codes, token-major: word (t, c) = channels 16c .. 16c + 15 of token t.
+template <DType In>
+__device__ void KWords(const HackQuantizeParams& p, const std::uint16_t* tile, std::uint32_t rh,
+                       const float2* quants, const float* scales, std::uint32_t* words,
+                       std::uint64_t e_base, bool token_parts) {
+  const Layout& lay = p.layout;
+  const std::uint32_t P = lay.partition, D = lay.dim, G = lay.dim_groups();
+  const std::uint32_t p_shift = Log2(P), n = P * D / 16;
+  for (std::uint32_t w = threadIdx.x; w < n; w += kQuantThreads) {
+    // t varies fastest across threads: the channel quantizers are broadcast reads.
+    const std::uint32_t t = w & (P - 1u), c = w >> p_shift;
+    const uint4 lo = *reinterpret_cast<const uint4*>(tile + t * rh + 16 * c);
+    const uint4 hi = *reinterpret_cast<const uint4*>(tile + t * rh + 16 * c + 8);
+    std::uint16_t e[16];
+    std::memcpy(e, &lo, 16);
+    std::memcpy(e + 8, &hi, 16);
+    std::uint32_t word = 0;
+    bool ambiguous = p.stochastic != 0;
+    if (!ambiguous && token_parts) {
+      const float2 q = quants[t * G + 16 * c / P];  // 16 | P: one partition per word
+#pragma unroll
+      for (int i = 0; i < 16; ++i) word |= NearestCode(BitsToValue<In>(e[i]), q, ambiguous) << (2 * i);
+    } else if (!ambiguous) {
+      const auto* q4 = reinterpret_cast<const float4*>(quants + 16 * c);
+#pragma unroll
+      for (int i = 0; i < 16; i += 2) {
+        const float4 q = q4[i / 2];
+        word |= NearestCode(BitsToValue<In>(e[i]), make_float2(q.x, q.y), ambiguous) << (2 * i);
+        word |= NearestCode(BitsToValue<In>(e[i + 1]), make_float2(q.z, q.w), ambiguous)
+                << (2 * i + 2);
+      }
+    }
+    if (ambiguous) {
+      word = 0;
+      const std::uint64_t e0 = e_base + t * std::uint64_t{lay.heads} * D + 16 * c;
+      for (std::uint32_t i = 0; i < 16; ++i) {
+        const std::uint32_t d = 16 * c + i;
+        const std::uint32_t part = token_parts ? t * G + d / P : d;
+        word |= ExactCode(p, BitsToValue<In>(e[i]), quants, scales, part, e0 + i) << (2 * i);
+      }
+    }
+    words[t * (D / 16) + c] = word;
+  }
+}
+
+// V codes, channel-major: word (d, tw) = tokens 16 tw .. 16 tw + 15 of channel d; a thread per
+// channel pair and token word (both channels come from one 32-bit read per token).
+template <DType In>
+__device__ void VWords(const HackQuantizeParams& p, const std::uint16_t* tile, std::uint32_t rh,
+                       const float2* quants, const float* scales, std::uint32_t* words,
+                       std::uint64_t e_base) {
+  const Layout& lay = p.layout;
+  const std::uint32_t P = lay.partition, D = lay.dim;
+  const std::uint32_t pair_shift = Log2(D / 2), n = (D / 2) * (P / 16);
+  const std::uint64_t row_step = std::uint64_t{lay.heads} * D;
+  for (std::uint32_t w = threadIdx.x; w < n; w += kQuantThreads) {
+    const std::uint32_t pair = w & (D / 2 - 1u), tw = w >> pair_shift, d = 2 * pair;
+    const auto* col = reinterpret_cast<const std::uint32_t*>(tile + 16 * tw * rh) + pair;
+    const float4 q = reinterpret_cast<const float4*>(quants)[pair];
+    std::uint32_t w0 = 0, w1 = 0;
+    bool ambiguous = p.stochastic != 0;
+    if (!ambiguous) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const std::uint32_t bits = col[i * (rh / 2)];
+        w0 |= NearestCode(BitsToValue<In>(bits & 0xffffu), make_float2(q.x, q.y), ambiguous) << (2 * i);
+        w1 |= NearestCode(BitsToValue<In>(bits >> 16), make_float2(q.z, q.w), ambiguous) << (2 * i);
+      }
+    }
+    if (ambiguous) {
+      w0 = w1 = 0;
+      const std::uint64_t e0 = e_base + (16 * tw) * row_step + d;
+      for (std::uint32_t i = 0; i < 16; ++i) {
+        const std::uint32_t bits = col[i * (rh / 2)];
+        w0 |= ExactCode(p, BitsToValue<In>(bits & 0xffffu), quants, scales, d, e0 + i * row_step)
+              << (2 * i);
+        w1 |= ExactCode(p, BitsToValue<In>(bits >> 16), quants, scales, d + 1, e0 + i * row_step + 1)
+              << (2 * i);
+      }
+    }
+    words[d * (P / 16) + tw] = w0;
+    words[(d + 1) * (P / 16) + tw] = w1;
+  }
+}
+
+// Stores a group's code words (16 bytes per thread) and its sums: K per (token, dim group) = a
+// run of gs / 16 words; V per channel = P / 16 words.
+__device__ void StoreGroup(const HackQuantizeParams& p, const GroupAt& g, const std::uint32_t* words) {
+  const Layout& lay = p.layout;
+  const std::uint32_t P = lay.partition, D = lay.dim;
+  const std::uint32_t vecs = P * D / 64;
+  auto* codes_out = reinterpret_cast<uint4*>(p.codes + lay.code_base(lay.group(g.layer, g.kv, g.head, g.block)) / 4);
+  for (std::uint32_t i = threadIdx.x; i < vecs; i += kQuantThreads) {
+    codes_out[i] = reinterpret_cast<const uint4*>(words)[i];
+  }
+  const std::uint32_t gs = P < D ? P : D;
+  const std::uint32_t nsums = lay.sums_per_group(g.kv);
+  const std::uint32_t run = g.kv == 0 ? gs / 16 : P / 16;
+  const std::uint64_t sbase = lay.sum_base(g.layer, g.kv, g.head, g.block);
+  for (std::uint32_t j = threadIdx.x; j < nsums; j += kQuantThreads) {
+    std::uint32_t s = 0;
+    for (std::uint32_t r = 0; r < run; ++r) s += CodeSum(words[j * run + r]);
+    if (hack::SumBytes(P) == 1) {
+      p.sums[sbase + j] = static_cast<std::uint8_t>(s);
+    } else {
+      reinterpret_cast<std::uint16_t*>(p.sums)[sbase + j] = static_cast<std::uint16_t>(s);
+    }
+  }
+}
+
+template <DType In>
+__global__ void __launch_bounds__(kQuantThreads, kQuantMinBlocks) HackQuantizeKernel(const HackQuantizeParams p) {
   extern __shared__ uint4 smem_raw[];
   auto* smem = reinterpret_cast<std::uint8_t*>(smem_raw);
   const Layout& lay = p.layout;
   const QuantSmem plan = PlanQuantSmem(lay);
-  auto* tile = reinterpret_cast<std::uint16_t*>(smem + plan.tile);
   auto* quants = reinterpret_cast<float2*>(smem + plan.quants);
-  auto* red = reinterpret_cast<float4*>(smem + plan.red);
-  auto* red_zs = reinterpret_cast<std::uint32_t*>(smem + plan.red + kThreads * 16);
-  auto* wsum = smem + plan.wsum;
-
-  const std::uint32_t tid = threadIdx.x;
-  const std::uint32_t P = lay.partition, D = lay.dim, H = lay.heads, G = lay.dim_groups();
-  const std::uint32_t B = lay.blocks();
+  auto* scales = reinterpret_cast<float*>(smem + plan.scales);
+  auto* red = reinterpret_cast<uint2*>(smem + plan.red);
+  auto* words = reinterpret_cast<std::uint32_t*>(smem + plan.words);
+  auto* tile = reinterpret_cast<std::uint16_t*>(smem + plan.tile);
   const std::uint32_t rh = plan.row_halves;
-  const std::uint32_t gs = P < D ? P : D;  // elements of a token partition (groups are full)
   const std::uint64_t groups = 2 * lay.groups_per_kv();
   const std::uint64_t items = groups + std::uint64_t{lay.layers} * 2 * lay.unquantized_tokens();
-  const std::uint32_t sb = hack::SumBytes(P);
 
   for (std::uint64_t item = blockIdx.x; item < items; item += gridDim.x) {
     if (item >= groups) {
       CopyTailRow<In>(p, item - groups);
       continue;
     }
-    // Group index ((layer * 2 + kv) * H + head) * B + block.
-    const auto b = static_cast<std::uint32_t>(item % B);
-    std::uint64_t rest = item / B;
-    const auto h = static_cast<std::uint32_t>(rest % H);
-    rest /= H;
-    const auto kv = static_cast<std::uint32_t>(rest % 2);
-    const auto layer = static_cast<std::uint32_t>(rest / 2);
-    const std::uint32_t token0 = lay.sinks + b * P;
-    const std::uint64_t e_base = lay.element_index(layer, kv, token0, h, 0);
-    const std::uint64_t row_step = std::uint64_t{H} * D;  // elements between tokens
-    const auto* in = static_cast<const std::uint16_t*>(p.input);
-
-    // (A) Stage the group: P rows of D elements, 16 bytes per load, 4 loads in flight.
-    {
-      const std::uint32_t row_chunks = D / 8;
-      const std::uint32_t chunks = P * row_chunks;
-      for (std::uint32_t c0 = tid; c0 < chunks; c0 += 4 * kThreads) {
-        uint4 v[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const std::uint32_t c = c0 + k * kThreads;
-          if (c < chunks) {
-            const std::uint32_t t = c / row_chunks, cc = c % row_chunks;
-            v[k] = __ldg(reinterpret_cast<const uint4*>(in + e_base + t * row_step + cc * 8));
-          }
-        }
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const std::uint32_t c = c0 + k * kThreads;
-          if (c < chunks) {
-            const std::uint32_t t = c / row_chunks, cc = c % row_chunks;
-            const std::uint32_t bad = InvalidMask<In>(v[k].x) | InvalidMask<In>(v[k].y) |
-                                      InvalidMask<In>(v[k].z) | InvalidMask<In>(v[k].w);
-            if (bad != 0) ReportInvalid<In>(p.error, e_base + t * row_step + cc * 8, v[k]);
-            *reinterpret_cast<uint4*>(tile + t * rh + cc * 8) = v[k];
-          }
-        }
-      }
-    }
+    const GroupAt g = LocateGroup(lay, item);
+    StageGroup(p, g.e_base, tile, rh);
+    internal::CpAsyncCommit();
+    internal::CpAsyncWait<0>();  // this thread's copies have landed
+    CheckStaged<In>(p, g.e_base, tile, rh);
     __syncthreads();
 
-    // (B) Partition quantizers.
-    const std::uint64_t pbase = lay.partition_base(layer, kv, h, b);
-    const bool token_parts = kv == 0 && lay.orientation == hack::kOrientToken;
-    if (!token_parts) {
-      // Channel partitions: thread = (channel pair, token slice).
-      const std::uint32_t pairs = D / 2;
-      const std::uint32_t slices = kThreads / pairs;  // 4, 2, 1 for D = 64, 128, 256
-      const std::uint32_t pair = tid % pairs, slice = tid / pairs;
-      const std::uint32_t tlen = P / slices, t0 = slice * tlen;
-      float mn0 = 0, mx0 = 0, mn1 = 0, mx1 = 0;
-      std::uint32_t zs0 = 0, zs1 = 0;
-      for (std::uint32_t t = t0; t < t0 + tlen; ++t) {
-        const std::uint32_t w = *reinterpret_cast<const std::uint32_t*>(tile + t * rh + 2 * pair);
-        const float v0 = BitsToValue<In>(w & 0xffffu), v1 = BitsToValue<In>(w >> 16);
-        if (t == t0) {
-          mn0 = mx0 = v0;
-          mn1 = mx1 = v1;
-        } else {
-          mn0 = fminf(mn0, v0);
-          mx0 = fmaxf(mx0, v0);
-          mn1 = fminf(mn1, v1);
-          mx1 = fmaxf(mx1, v1);
-        }
-        zs0 = TrackZero(zs0, v0);
-        zs1 = TrackZero(zs1, v1);
-      }
-      red[tid] = make_float4(mn0, mx0, mn1, mx1);
-      red_zs[tid] = zs0 | (zs1 << 2);
-      __syncthreads();
-      for (std::uint32_t d = tid; d < D; d += kThreads) {
-        const std::uint32_t pr = d / 2, hi = d & 1;
-        float mn = 0, mx = 0;
-        std::uint32_t zs = 0;
-        for (std::uint32_t s = 0; s < slices; ++s) {
-          const float4 r = red[s * pairs + pr];
-          const float smn = hi ? r.z : r.x, smx = hi ? r.w : r.y;
-          mn = s == 0 ? smn : fminf(mn, smn);
-          mx = s == 0 ? smx : fmaxf(mx, smx);
-          if (zs == 0) zs = (red_zs[s * pairs + pr] >> (2 * hi)) & 3u;
-        }
-        const Quant q = hack::PartitionQuant(FixZero(mn, zs), FixZero(mx, zs));
-        quants[d] = make_float2(q.scale, q.min);
-        StoreScaleEntry(p.scales, pbase + d, q);
-      }
+    // Partition quantizers.
+    const std::uint64_t pbase = lay.partition_base(g.layer, g.kv, g.head, g.block);
+    const bool token_parts = g.kv == 0 && lay.orientation == hack::kOrientToken;
+    if (token_parts) {
+      TokenQuantizers<In>(p, tile, rh, quants, scales, pbase);
     } else {
-      // Token partitions: P channels of one token (contiguous in a staged row); a thread per
-      // 8-element chunk, reduced over the gs / 8 lanes of a partition.
-      const std::uint32_t row_chunks = D / 8, cpp = gs / 8;  // cpp in {4, 8, 16}
-      const std::uint32_t chunks = P * row_chunks;           // a multiple of kThreads
-      const std::uint32_t lane = tid & 31u;
-      const std::uint32_t seg_lane = lane & ~(cpp - 1);
-      const std::uint32_t seg_mask = (cpp == 32 ? kFull : ((1u << cpp) - 1u)) << seg_lane;
-      for (std::uint32_t c = tid; c < chunks; c += kThreads) {
-        const std::uint32_t t = c / row_chunks, cc = c % row_chunks;
-        const uint4 v = *reinterpret_cast<const uint4*>(tile + t * rh + cc * 8);
-        std::uint16_t e[8];
-        std::memcpy(e, &v, sizeof(e));
-        float mn = BitsToValue<In>(e[0]), mx = mn;
-        std::uint32_t zs = TrackZero(0, mn);
-#pragma unroll
-        for (int i = 1; i < 8; ++i) {
-          const float x = BitsToValue<In>(e[i]);
-          mn = fminf(mn, x);
-          mx = fmaxf(mx, x);
-          zs = TrackZero(zs, x);
-        }
-        for (std::uint32_t off = 1; off < cpp; off <<= 1) {
-          mn = fminf(mn, __shfl_xor_sync(kFull, mn, off));
-          mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, off));
-        }
-        // The partition's first zero: from the lowest lane of the segment that saw one.
-        const std::uint32_t zlanes = __ballot_sync(kFull, zs != 0) & seg_mask;
-        const std::uint32_t zsrc = zlanes != 0 ? __ffs(zlanes) - 1 : lane;
-        zs = __shfl_sync(kFull, zs, zsrc);
-        if (lane == seg_lane) {
-          const Quant q = hack::PartitionQuant(FixZero(mn, zs), FixZero(mx, zs));
-          const std::uint32_t part = t * G + cc * 8 / gs;
-          quants[part] = make_float2(q.scale, q.min);
-          StoreScaleEntry(p.scales, pbase + part, q);
-        }
-      }
+      ChannelQuantizers<In>(p, tile, rh, red, quants, scales, pbase);
     }
     __syncthreads();
 
-    // (C) Codes: a thread per 32-bit word (16 codes in the container's order).
-    const std::uint32_t words = P * D / 16;
-    auto* codes_out = reinterpret_cast<std::uint32_t*>(p.codes + lay.code_base(lay.group(layer, kv, h, b)) / 4);
-    const bool stochastic = p.stochastic != 0;
-    for (std::uint32_t w = tid; w < words; w += kThreads) {
-      std::uint32_t word = 0, sum = 0, index;
-      if (kv == 0) {
-        // K, token-major: word (t, c) = dims 16c .. 16c + 15 of token t; t varies fastest across
-        // threads (the channel quantizers are then broadcast reads).
-        const std::uint32_t t = w % P, c = w / P;
-        index = t * (D / 16) + c;
-        const uint4 lo = *reinterpret_cast<const uint4*>(tile + t * rh + 16 * c);
-        const uint4 hi = *reinterpret_cast<const uint4*>(tile + t * rh + 16 * c + 8);
-        std::uint16_t e[16];
-        std::memcpy(e, &lo, 16);
-        std::memcpy(e + 8, &hi, 16);
-        const std::uint64_t e0 = e_base + t * row_step + 16 * c;
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          const std::uint32_t d = 16 * c + i;
-          const float2 qf = quants[token_parts ? t * G + d / P : d];
-          const Quant q{qf.x, qf.y};
-          const float x = BitsToValue<In>(e[i]);
-          const std::uint32_t code =
-              stochastic ? hack::QuantizeStochastic(x, q, hack::StochasticUniform(p.seed, e0 + i))
-                         : hack::QuantizeNearest(x, q);
-          word |= code << (2 * i);
-          sum += code;
-        }
-      } else {
-        // V, channel-major: word (d, tw) = tokens 16 tw .. 16 tw + 15 of channel d; d fastest.
-        const std::uint32_t d = w % D, tw = w / D;
-        index = d * (P / 16) + tw;
-        const float2 qf = quants[d];
-        const Quant q{qf.x, qf.y};
-        const std::uint64_t e0 = e_base + (16 * tw) * row_step + d;
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          const float x = BitsToValue<In>(tile[(16 * tw + i) * rh + d]);
-          const std::uint32_t code =
-              stochastic ? hack::QuantizeStochastic(x, q, hack::StochasticUniform(p.seed, e0 + i * row_step))
-                         : hack::QuantizeNearest(x, q);
-          word |= code << (2 * i);
-          sum += code;
-        }
-      }
-      codes_out[index] = word;
-      wsum[index] = static_cast<std::uint8_t>(sum);
+    // Code words, in container order, into shared memory.
+    if (g.kv == 0) {
+      KWords<In>(p, tile, rh, quants, scales, words, g.e_base, token_parts);
+    } else {
+      VWords<In>(p, tile, rh, quants, scales, words, g.e_base);
     }
     __syncthreads();
 
-    // (D) Sums: K per (token, dim group) = a run of gs / 16 words; V per channel = P / 16 words.
-    {
-      const std::uint32_t nsums = lay.sums_per_group(kv);
-      const std::uint32_t run = kv == 0 ? gs / 16 : P / 16;
-      const std::uint64_t sbase = lay.sum_base(layer, kv, h, b);
-      for (std::uint32_t j = tid; j < nsums; j += kThreads) {
-        std::uint32_t s = 0;
-        for (std::uint32_t r = 0; r < run; ++r) s += wsum[j * run + r];
-        if (sb == 1) {
-          p.sums[sbase + j] = static_cast<std::uint8_t>(s);
-        } else {
-          reinterpret_cast<std::uint16_t*>(p.sums)[sbase + j] = static_cast<std::uint16_t>(s);
-        }
-      }
-    }
-    __syncthreads();  // the next group overwrites the stage, the quantizers and the word sums
+    StoreGroup(p, g, words);
+    __syncthreads();  // the next group overwrites the stage, the quantizers and the words
   }
 }
 
@@ -487,17 +655,17 @@ __global__ void __launch_bounds__(kThreads) HackDequantizeKernel(const HackDequa
 }
 
 template <typename Kernel, typename Params>
-cudaError_t LaunchGridStride(Kernel kernel, const Params& params, std::uint64_t items,
+cudaError_t LaunchGridStride(Kernel kernel, const Params& params, std::uint64_t items, int threads,
                              std::size_t smem, std::atomic<std::size_t> (&configured)[kMaxDevices],
                              cudaStream_t stream) {
   cudaError_t err = ConfigureSharedMemory(kernel, smem, configured);
   if (err != cudaSuccess) return err;
   unsigned blocks = 0;
-  err = internal::GridStrideBlocks(kernel, items * kThreads, kThreads, smem, &blocks);
+  err = internal::GridStrideBlocks(kernel, items * threads, threads, smem, &blocks);
   if (err != cudaSuccess) return err;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(blocks);
-  config.blockDim = dim3(kThreads);
+  config.blockDim = dim3(threads);
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   return cudaLaunchKernelEx(&config, kernel, params);
@@ -625,7 +793,7 @@ template <DType In>
 cudaError_t LaunchHackQuantize(const HackQuantizeParams& params, cudaStream_t stream) {
   static_assert(In == DType::kFloat16 || In == DType::kBFloat16);
   const int slot = In == DType::kFloat16 ? 0 : 1;
-  return LaunchGridStride(HackQuantizeKernel<In>, params, Items(params.layout),
+  return LaunchGridStride(HackQuantizeKernel<In>, params, Items(params.layout), kQuantThreads,
                           HackQuantizeSharedBytes(params.layout), g_quant_smem[slot], stream);
 }
 
@@ -736,7 +904,7 @@ cudaError_t LaunchHackDequantize(const HackDequantizeParams& params, cudaStream_
   const std::size_t smem =
       std::size_t{8} * std::max(params.layout.dim,
                                 params.layout.partition * params.layout.dim_groups());
-  return LaunchGridStride(HackDequantizeKernel<Out>, params, Items(params.layout), smem,
+  return LaunchGridStride(HackDequantizeKernel<Out>, params, Items(params.layout), kThreads, smem,
                           g_dequant_smem[slot], stream);
 }
 

@@ -224,6 +224,57 @@ TEST(HackGpu, QuantizeMatchesTheCpuOnSpecialTensors) {
   }
 }
 
+// Elements on and next to the rounding boundaries (min + (k + 0.5) * scale) of every partition:
+// the kernel's reciprocal-based rounding must fall back to hack::QuantizeNearest exactly there.
+TEST(HackGpu, QuantizeMatchesTheCpuAtRoundingBoundaries) {
+  KVD_REQUIRE_GPU();
+  const KvShape shape{2, 128, 2, 128};
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (HackOrientation orient : {HackOrientation::kChannel, HackOrientation::kToken}) {
+      HackOptions o;
+      o.orientation = orient;
+      const std::uint32_t P = o.partition;
+      KvTensor t = KvTensor::Zeros(dtype, shape);
+      auto* bits = reinterpret_cast<std::uint16_t*>(t.data.data());
+      const auto to_bits = [&](float v) {
+        return dtype == DType::kFloat16 ? FloatToHalfBits(v) : FloatToBf16Bits(v);
+      };
+      const auto value = [&](std::uint16_t b) {
+        return dtype == DType::kFloat16 ? HalfBitsToFloat(b) : Bf16BitsToFloat(b);
+      };
+      std::uint64_t ties = 0;
+      for (std::uint64_t i = 0; i < shape.elements(); ++i) {
+        const std::uint64_t d = i % shape.head_dim;
+        const std::uint64_t head = i / shape.head_dim % shape.kv_heads;
+        const std::uint64_t token = i / (std::uint64_t{shape.head_dim} * shape.kv_heads) % shape.tokens;
+        const std::uint64_t lk = i / (std::uint64_t{shape.head_dim} * shape.kv_heads * shape.tokens);
+        // The partition (same key for all its elements) and the element's place in it.
+        const bool token_part = orient == HackOrientation::kToken && lk % 2 == 0;
+        const std::uint64_t key = token_part ? ((lk * shape.tokens + token) * 8 + head) * 8 + d / P
+                                             : ((lk * 8 + token / P) * 8 + head) * 1024 + d;
+        const std::uint64_t place = token_part ? d % P : token % P;
+        std::mt19937_64 part_rng(key * 0x9e3779b97f4a7c15ull + 1);
+        const float lo = value(to_bits(-std::ldexp(static_cast<float>(part_rng() % 1024 + 1), -8)));
+        const float hi = value(to_bits(lo + std::ldexp(static_cast<float>(part_rng() % 4096 + 1), -9)));
+        const hack::Quant q = hack::PartitionQuant(lo, hi);
+        std::uint16_t b = to_bits(place == 0 ? lo : hi);
+        if (place > 1) {
+          std::mt19937_64 rng(i);
+          const double boundary = q.min + (static_cast<double>(rng() % 3) + 0.5) * q.scale;
+          b = static_cast<std::uint16_t>(to_bits(static_cast<float>(boundary)) + rng() % 5 - 2);
+          const float v = value(b);
+          if (v < lo || v > hi) b = to_bits(lo);
+          const float r = (v - q.min) / q.scale;
+          if (r == std::floor(r) + 0.5f) ++ties;
+        }
+        bits[i] = b;
+      }
+      EXPECT_GT(ties, 100u);  // exact ties are among them
+      ExpectCodecParity(t, o, "rounding boundaries");
+    }
+  }
+}
+
 TEST(HackGpu, QuantizeRejectsWhatTheCpuRejects) {
   KVD_REQUIRE_GPU();
   const KvShape shape{2, 130, 2, 64};

@@ -376,6 +376,35 @@ std::uint64_t QueryCount(std::span<const float> q, const Geometry& g) {
   return q.size() / (std::uint64_t{g.q_heads} * g.dim);
 }
 
+// The batch form of a one-sequence decode: sequence b takes the next q_heads * dim query values.
+// `check(fn, seq, layer, options)` gives a sequence's Geometry; `one(seq, layer, query, options)`
+// attends it.
+template <typename Seq, typename Check, typename One>
+Result<AttentionResult> DecodeEach(const char* fn, std::span<const Seq> batch, std::uint32_t layer,
+                                   std::span<const float> queries, const AttentionOptions& options,
+                                   Check check, One one) {
+  AttentionResult all;
+  std::size_t offset = 0;
+  for (std::size_t b = 0; b < batch.size(); ++b) {
+    Result<Geometry> g = check(fn, batch[b], layer, options);
+    if (!g.ok()) return g.status().WithContext("sequence " + std::to_string(b));
+    const std::size_t n = std::size_t{g->q_heads} * g->dim;
+    if (queries.size() < offset + n) {
+      return InvalidArgument(std::string(fn) + ": queries hold " + std::to_string(queries.size()) +
+                             " values, too few for sequence " + std::to_string(b));
+    }
+    KVD_ASSIGN_OR_RETURN(AttentionResult r,
+                         one(batch[b], layer, queries.subspan(offset, n), options));
+    Append(all, r);
+    offset += n;
+  }
+  if (offset != queries.size()) {
+    return InvalidArgument(std::string(fn) + ": queries hold " + std::to_string(queries.size()) +
+                           " values, the batch needs " + std::to_string(offset));
+  }
+  return all;
+}
+
 }  // namespace
 
 Result<AttentionResult> HackDecodeAttention(HackSequence seq, std::uint32_t layer,
@@ -391,27 +420,8 @@ Result<AttentionResult> HackDecodeAttentionBatch(std::span<const HackSequence> b
                                                  std::uint32_t layer,
                                                  std::span<const float> queries,
                                                  const AttentionOptions& options) {
-  constexpr const char* kFn = "hack decode attention batch";
-  AttentionResult all;
-  std::size_t offset = 0;
-  for (std::size_t b = 0; b < batch.size(); ++b) {
-    auto g = CheckSequence(kFn, batch[b], layer, options);
-    if (!g.ok()) return g.status().WithContext("sequence " + std::to_string(b));
-    const std::size_t n = std::size_t{g->q_heads} * g->dim;
-    if (queries.size() < offset + n) {
-      return InvalidArgument(std::string(kFn) + ": queries hold " + std::to_string(queries.size()) +
-                             " values, too few for sequence " + std::to_string(b));
-    }
-    KVD_ASSIGN_OR_RETURN(AttentionResult one,
-                         HackDecodeAttention(batch[b], layer, queries.subspan(offset, n), options));
-    Append(all, one);
-    offset += n;
-  }
-  if (offset != queries.size()) {
-    return InvalidArgument(std::string(kFn) + ": queries hold " + std::to_string(queries.size()) +
-                           " values, the batch needs " + std::to_string(offset));
-  }
-  return all;
+  return DecodeEach("hack decode attention batch", batch, layer, queries, options, CheckSequence,
+                    HackDecodeAttention);
 }
 
 Result<AttentionResult> HackPrefillAttention(HackSequence seq, std::uint32_t layer,
@@ -438,27 +448,8 @@ Result<AttentionResult> DecodeAttention(const KvTensorView& kv, std::uint32_t la
 Result<AttentionResult> DecodeAttentionBatch(std::span<const KvTensorView> batch,
                                              std::uint32_t layer, std::span<const float> queries,
                                              const AttentionOptions& options) {
-  constexpr const char* kFn = "decode attention batch";
-  AttentionResult all;
-  std::size_t offset = 0;
-  for (std::size_t b = 0; b < batch.size(); ++b) {
-    auto g = CheckTensor(kFn, batch[b], layer, options);
-    if (!g.ok()) return g.status().WithContext("sequence " + std::to_string(b));
-    const std::size_t n = std::size_t{g->q_heads} * g->dim;
-    if (queries.size() < offset + n) {
-      return InvalidArgument(std::string(kFn) + ": queries hold " + std::to_string(queries.size()) +
-                             " values, too few for sequence " + std::to_string(b));
-    }
-    KVD_ASSIGN_OR_RETURN(AttentionResult one,
-                         DecodeAttention(batch[b], layer, queries.subspan(offset, n), options));
-    Append(all, one);
-    offset += n;
-  }
-  if (offset != queries.size()) {
-    return InvalidArgument(std::string(kFn) + ": queries hold " + std::to_string(queries.size()) +
-                           " values, the batch needs " + std::to_string(offset));
-  }
-  return all;
+  return DecodeEach("decode attention batch", batch, layer, queries, options, CheckTensor,
+                    DecodeAttention);
 }
 
 Result<AttentionResult> PrefillAttention(const KvTensorView& kv, std::uint32_t layer,

@@ -27,12 +27,14 @@ namespace kvdepot::cuda {
 namespace {
 
 using internal::ConfigureSharedMemory;
-using internal::kMaxDevices;
 using internal::CpAsync16;
 using internal::CpAsyncCommit;
 using internal::CpAsyncWait;
 using internal::CpAsyncWaitAll;
+using internal::kMaxDevices;
 using internal::SharedAddress;
+using internal::Stored;
+using internal::ToStored;
 
 using cachegen::kLanes;
 using cachegen::kProbScale;
@@ -62,26 +64,6 @@ enum DecodeError : std::uint32_t {
   kErrFinal = 7,     // final state != 2^16
   kErrPage = 8,      // block table entry outside [0, num_pages)
 };
-
-template <DType D>
-struct Storage {
-  using type = std::uint16_t;
-};
-template <>
-struct Storage<DType::kFloat32> {
-  using type = float;
-};
-
-template <DType D>
-__device__ __forceinline__ typename Storage<D>::type ToStorage(float v) {
-  if constexpr (D == DType::kFloat16) {
-    return FloatToHalfBits(v);
-  } else if constexpr (D == DType::kBFloat16) {
-    return FloatToBf16Bits(v);
-  } else {
-    return v;
-  }
-}
 
 __device__ __forceinline__ void ReportError(const CacheGenDecodeParams& p, std::uint32_t chunk,
                                             std::uint32_t group, std::uint32_t code) {
@@ -152,10 +134,9 @@ struct GlobalWords {
 template <DType Out, bool Paged, bool kFast, typename Words>
 __device__ __forceinline__ std::uint32_t DecodeGroup(
     const CacheGenDecodeParams& p, const CacheGenDecodeChunkDesc& d, const std::uint32_t* table,
-    Words word, typename Storage<Out>::type* lut, std::uint32_t bins, std::uint32_t lk,
-    std::uint32_t group, std::uint32_t begin, std::uint32_t end,
-    cachegen::ChannelScale first_scale) {
-  using Elem = typename Storage<Out>::type;
+    Words word, Stored<Out>* lut, std::uint32_t bins, std::uint32_t lk, std::uint32_t group,
+    std::uint32_t begin, std::uint32_t end, cachegen::ChannelScale first_scale) {
+  using Elem = Stored<Out>;
   const std::uint32_t lane = threadIdx.x & 31u;
   const std::uint32_t C = p.channels, T = p.tokens, cpl = p.channels_per_lane;
   const std::uint32_t lanemask_lt = (1u << lane) - 1u;
@@ -190,7 +171,7 @@ __device__ __forceinline__ std::uint32_t DecodeGroup(
       __syncwarp();
 #pragma unroll 4
       for (std::uint32_t q = 0; q < bins; ++q) {
-        lut[q * 32 + lane] = ToStorage<Out>(cachegen::Dequantize(q, sc));
+        lut[q * 32 + lane] = ToStored<Out>(cachegen::Dequantize(q, sc));
       }
       __syncwarp();
     }
@@ -229,7 +210,7 @@ __device__ __forceinline__ std::uint32_t DecodeGroup(
         if constexpr (kFast) {
           out[r * row_stride] = lut[q * 32 + lane];
         } else {
-          if (active) out[r * row_stride] = ToStorage<Out>(cachegen::Dequantize(q, sc));
+          if (active) out[r * row_stride] = ToStored<Out>(cachegen::Dequantize(q, sc));
         }
       }
     }
@@ -243,7 +224,7 @@ __device__ __forceinline__ std::uint32_t DecodeGroup(
 template <DType Out, bool Paged>
 __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
     CacheGenDecodeKernel(const __grid_constant__ CacheGenDecodeParams p) {
-  using Elem = typename Storage<Out>::type;
+  using Elem = Stored<Out>;
   extern __shared__ uint4 smem[];  // per warp: stage [stage_words] u16, then output tables
   std::uint16_t* stage_all = reinterpret_cast<std::uint16_t*>(smem);
   __shared__ std::uint32_t s_table[kProbScale];  // slot -> PackEntry

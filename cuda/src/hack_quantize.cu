@@ -45,6 +45,8 @@ namespace {
 
 using internal::ConfigureSharedMemory;
 using internal::kMaxDevices;
+using internal::Stored;
+using internal::ToStored;
 
 using hack::Layout;
 using hack::Quant;
@@ -541,26 +543,6 @@ __global__ void __launch_bounds__(kQuantThreads, kQuantMinBlocks) HackQuantizeKe
 
 // ---- dequantize ----
 
-template <DType Out>
-struct OutStorage {
-  using type = std::uint16_t;
-};
-template <>
-struct OutStorage<DType::kFloat32> {
-  using type = float;
-};
-
-template <DType Out>
-__device__ __forceinline__ typename OutStorage<Out>::type ToOut(float v) {
-  if constexpr (Out == DType::kFloat16) {
-    return FloatToHalfBits(v);
-  } else if constexpr (Out == DType::kBFloat16) {
-    return FloatToBf16Bits(v);
-  } else {
-    return v;
-  }
-}
-
 __device__ __forceinline__ float LoadTail(const void* tail, std::uint32_t dtype, std::uint64_t i) {
   switch (static_cast<DType>(dtype)) {
     case DType::kFloat16:
@@ -575,7 +557,7 @@ __device__ __forceinline__ float LoadTail(const void* tail, std::uint32_t dtype,
 
 template <DType Out>
 __global__ void __launch_bounds__(kThreads) HackDequantizeKernel(const HackDequantizeParams p) {
-  using Elem = typename OutStorage<Out>::type;
+  using Elem = Stored<Out>;
   extern __shared__ uint4 smem_raw[];
   auto* quants = reinterpret_cast<float2*>(smem_raw);
   const Layout& lay = p.layout;
@@ -596,7 +578,7 @@ __global__ void __launch_bounds__(kThreads) HackDequantizeKernel(const HackDequa
       const std::uint64_t src = lay.unquantized_offset(layer, kv, u, 0, 0);
       const std::uint64_t dst = lay.element_index(layer, kv, lay.unquantized_token(u), 0, 0);
       for (std::uint32_t i = tid; i < row_step; i += kThreads) {
-        out[dst + i] = ToOut<Out>(LoadTail(p.tail, p.tail_dtype, src + i));
+        out[dst + i] = ToStored<Out>(LoadTail(p.tail, p.tail_dtype, src + i));
       }
       continue;
     }
@@ -631,7 +613,7 @@ __global__ void __launch_bounds__(kThreads) HackDequantizeKernel(const HackDequa
         for (int i = 0; i < 16; ++i) {
           const std::uint32_t d = 16 * c + i;
           const float2 qf = quants[lay.partition_offset(0, t, d)];
-          v[i] = ToOut<Out>(hack::Dequantize((word >> (2 * i)) & 3u, Quant{qf.x, qf.y}));
+          v[i] = ToStored<Out>(hack::Dequantize((word >> (2 * i)) & 3u, Quant{qf.x, qf.y}));
         }
         uint4* dst = reinterpret_cast<uint4*>(out + e_base + t * row_step + 16 * c);
         constexpr int kVecs = static_cast<int>(sizeof(v) / 16);
@@ -646,7 +628,7 @@ __global__ void __launch_bounds__(kThreads) HackDequantizeKernel(const HackDequa
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
           out[e_base + (16 * tw + i) * row_step + d] =
-              ToOut<Out>(hack::Dequantize((word >> (2 * i)) & 3u, q));
+              ToStored<Out>(hack::Dequantize((word >> (2 * i)) & 3u, q));
         }
       }
     }

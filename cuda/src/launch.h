@@ -9,6 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kvdepot/numeric.h"
+#include "kvdepot/tensor.h"
+
 namespace kvdepot::cuda::internal {
 
 // Number of blocks for a grid-stride `kernel` over `work_items` (one item per thread per
@@ -37,6 +40,30 @@ cudaError_t GridStrideBlocks(Kernel kernel, std::uint64_t work_items, int thread
 }
 
 // ---- device helpers shared by the kernel families ----
+
+// How a decoded element of dtype D is stored (fp16 and bf16 as their bits, fp32 as float), and
+// the rounding of a float into it: numeric.h's, so the GPU decoders write the CPU's bits.
+template <DType D>
+struct StoredElement {
+  using type = std::uint16_t;
+};
+template <>
+struct StoredElement<DType::kFloat32> {
+  using type = float;
+};
+template <DType D>
+using Stored = typename StoredElement<D>::type;
+
+template <DType D>
+__device__ __forceinline__ Stored<D> ToStored(float v) {
+  if constexpr (D == DType::kFloat16) {
+    return FloatToHalfBits(v);
+  } else if constexpr (D == DType::kBFloat16) {
+    return FloatToBf16Bits(v);
+  } else {
+    return v;
+  }
+}
 
 // The shared-memory (state space) address of a generic pointer into shared memory.
 __device__ __forceinline__ std::uint32_t SharedAddress(const void* p) {

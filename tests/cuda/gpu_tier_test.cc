@@ -12,21 +12,17 @@
 #include <cstdlib>
 #include <random>
 
+#include "../common/random_bytes.h"
 #include "gpu_test_util.h"
 #include "kvdepot/synth.h"
 
 namespace kvdepot::cuda {
 namespace {
 
-std::vector<std::byte> Bytes(std::size_t n, std::uint64_t seed) {
-  std::vector<std::byte> v(n);
-  std::mt19937_64 rng(seed);
-  for (auto& b : v) b = static_cast<std::byte>(rng());
-  return v;
-}
+using test::RandomBytes;
 
 TEST(NoDeviceGpuTierTest, TranscodeGpuRejectsBadInputBeforeTouchingTheDevice) {
-  const auto junk = Bytes(100, 1);
+  const auto junk = RandomBytes(100, 1);
   EXPECT_EQ(TranscodeGpu(junk, CodecId::kRaw).status().code(), StatusCode::kCorruption);
 }
 
@@ -39,20 +35,20 @@ TEST(GpuTierTest, CapacityHoldsAndLeasedBlocksAreNotReused) {
   GpuTier& t = **tier;
   std::vector<std::string> evicted;
   auto on_evict = [&](std::string_view k, GpuBlockRef) { evicted.emplace_back(k); };
-  ASSERT_TRUE(t.Insert("leased", Bytes(1 << 20, 1), on_evict).ok());
+  ASSERT_TRUE(t.Insert("leased", RandomBytes(1 << 20, 1), on_evict).ok());
   GpuBlockRef lease = t.Get("leased");
   ASSERT_TRUE(lease);
   for (int i = 0; i < 40; ++i) {
     std::string key = "k";  // (not "k" + to_string: GCC 12 -O3 -Wrestrict false positive)
     key += std::to_string(i);
-    ASSERT_TRUE(t.Insert(key, Bytes(1 << 20, 100 + i), on_evict).ok());
+    ASSERT_TRUE(t.Insert(key, RandomBytes(1 << 20, 100 + i), on_evict).ok());
     EXPECT_LE(t.stats().bytes, t.stats().capacity);
   }
   EXPECT_FALSE(t.Contains("leased"));  // evicted from the index ...
   std::vector<std::byte> back(1 << 20);
   ASSERT_TRUE(t.CopyToHost(*lease, back).ok());
-  EXPECT_EQ(back, Bytes(1 << 20, 1));  // ... but its range was never reused
-  EXPECT_EQ(t.Insert("huge", Bytes(9 << 20, 3), on_evict).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(back, RandomBytes(1 << 20, 1));  // ... but its range was never reused
+  EXPECT_EQ(t.Insert("huge", RandomBytes(9 << 20, 3), on_evict).code(), StatusCode::kOutOfRange);
   const std::uint64_t before = t.stats().bytes;
   lease.reset();
   EXPECT_EQ(t.stats().bytes, before - (1u << 20));
@@ -217,7 +213,7 @@ TEST(GpuTierTest, AnImporterKilledMidReadLeaksNothing) {
   lease.reset();  // the connection closed: its leases go
   EXPECT_EQ((*tier)->stats().bytes, 0u);
   // The pool is intact and reusable after the importer died.
-  const auto again = Bytes(1 << 20, 9);
+  const auto again = RandomBytes(1 << 20, 9);
   ASSERT_TRUE((*tier)->Insert("d", again, nullptr).ok());
   std::vector<std::byte> back(again.size());
   ASSERT_TRUE((*tier)->CopyToHost(*(*tier)->Get("d"), back).ok());

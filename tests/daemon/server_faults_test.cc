@@ -15,6 +15,7 @@
 #include <random>
 #include <thread>
 
+#include "../common/random_bytes.h"
 #include "kvdepot/client/client.h"
 #include "kvdepot/codec.h"
 #include "kvdepot/daemon/host_tier.h"
@@ -24,8 +25,8 @@
 #include "kvdepot/daemon/store.h"
 #include "kvdepot/lm_wire.h"
 #include "kvdepot/synth.h"
-#include "ssd/io_engine.h"
 #include "socket_test_util.h"
+#include "ssd/io_engine.h"
 
 namespace kvdepot::daemon {
 namespace {
@@ -36,13 +37,7 @@ using ::kvdepot::test_socket::WaitFor;
 
 using namespace std::chrono_literals;
 
-std::vector<std::byte> Bytes(std::size_t n, std::uint64_t seed) {
-  std::vector<std::byte> v(n);
-  std::mt19937_64 rng(seed);
-  for (auto& b : v) b = static_cast<std::byte>(rng());
-  return v;
-}
-
+using test::RandomBytes;
 
 std::vector<std::byte> GetFrame(const std::string& key, std::uint64_t id) {
   const std::string keys[] = {key};
@@ -91,10 +86,10 @@ TEST_F(ServerFaultsTest, KeysUpToTheLargestConfigurableLimitRoundTrip) {
   auto c = Client(o.limits);
   ASSERT_NE(c, nullptr);
   const std::string key(1024, 'k');
-  ASSERT_TRUE(c->Put(key, Bytes(5000, 1)).ok());
+  ASSERT_TRUE(c->Put(key, RandomBytes(5000, 1)).ok());
   auto got = c->Get(key);
   ASSERT_TRUE(got.ok() && got->has_value());
-  EXPECT_EQ(**got, Bytes(5000, 1));
+  EXPECT_EQ(**got, RandomBytes(5000, 1));
 }
 
 // Regression (fuzz/regressions/server/get-as-then-close-write-race): the write started when a
@@ -167,7 +162,7 @@ TEST_F(ServerFaultsTest, APartialFrameThenSilenceIsClosedAndItsValueReleased) {
   o.request_timeout = 300ms;
   Start(o);
   // A PUT announcing a 1 MiB value, of which only 1000 bytes ever arrive.
-  const std::vector<std::byte> value = Bytes(1 << 20, 2);
+  const std::vector<std::byte> value = RandomBytes(1 << 20, 2);
   const protocol::PutItemView item{"partial", value};
   std::vector<std::byte> body = protocol::EncodePutBody(std::span(&item, 1));
   protocol::FrameHeader h;
@@ -193,7 +188,7 @@ TEST_F(ServerFaultsTest, DisconnectingMidFrameLeavesNothingBehind) {
   Start(o);
   auto good = Client();
   for (std::size_t cut : {5u, 24u, 30u, 60u}) {  // inside the header, after it, inside the body
-    const std::vector<std::byte> value = Bytes(50000, cut);
+    const std::vector<std::byte> value = RandomBytes(50000, cut);
     const protocol::PutItemView item{"cut", value};
     std::vector<std::byte> body = protocol::EncodePutBody(std::span(&item, 1));
     protocol::FrameHeader h;
@@ -217,7 +212,7 @@ TEST_F(ServerFaultsTest, AClientThatStopsReadingIsClosedByTheIdleTimeout) {
   o.idle_timeout = 500ms;
   Start(o);
   auto c = Client();
-  ASSERT_TRUE(c->Put("big", Bytes(1 << 20, 3)).ok());
+  ASSERT_TRUE(c->Put("big", RandomBytes(1 << 20, 3)).ok());
   c.reset();
   const int fd = ConnectLoopback(server_->tcp_port());
   int rcvbuf = 4096;
@@ -318,7 +313,7 @@ TEST(ServerSsdFaultsTest, ReadErrorsAndAFullDiskNeverServeWrongBytes) {
   auto conn = client::Connection::Connect(co);
   ASSERT_TRUE(conn.ok());
   auto& c = **conn;
-  auto value = [](int i) { return Bytes(200000 + 1000 * i, 100 + i); };
+  auto value = [](int i) { return RandomBytes(200000 + 1000 * i, 100 + i); };
   std::vector<std::string> keys;
   for (int i = 0; i < 8; ++i) {
     keys.push_back("k" + std::to_string(i));

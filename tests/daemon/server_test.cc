@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "../common/random_bytes.h"
 #include "kvdepot/byte_order.h"
 #include "kvdepot/client/client.h"
 #include "kvdepot/daemon/host_tier.h"
@@ -28,12 +29,7 @@ using ::kvdepot::test_socket::ConnectLoopback;
 using client::ClientOptions;
 using client::Connection;
 
-std::vector<std::byte> Bytes(std::size_t n, std::uint64_t seed) {
-  std::vector<std::byte> v(n);
-  std::mt19937_64 rng(seed);
-  for (auto& b : v) b = static_cast<std::byte>(rng());
-  return v;
-}
+using test::RandomBytes;
 
 class ServerTest : public ::testing::Test {
  protected:
@@ -102,7 +98,7 @@ TEST_F(ServerTest, RoundTripsAreByteExactOverTcpAndUnix) {
     for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{4097},
                              std::size_t{1} << 20, std::size_t{8} << 20}) {
       const std::string key = o.address + "/" + std::to_string(size);
-      const auto value = Bytes(size, size);
+      const auto value = RandomBytes(size, size);
       ASSERT_TRUE(c->Put(key, value).ok());
       auto got = c->Get(key);
       ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -118,7 +114,7 @@ TEST_F(ServerTest, RoundTripsAreByteExactOverTcpAndUnix) {
 TEST_F(ServerTest, MultiKeyOperations) {
   StartServer();
   auto c = Connect(Tcp());
-  const auto v1 = Bytes(100, 1), v2 = Bytes(200, 2);
+  const auto v1 = RandomBytes(100, 1), v2 = RandomBytes(200, 2);
   const protocol::PutItemView items[] = {{"a", v1}, {"b", v2}};
   auto put = c->Put(items);
   ASSERT_TRUE(put.ok());
@@ -173,7 +169,7 @@ TEST_F(ServerTest, PrefixLookupAndAsyncCalls) {
   for (int i = 0; i < 2; ++i) {
     const ChunkKey& k = before->keys[static_cast<std::size_t>(i)];
     puts.push_back(cl.PutAsync(std::string(reinterpret_cast<const char*>(k.bytes.data()), 48),
-                               Bytes(1000, static_cast<std::uint64_t>(i))));
+                               RandomBytes(1000, static_cast<std::uint64_t>(i))));
   }
   for (auto& f : puts) EXPECT_TRUE(f.get().ok());
   auto after = cl.LookupPrefix(ns, tokens);
@@ -192,7 +188,7 @@ TEST_F(ServerTest, PrefixLookupAndAsyncCalls) {
 TEST_F(ServerTest, PipelinedRequestsAllComplete) {
   StartServer();
   auto c = Connect(Tcp());
-  const auto value = Bytes(3000, 3);
+  const auto value = RandomBytes(3000, 3);
   std::vector<std::uint64_t> ids;
   for (int i = 0; i < 200; ++i) {
     auto id = c->SendPut("p" + std::to_string(i), value);
@@ -220,7 +216,7 @@ TEST_F(ServerTest, ConcurrentClients) {
       client::Client cl(t % 2 ? Unix() : Tcp());
       for (int i = 0; i < 100; ++i) {
         const std::string key = "c" + std::to_string(t) + "/" + std::to_string(i);
-        const auto v = Bytes(1000 + i, t * 1000 + i);
+        const auto v = RandomBytes(1000 + i, t * 1000 + i);
         if (!cl.Put(key, v).ok()) ++failures;
         auto got = cl.Get(key);
         if (!got.ok() || !got->has_value() || **got != v) ++failures;
@@ -234,7 +230,7 @@ TEST_F(ServerTest, ConcurrentClients) {
 TEST_F(ServerTest, CapacityHoldsAndEvictionFollowsThePolicy) {
   StartServer(4ull << 20, EvictionPolicy::kLru);
   auto c = Connect(Tcp());
-  const auto value = Bytes(100 * 1024, 5);
+  const auto value = RandomBytes(100 * 1024, 5);
   for (int i = 0; i < 3 * 40; ++i) {  // 3x capacity
     ASSERT_TRUE(c->Put("e" + std::to_string(i), value).ok());
     ASSERT_LE(tier_->stats().bytes, 4ull << 20);
@@ -247,11 +243,11 @@ TEST_F(ServerTest, CapacityHoldsAndEvictionFollowsThePolicy) {
   EXPECT_TRUE(*c->Lookup(std::vector<std::string>{newest}).value().tiers.data() ==
               protocol::Tier::kHost);
   // A value larger than the capacity is refused per item, and the connection stays usable.
-  const auto huge = Bytes(6 << 20, 6);
+  const auto huge = RandomBytes(6 << 20, 6);
   EXPECT_EQ(c->Put("huge", huge).code(), StatusCode::kOutOfRange);
   EXPECT_TRUE(c->Ping().ok());
   // In a multi-item PUT the refused value is read and dropped; the items around it are stored.
-  const auto small = Bytes(10, 7);
+  const auto small = RandomBytes(10, 7);
   const protocol::PutItemView items[] = {{"before", small}, {"huge", huge}, {"after", small}};
   auto codes = c->Put(items);
   ASSERT_TRUE(codes.ok()) << codes.status().ToString();
@@ -265,7 +261,7 @@ TEST_F(ServerTest, CapacityHoldsAndEvictionFollowsThePolicy) {
 TEST_F(ServerTest, MalformedFramesCloseOnlyThatConnection) {
   StartServer();
   auto good = Connect(Tcp());
-  ASSERT_TRUE(good->Put("keep", Bytes(10, 1)).ok());
+  ASSERT_TRUE(good->Put("keep", RandomBytes(10, 1)).ok());
   auto send_and_expect_close = [&](std::vector<std::byte> bytes, const char* what) {
     const int fd = ConnectLoopback(server_->tcp_port());
     ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
@@ -281,7 +277,7 @@ TEST_F(ServerTest, MalformedFramesCloseOnlyThatConnection) {
     }
     EXPECT_TRUE(good->Ping().ok()) << "other clients keep working";
   };
-  send_and_expect_close(Bytes(100, 9), "garbage");
+  send_and_expect_close(RandomBytes(100, 9), "garbage");
   std::vector<std::byte> header(protocol::kFrameHeaderBytes);
   protocol::FrameHeader h;
   h.type = static_cast<std::uint8_t>(protocol::Op::kGet);
@@ -314,7 +310,7 @@ TEST_F(ServerTest, MalformedFramesCloseOnlyThatConnection) {
 TEST_F(ServerTest, SlowReaderDoesNotGrowTheDaemon) {
   StartServer(64ull << 20, EvictionPolicy::kSieve, /*max_output=*/2ull << 20);
   auto c = Connect(Tcp());
-  ASSERT_TRUE(c->Put("big", Bytes(1 << 20, 8)).ok());
+  ASSERT_TRUE(c->Put("big", RandomBytes(1 << 20, 8)).ok());
   const std::string keys[] = {"big"};
   const std::vector<std::byte> body = protocol::EncodeKeyList(keys);
   // 300 GETs of 1 MiB each (300 MiB of responses) without reading any of them.
@@ -335,7 +331,7 @@ TEST_F(ServerTest, SlowReaderDoesNotGrowTheDaemon) {
 TEST_F(ServerTest, StopClosesAClientThatNeverReadsAfterTheDrainTimeout) {
   StartServer(64ull << 20, EvictionPolicy::kLru, 1ull << 20, std::chrono::milliseconds(500));
   auto c = Connect(Tcp());
-  ASSERT_TRUE(c->Put("big", Bytes(1 << 20, 8)).ok());
+  ASSERT_TRUE(c->Put("big", RandomBytes(1 << 20, 8)).ok());
   const std::string keys[] = {"big"};
   const std::vector<std::byte> body = protocol::EncodeKeyList(keys);
   for (int i = 0; i < 50; ++i) ASSERT_TRUE(c->SendRequest(protocol::Op::kGet, body).ok());
@@ -350,7 +346,7 @@ TEST_F(ServerTest, StopClosesAClientThatNeverReadsAfterTheDrainTimeout) {
 TEST_F(ServerTest, StopDrainsInFlightRequests) {
   StartServer();
   auto c = Connect(Tcp());
-  const auto value = Bytes(1 << 20, 4);
+  const auto value = RandomBytes(1 << 20, 4);
   std::vector<std::uint64_t> ids;
   for (int i = 0; i < 20; ++i) ids.push_back(*c->SendPut("d" + std::to_string(i), value));
   std::vector<std::byte> body;
@@ -396,7 +392,7 @@ TEST(ServerSsdTest, GetsFromSsdKeepKeyOrderAndReportTheTier) {
   std::vector<std::string> keys;
   for (int i = 0; i < 40; ++i) {
     keys.push_back("key" + std::to_string(i));
-    ASSERT_TRUE((*c)->Put(keys.back(), Bytes(100000 + i * 1000, i)).ok());
+    ASSERT_TRUE((*c)->Put(keys.back(), RandomBytes(100000 + i * 1000, i)).ok());
   }
   EXPECT_EQ((*ssd)->stats().chunks, 40u) << "sync durability writes through";
   for (const std::string& k : keys) host.Erase(k);  // cold: every GET reads the SSD
@@ -405,7 +401,7 @@ TEST(ServerSsdTest, GetsFromSsdKeepKeyOrderAndReportTheTier) {
   ASSERT_TRUE((*c)->Get(keys, [&](const client::GetItem& item) {
                      EXPECT_EQ(item.index, next++);
                      ASSERT_TRUE(item.status.ok()) << item.index << ": " << item.status.ToString();
-                     const auto want = Bytes(100000 + item.index * 1000, item.index);
+                     const auto want = RandomBytes(100000 + item.index * 1000, item.index);
                      EXPECT_TRUE(std::equal(item.value.begin(), item.value.end(), want.begin(),
                                             want.end()));
                      on_ssd += item.tier == protocol::Tier::kSsd;

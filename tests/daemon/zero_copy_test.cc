@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "../common/random_bytes.h"
 #include "kvdepot/client/client.h"
 #include "kvdepot/codec.h"
 #include "kvdepot/daemon/host_tier.h"
@@ -29,12 +30,7 @@ namespace {
 using client::Connection;
 using client::SharedArena;
 
-std::vector<std::byte> Bytes(std::size_t n, std::uint64_t seed) {
-  std::vector<std::byte> v(n);
-  std::mt19937_64 rng(seed);
-  for (auto& b : v) b = static_cast<std::byte>(rng());
-  return v;
-}
+using test::RandomBytes;
 
 class ZeroCopyTest : public ::testing::Test {
  protected:
@@ -110,7 +106,7 @@ TEST_F(ZeroCopyTest, LeasedBytesAreByteExactAndReleaseEndsTheLease) {
   std::vector<std::vector<std::byte>> values;
   for (std::size_t i = 0; i < 8; ++i) {
     keys.push_back("k" + std::to_string(i));
-    values.push_back(Bytes(i == 0 ? 0 : 1000 * i * i + 17, i));
+    values.push_back(RandomBytes(i == 0 ? 0 : 1000 * i * i + 17, i));
     ASSERT_TRUE(c->Put(keys.back(), values.back()).ok());
   }
   auto arena = SharedArena::Map(*c);
@@ -149,7 +145,7 @@ TEST_F(ZeroCopyTest, LeasedBytesAreByteExactAndReleaseEndsTheLease) {
 TEST_F(ZeroCopyTest, ALeasedValueIsNeverFreedOrReused) {
   Start(/*shared=*/true, 16ull << 20);
   auto c = Connect();
-  const auto v = Bytes(1 << 20, 99);
+  const auto v = RandomBytes(1 << 20, 99);
   ASSERT_TRUE(c->Put("held", v).ok());
   auto arena = SharedArena::Map(*c);
   ASSERT_TRUE(arena.ok());
@@ -161,9 +157,9 @@ TEST_F(ZeroCopyTest, ALeasedValueIsNeverFreedOrReused) {
   ASSERT_TRUE(c->Delete(key).ok());
   auto other = Connect();
   for (int i = 0; i < 24; ++i) {
-    ASSERT_TRUE(other->Put("churn" + std::to_string(i), Bytes(1 << 20, 1000 + i)).ok());
+    ASSERT_TRUE(other->Put("churn" + std::to_string(i), RandomBytes(1 << 20, 1000 + i)).ok());
   }
-  ASSERT_TRUE(other->Put("held", Bytes(1 << 20, 7)).ok());
+  ASSERT_TRUE(other->Put("held", RandomBytes(1 << 20, 7)).ok());
   auto view = (*arena)->View((*lease)[0]);
   ASSERT_TRUE(view.ok());
   EXPECT_TRUE(std::equal(view->begin(), view->end(), v.begin(), v.end()));
@@ -176,7 +172,8 @@ TEST_F(ZeroCopyTest, AKilledClientsLeasesAreReleased) {
   Start(/*shared=*/true, 16ull << 20);
   {
     auto c = Connect();
-    for (int i = 0; i < 8; ++i) ASSERT_TRUE(c->Put("v" + std::to_string(i), Bytes(1 << 20, i)).ok());
+    for (int i = 0; i < 8; ++i)
+      ASSERT_TRUE(c->Put("v" + std::to_string(i), RandomBytes(1 << 20, i)).ok());
   }
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
@@ -239,7 +236,7 @@ TEST_F(ZeroCopyTest, AKilledClientsLeasesAreReleased) {
 TEST_F(ZeroCopyTest, SharedMemoryNeedsTheUnixSocketAndAnArena) {
   Start(/*shared=*/false);
   auto c = Connect();
-  ASSERT_TRUE(c->Put("k", Bytes(100, 1)).ok());
+  ASSERT_TRUE(c->Put("k", RandomBytes(100, 1)).ok());
   EXPECT_EQ(c->Map().status().code(), StatusCode::kUnavailable);
   const std::string key[] = {"k"};
   auto leases = c->LeaseGet(key);  // in private memory: use GET
@@ -257,7 +254,7 @@ TEST_F(ZeroCopyTest, LeasesAreBoundedPerConnection) {
   std::vector<std::string> keys;
   for (int i = 0; i < 4; ++i) {
     keys.push_back("b" + std::to_string(i));
-    ASSERT_TRUE(c->Put(keys.back(), Bytes(1 << 20, i)).ok());
+    ASSERT_TRUE(c->Put(keys.back(), RandomBytes(1 << 20, i)).ok());
   }
   auto leases = c->LeaseGet(keys);
   ASSERT_TRUE(leases.ok());
@@ -299,7 +296,7 @@ std::vector<std::pair<std::string, std::vector<std::byte>>> FillPastTheHostTier(
     Connection& c, const Store& store, HostTier& host, const SsdTier& ssd, int n) {
   std::vector<std::pair<std::string, std::vector<std::byte>>> all;
   for (int i = 0; i < n; ++i) {
-    all.emplace_back("s" + std::to_string(i), Bytes(kSsdValueBytes, 500 + i));
+    all.emplace_back("s" + std::to_string(i), RandomBytes(kSsdValueBytes, 500 + i));
     EXPECT_TRUE(c.Put(all.back().first, all.back().second).ok()) << i;
   }
   EXPECT_TRUE(WaitUntil([&] { return ssd.stats().write_buffer_bytes == 0; }));
@@ -329,7 +326,7 @@ TEST_F(ZeroCopyTest, SsdChunksAreReadIntoTheArenaAndLeased) {
   std::vector<std::string> keys;
   for (const auto& kv : on_ssd) keys.push_back(kv.first);
   keys.insert(keys.begin() + 3, "absent");
-  const auto hot = Bytes(kSsdValueBytes, 4242);
+  const auto hot = RandomBytes(kSsdValueBytes, 4242);
   ASSERT_TRUE(c->Put("hot", hot).ok());
   keys.insert(keys.begin() + 7, "hot");  // in the host tier
   ASSERT_EQ(store_->Locate("hot"), protocol::Tier::kHost);
@@ -359,7 +356,8 @@ TEST_F(ZeroCopyTest, SsdChunksAreReadIntoTheArenaAndLeased) {
   // The leased values are charged to the host tier and stay readable while it churns.
   auto other = Connect();
   for (int i = 0; i < 40; ++i) {
-    ASSERT_TRUE(other->Put("churn" + std::to_string(i), Bytes(kSsdValueBytes, 9000 + i)).ok());
+    ASSERT_TRUE(
+        other->Put("churn" + std::to_string(i), RandomBytes(kSsdValueBytes, 9000 + i)).ok());
   }
   for (std::size_t i = 0, s = 0; i < keys.size(); ++i) {
     if (i == 3 || i == 7) continue;
@@ -395,7 +393,8 @@ TEST_F(ZeroCopyTest, ALeasedSsdChunkOutlivesItsEviction) {
   // 24 MiB of new values through the 16 MiB host tier evict it; then it is deleted everywhere.
   auto other = Connect();
   for (int i = 0; i < 100; ++i) {
-    ASSERT_TRUE(other->Put("churn" + std::to_string(i), Bytes(kSsdValueBytes, 7000 + i)).ok());
+    ASSERT_TRUE(
+        other->Put("churn" + std::to_string(i), RandomBytes(kSsdValueBytes, 7000 + i)).ok());
   }
   EXPECT_FALSE(tier_->Contains(key)) << "evicted from the host tier";
   ASSERT_TRUE(other->Delete(k).ok());
@@ -416,8 +415,8 @@ TEST_F(ZeroCopyTest, ACorruptSsdCopyLeasesAsNotFound) {
   const SsdTierOptions so = SsdOptions(SsdPromotion::kAlways, SsdDurability::kSync);
   Start(/*shared=*/true, 16ull << 20, 256ull << 20, &so);
   auto c = Connect();
-  const auto victim = Bytes(100'000, 1);
-  const auto bystander = Bytes(5'000, 2);
+  const auto victim = RandomBytes(100'000, 1);
+  const auto bystander = RandomBytes(5'000, 2);
   ASSERT_TRUE(c->Put("victim", victim).ok());  // written through: the first record
   ASSERT_TRUE(c->Put("bystander", bystander).ok());
   ASSERT_TRUE(tier_->Erase("victim"));  // cold: only the SSD copies remain
@@ -512,7 +511,7 @@ TEST_F(ZeroCopyTest, GetAsTranscodesWithTheCpuReference) {
   o.codec = CodecId::kCacheGen;
   const auto stored = *EncodeChunk(t.view(), o);
   ASSERT_TRUE(c->Put("cg", stored).ok());
-  ASSERT_TRUE(c->Put("junk", Bytes(300, 5)).ok());
+  ASSERT_TRUE(c->Put("junk", RandomBytes(300, 5)).ok());
   const std::vector<std::string> keys = {"cg", "absent", "junk", "cg"};
   for (CodecId target : {CodecId::kRaw, CodecId::kHackInt2, CodecId::kCacheGen}) {
     std::vector<std::pair<StatusCode, std::vector<std::byte>>> got;

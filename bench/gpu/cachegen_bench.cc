@@ -5,13 +5,16 @@
 // Inputs are SynthesizeKv chunks (kDistinct seeds, replicated on the device); each variant rotates
 // over enough buffer sets that every set is far larger than L2 and no rep reads what the previous
 // one left in cache. Times are cudaEvent intervals around one Enqueue (descriptor upload, kernels,
-// status download); the median over --reps timed reps (>= 50) after --warmup reps is reported.
+// status download) — or, for "calls", around `batch` single-chunk Enqueues back to back on one
+// stream, each with its own workspace (an engine streaming chunks one by one: each call's host
+// launch cost overlaps the previous call's kernel) — the median over --reps timed reps (>= 50)
+// after --warmup reps is reported.
 // GB/s = fp16 KV bytes (32 MiB per chunk) / time. "min bytes" = what the operation must move at
 // least (fp16 KV + the container), and "% ceil" compares min bytes / time with the D2D rate.
 // After timing, the last rep's chunk 0 is compared byte for byte with the CPU reference.
 //
 // Usage: kvdepot_cachegen_bench [--json FILE] [--reps N] [--warmup N] [--device N]
-//                               [--batches 1,8,32] [--only encode|decode|paged]
+//                               [--batches 1,8,32] [--only encode|decode|paged|calls]
 // Exit status: 0 ok, 1 error, 2 no GPU, 64 bad usage.
 #include <cuda_runtime_api.h>
 
@@ -56,7 +59,7 @@ struct Options : bench::CommonOptions {
 };
 
 struct Row {
-  std::string op;  // encode, decode, decode-paged
+  std::string op;  // encode, decode, decode-paged, decode-calls
   std::uint32_t batch = 0;
   double median_us = 0;
   double min_us = 0;
@@ -127,15 +130,27 @@ Result<Row> MeasureEncode(const Fixture& fx, std::uint32_t batch, std::uint64_t 
   return row;
 }
 
-Result<Row> MeasureDecode(const Fixture& fx, std::uint32_t batch, bool paged, std::uint64_t l2,
+// How a decode batch is issued: one call into contiguous outputs, one call into a paged cache, or
+// `batch` single-chunk calls enqueued back to back on one stream (each with its own workspace,
+// all finished after the last), the way an engine streams chunks one by one.
+enum class DecodeMode { kContiguous, kPaged, kCalls };
+
+Result<Row> MeasureDecode(const Fixture& fx, std::uint32_t batch, DecodeMode mode, std::uint64_t l2,
                           cudaStream_t stream, const Options& opt) {
+  const bool paged = mode == DecodeMode::kPaged;
+  const bool calls = mode == DecodeMode::kCalls;
   const std::uint64_t out_bytes = fx.host[0].data.size();
   std::uint64_t max_container = 0;
   for (const auto& c : fx.cpu) max_container = std::max<std::uint64_t>(max_container, c.size());
   const std::uint64_t slot = (max_container + 255) & ~std::uint64_t{255};
   const int sets = SetsFor(batch * (slot + out_bytes), l2);
-  KVD_ASSIGN_OR_RETURN(CacheGenDecodeWorkspace ws,
-                       CacheGenDecodeWorkspace::Create(batch, kShape.layers));
+  std::vector<CacheGenDecodeWorkspace> workspaces;
+  for (std::uint32_t i = 0; i < (calls ? batch : 1); ++i) {
+    KVD_ASSIGN_OR_RETURN(CacheGenDecodeWorkspace w,
+                         CacheGenDecodeWorkspace::Create(calls ? 1 : batch, kShape.layers));
+    workspaces.push_back(std::move(w));
+  }
+  CacheGenDecodeWorkspace& ws = workspaces[0];
   KVD_ASSIGN_OR_RETURN(DeviceBuffer ins, DeviceBuffer::Allocate(sets * batch * slot));
   KVD_ASSIGN_OR_RETURN(DeviceBuffer outs, DeviceBuffer::Allocate(sets * batch * out_bytes));
   std::vector<std::vector<CacheGenDecodeChunk>> chunks(sets);
@@ -197,12 +212,27 @@ Result<Row> MeasureDecode(const Fixture& fx, std::uint32_t batch, bool paged, st
     }
     return t;
   };
-  KVD_ASSIGN_OR_RETURN(
-      std::vector<double> us,
-      Time(
-          opt, sets, stream,
-          [&](int s) { return EnqueueDecodeCacheGen(chunks[s], target_for(s), ws, stream); },
-          [&]() { return FinishDecodeCacheGen(ws, stream); }));
+  KVD_ASSIGN_OR_RETURN(std::vector<double> us,
+                       Time(
+                           opt, sets, stream,
+                           [&](int s) -> Status {
+                             if (!calls)
+                               return EnqueueDecodeCacheGen(chunks[s], target_for(s), ws, stream);
+                             for (std::uint32_t i = 0; i < batch; ++i) {
+                               CacheGenDecodeTarget one;
+                               one.dtype = DType::kFloat16;
+                               one.contiguous = std::span<void* const>(&contiguous[s][i], 1);
+                               KVD_RETURN_IF_ERROR(EnqueueDecodeCacheGen(
+                                   std::span(chunks[s]).subspan(i, 1), one, workspaces[i], stream));
+                             }
+                             return Status::Ok();
+                           },
+                           [&]() -> Status {
+                             for (CacheGenDecodeWorkspace& w : workspaces) {
+                               KVD_RETURN_IF_ERROR(FinishDecodeCacheGen(w, stream));
+                             }
+                             return Status::Ok();
+                           }));
   if (!paged) {
     const int last_set = (opt.warmup + opt.reps - 1) % sets;
     KvTensor got = KvTensor::Zeros(DType::kFloat16, kShape);
@@ -215,7 +245,7 @@ Result<Row> MeasureDecode(const Fixture& fx, std::uint32_t batch, bool paged, st
     if (got.data != ref.data) return Internal("verify: GPU decode differs from DecodeCacheGen");
   }
   Row row;
-  row.op = paged ? "decode-paged" : "decode";
+  row.op = paged ? "decode-paged" : calls ? "decode-calls" : "decode";
   row.batch = batch;
   row.median_us = Median(us);
   row.min_us = *std::min_element(us.begin(), us.end());
@@ -225,11 +255,10 @@ Result<Row> MeasureDecode(const Fixture& fx, std::uint32_t batch, bool paged, st
   return row;
 }
 
-
 int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--json FILE] [--reps N (>= 50, default 100)] [--warmup N (default 5)] "
-               "[--device N] [--batches 1,8,32] [--only encode|decode|paged]\n",
+               "[--device N] [--batches 1,8,32] [--only encode|decode|paged|calls]\n",
                argv0);
   return 64;
 }
@@ -242,7 +271,8 @@ int Main(int argc, char** argv) {
     if (flag == "--batches") return bench::ParseUintList(v, opt.batches, 1, 64);
     if (flag != "--only") return false;
     opt.only = v;
-    return opt.only == "encode" || opt.only == "decode" || opt.only == "paged";
+    return opt.only == "encode" || opt.only == "decode" || opt.only == "paged" ||
+           opt.only == "calls";
   });
   if (!parsed) return Usage(argv[0]);
   bench::BenchStart start;
@@ -279,13 +309,17 @@ int Main(int argc, char** argv) {
   std::printf("%-13s %5s %12s %12s %10s %12s %8s\n", "op", "batch", "median us", "us/chunk", "GB/s",
               "min bytes", "% ceil");
   int rc = 0;
-  for (const char* op : {"encode", "decode", "paged"}) {
+  for (const char* op : {"encode", "decode", "paged", "calls"}) {
     if (!opt.only.empty() && opt.only != op) continue;
+    const std::string_view o = op;
     for (std::uint32_t batch : opt.batches) {
-      Result<Row> row = std::string_view(op) == "encode"
+      if (o == "calls" && batch == 1) continue;  // the same as decode, batch 1
+      const DecodeMode mode = o == "paged"   ? DecodeMode::kPaged
+                              : o == "calls" ? DecodeMode::kCalls
+                                             : DecodeMode::kContiguous;
+      Result<Row> row = o == "encode"
                             ? MeasureEncode(fx, batch, info->l2_bytes, stream->get(), opt)
-                            : MeasureDecode(fx, batch, std::string_view(op) == "paged",
-                                            info->l2_bytes, stream->get(), opt);
+                            : MeasureDecode(fx, batch, mode, info->l2_bytes, stream->get(), opt);
       if (!row.ok()) {
         std::fprintf(stderr, "kvdepot_cachegen_bench: %s batch %u: %s\n", op, batch,
                      row.status().ToString().c_str());

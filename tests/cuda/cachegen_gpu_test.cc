@@ -174,6 +174,17 @@ TEST(CacheGenGpu, SpecialTensorsMatchTheCpu) {
       StoreFloat(outliers, i, ElementAsFloat(outliers.view(), i) * 1000.0f);
     }
     ExpectCodecParity(outliers, {}, "outlier channel");
+
+    // Decoded values in fp16's subnormal range and at its overflow edge: the decoder's
+    // float -> fp16 / bf16 rounding must match numeric.h's there too.
+    KvTensor tiny = KvTensor::Zeros(dtype, shape);
+    std::uniform_real_distribution<float> small(-3.0e-5f, 3.0e-5f);
+    for (std::uint64_t i = 0; i < shape.elements(); ++i) StoreFloat(tiny, i, small(rng));
+    ExpectCodecParity(tiny, {}, "subnormal range");
+    KvTensor edge = KvTensor::Zeros(dtype, shape);
+    std::uniform_real_distribution<float> big(-65504.0f, 65504.0f);
+    for (std::uint64_t i = 0; i < shape.elements(); ++i) StoreFloat(edge, i, big(rng));
+    ExpectCodecParity(edge, {}, "fp16 range edge");
   }
   // fp32 input whose scales do not fit fp16 (lo below -65504) -> fp32 scales for the whole chunk.
   KvTensor wide = Synth(shape, DType::kFloat32, 29);

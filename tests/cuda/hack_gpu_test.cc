@@ -220,6 +220,12 @@ TEST(HackGpu, QuantizeMatchesTheCpuOnSpecialTensors) {
       st.rounding = HackRounding::kStochastic;
       st.seed = 77;
       ExpectCodecParity(extreme, st, "extreme stochastic");
+      // Dequantized values in fp16's subnormal range (scales and mins subnormal).
+      KvTensor tiny = KvTensor::Zeros(dtype, shape);
+      std::mt19937 tr(5);
+      std::uniform_real_distribution<float> small(-3.0e-5f, 3.0e-5f);
+      for (std::uint64_t i = 0; i < shape.elements(); ++i) StoreFloat(tiny, i, small(tr));
+      ExpectCodecParity(tiny, o, "subnormal range");
     }
   }
 }

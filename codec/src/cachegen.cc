@@ -53,22 +53,6 @@ Layout MakeLayout(const KvShape& shape, std::vector<std::uint8_t> bins, std::uin
   return l;
 }
 
-Status ValidateBins(const std::vector<std::uint8_t>& bins, std::uint32_t layers, const char* which) {
-  if (bins.size() != layers) {
-    return InvalidArgument(std::string("cachegen: ") + which + " bins profile has " +
-                           std::to_string(bins.size()) + " layers, the tensor has " +
-                           std::to_string(layers));
-  }
-  for (std::size_t i = 0; i < bins.size(); ++i) {
-    if (bins[i] < cachegen::kMinBins || bins[i] > cachegen::kMaxBins) {
-      return InvalidArgument(std::string("cachegen: ") + which + " bins of layer " +
-                             std::to_string(i) + " = " + std::to_string(bins[i]) +
-                             " is out of range [2, 64]");
-    }
-  }
-  return Status::Ok();
-}
-
 // The quantized chunk: per-(lk, channel) scales and the symbols, [lk][token][channel].
 struct Quantized {
   Layout layout;
@@ -101,12 +85,7 @@ std::vector<float> ToFloat(const KvTensorView& t) {
 Result<Quantized> Quantize(const KvTensorView& tensor, const CacheGenOptions& options) {
   KVD_RETURN_IF_ERROR(tensor.Validate().WithContext("cachegen encode"));
   const KvShape& shape = tensor.shape;
-  CacheGenOptions opts = options;
-  const CacheGenOptions defaults = CacheGenDefaultProfile(shape.layers);
-  if (opts.k_bins.empty()) opts.k_bins = defaults.k_bins;
-  if (opts.v_bins.empty()) opts.v_bins = defaults.v_bins;
-  KVD_RETURN_IF_ERROR(ValidateBins(opts.k_bins, shape.layers, "K"));
-  KVD_RETURN_IF_ERROR(ValidateBins(opts.v_bins, shape.layers, "V"));
+  KVD_ASSIGN_OR_RETURN(const CacheGenOptions opts, ResolveCacheGenOptions(options, shape.layers));
   std::vector<std::uint8_t> bins(std::size_t{shape.layers} * 2);
   for (std::uint32_t l = 0; l < shape.layers; ++l) {
     bins[l * 2] = opts.k_bins[l];
@@ -214,6 +193,29 @@ CacheGenOptions CacheGenDefaultProfile(std::uint32_t layers) {
     for (std::uint32_t l = 2; l < layers; ++l) o.v_bins[l] = 16;
   }
   return o;
+}
+
+Result<CacheGenOptions> ResolveCacheGenOptions(const CacheGenOptions& options,
+                                               std::uint32_t layers) {
+  CacheGenOptions opts = options;
+  const CacheGenOptions defaults = CacheGenDefaultProfile(layers);
+  if (opts.k_bins.empty()) opts.k_bins = defaults.k_bins;
+  if (opts.v_bins.empty()) opts.v_bins = defaults.v_bins;
+  for (const auto& [bins, which] : {std::pair{&opts.k_bins, "K"}, std::pair{&opts.v_bins, "V"}}) {
+    if (bins->size() != layers) {
+      return InvalidArgument(std::string("cachegen: ") + which + " bins profile has " +
+                             std::to_string(bins->size()) + " layers, the tensor has " +
+                             std::to_string(layers));
+    }
+    for (std::size_t i = 0; i < bins->size(); ++i) {
+      if ((*bins)[i] < cachegen::kMinBins || (*bins)[i] > cachegen::kMaxBins) {
+        return InvalidArgument(std::string("cachegen: ") + which + " bins of layer " +
+                               std::to_string(i) + " = " + std::to_string((*bins)[i]) +
+                               " is out of range [2, 64]");
+      }
+    }
+  }
+  return opts;
 }
 
 Result<std::vector<std::uint8_t>> ParseBinsSpec(std::string_view spec, std::uint32_t layers) {

@@ -974,23 +974,6 @@ std::size_t HostStatusOffset(const ScratchLayout& s) {
   return Align256(s.upload_end);
 }
 
-Status ValidateBins(const std::vector<std::uint8_t>& bins, std::uint32_t layers,
-                    const char* which) {
-  if (bins.size() != layers) {
-    return InvalidArgument(std::string("cachegen: ") + which + " bins profile has " +
-                           std::to_string(bins.size()) + " layers, the tensor has " +
-                           std::to_string(layers));
-  }
-  for (std::size_t i = 0; i < bins.size(); ++i) {
-    if (bins[i] < cachegen::kMinBins || bins[i] > cachegen::kMaxBins) {
-      return InvalidArgument(std::string("cachegen: ") + which + " bins of layer " +
-                             std::to_string(i) + " = " + std::to_string(bins[i]) +
-                             " is out of range [2, 64]");
-    }
-  }
-  return Status::Ok();
-}
-
 bool Aligned(const void* p, std::uintptr_t n) {
   return (reinterpret_cast<std::uintptr_t>(p) & (n - 1)) == 0;
 }
@@ -1127,12 +1110,7 @@ Status EnqueueEncodeCacheGen(DType dtype, const KvShape& shape, std::span<const 
                            std::to_string(outputs.size()) + " outputs; need the same count, 1 to " +
                            std::to_string(ws.max_chunks_));
   }
-  CacheGenOptions opts = options;
-  const CacheGenOptions defaults = CacheGenDefaultProfile(shape.layers);
-  if (opts.k_bins.empty()) opts.k_bins = defaults.k_bins;
-  if (opts.v_bins.empty()) opts.v_bins = defaults.v_bins;
-  KVD_RETURN_IF_ERROR(ValidateBins(opts.k_bins, shape.layers, "K"));
-  KVD_RETURN_IF_ERROR(ValidateBins(opts.v_bins, shape.layers, "V"));
+  KVD_ASSIGN_OR_RETURN(const CacheGenOptions opts, ResolveCacheGenOptions(options, shape.layers));
 
   const HostLayout h = MakeHostLayout(shape);
   const auto chunks = static_cast<std::uint32_t>(inputs.size());

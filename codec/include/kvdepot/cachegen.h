@@ -29,6 +29,12 @@ struct CacheGenOptions {
 // 16; models with fewer than 10 layers get 32 everywhere.
 CacheGenOptions CacheGenDefaultProfile(std::uint32_t layers);
 
+// `options` with each empty bins profile taken from CacheGenDefaultProfile(layers), checked: a
+// profile has one entry per layer, each in [2, 64]. Errors: kInvalidArgument naming the profile
+// (K or V) and the layer. What EncodeCacheGen and the GPU encoder use.
+Result<CacheGenOptions> ResolveCacheGenOptions(const CacheGenOptions& options,
+                                               std::uint32_t layers);
+
 // Parses a bins spec for `layers` layers: "B" (every layer) or "B1:N1,B2:N2,...,Bk": B1 bins for
 // the first N1 layers, then B2 for N2 layers, ..., Bk for the remaining ones. Errors name the
 // offending part.

@@ -2,8 +2,6 @@
 // Included from .cu files only (uses the C++ templates of cuda_runtime.h).
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -44,10 +42,7 @@ cudaError_t GridStrideBlocks(Kernel kernel, std::uint64_t work_items, int thread
 // ---- device helpers shared by the kernel families ----
 
 // How a decoded element of dtype D is stored (fp16 and bf16 as their bits, fp32 as float), and
-// the rounding of a float into it, bit-identical to numeric.h's FloatToHalfBits /
-// FloatToBf16Bits: the hardware conversion rounds the same way (to nearest even, subnormals
-// exact, overflow to Inf) in one instruction; only NaN payloads could differ, so a NaN takes
-// numeric.h's path.
+// the rounding of a float into it: numeric.h's (one hardware conversion in device code).
 template <DType D>
 struct StoredElement {
   using type = std::uint16_t;
@@ -62,9 +57,9 @@ using Stored = typename StoredElement<D>::type;
 template <DType D>
 __device__ __forceinline__ Stored<D> ToStored(float v) {
   if constexpr (D == DType::kFloat16) {
-    return v == v ? __half_as_ushort(__float2half_rn(v)) : FloatToHalfBits(v);
+    return FloatToHalfBits(v);
   } else if constexpr (D == DType::kBFloat16) {
-    return v == v ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : FloatToBf16Bits(v);
+    return FloatToBf16Bits(v);
   } else {
     return v;
   }

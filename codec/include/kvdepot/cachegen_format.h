@@ -88,6 +88,9 @@ KVD_HOST_DEVICE void NormalizeFrequencies(const std::uint32_t* counts, std::uint
 
 // The largest fp16 value <= x, as bits (x finite). Infinite when x < -65504.
 KVD_HOST_DEVICE std::uint16_t HalfRoundDown(float x) {
+#if defined(__CUDA_ARCH__)
+  if (x == x) return __half_as_ushort(__float2half_rd(x));
+#endif
   std::uint16_t h = FloatToHalfBits(x);
   const float v = HalfBitsToFloat(h);
   if (v > x) {  // step one ulp toward -infinity
@@ -99,6 +102,9 @@ KVD_HOST_DEVICE std::uint16_t HalfRoundDown(float x) {
 
 // The smallest fp16 value >= x, as bits (x finite). Infinite when x > 65504.
 KVD_HOST_DEVICE std::uint16_t HalfRoundUp(float x) {
+#if defined(__CUDA_ARCH__)
+  if (x == x) return __half_as_ushort(__float2half_ru(x));
+#endif
   std::uint16_t h = FloatToHalfBits(x);
   const float v = HalfBitsToFloat(h);
   if (v < x) {

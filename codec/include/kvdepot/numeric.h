@@ -5,12 +5,20 @@
 // round-to-nearest-even. Overflow rounds to infinity. NaN stays NaN with its sign: fp32 -> fp16
 // keeps the top 10 payload bits and sets the quiet bit; fp32 -> bf16 keeps the top 7 payload bits
 // and sets the quiet bit. Subnormals are handled exactly (no flush to zero).
+//
+// In device code the conversions of non-NaN values use the hardware instructions (cvt.rn, and
+// cvt.rm / cvt.rp in cachegen_format.h's HalfRoundDown / HalfRoundUp), which are the same IEEE
+// roundings — round to nearest even (or toward -/+ infinity), subnormals exact, overflow to Inf —
+// in one instruction instead of a branchy sequence; NaN keeps the code below so that payload bits
+// stay identical. Device code must be compiled without flush-to-zero (no --use_fast_math).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
 #if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #define KVD_HOST_DEVICE __host__ __device__ __forceinline__
 #else
 #define KVD_HOST_DEVICE inline
@@ -32,6 +40,9 @@ KVD_HOST_DEVICE float BitsToFloat(std::uint32_t u) {
 
 // binary32 -> binary16, round to nearest even.
 KVD_HOST_DEVICE std::uint16_t FloatToHalfBits(float value) {
+#if defined(__CUDA_ARCH__)
+  if (value == value) return __half_as_ushort(__float2half_rn(value));
+#endif
   const std::uint32_t x = FloatBits(value);
   const std::uint32_t sign = (x >> 16) & 0x8000u;
   const std::uint32_t abs = x & 0x7fffffffu;
@@ -62,6 +73,9 @@ KVD_HOST_DEVICE std::uint16_t FloatToHalfBits(float value) {
 
 // binary16 -> binary32, exact.
 KVD_HOST_DEVICE float HalfBitsToFloat(std::uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  if ((h & 0x7fffu) <= 0x7c00u) return __half2float(__ushort_as_half(h));
+#endif
   const std::uint32_t sign = (static_cast<std::uint32_t>(h) & 0x8000u) << 16;
   const std::uint32_t exp = (h >> 10) & 0x1fu;
   std::uint32_t mant = h & 0x03ffu;
@@ -79,6 +93,9 @@ KVD_HOST_DEVICE float HalfBitsToFloat(std::uint16_t h) {
 
 // binary32 -> bfloat16, round to nearest even.
 KVD_HOST_DEVICE std::uint16_t FloatToBf16Bits(float value) {
+#if defined(__CUDA_ARCH__)
+  if (value == value) return __bfloat16_as_ushort(__float2bfloat16_rn(value));
+#endif
   const std::uint32_t x = FloatBits(value);
   if ((x & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep sign and top payload, force quiet
     return static_cast<std::uint16_t>((x >> 16) | 0x0040u);

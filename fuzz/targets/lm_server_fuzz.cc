@@ -7,6 +7,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
 #include "fuzz_targets.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/lm_server.h"
@@ -32,16 +36,32 @@ struct LmDaemon {
   }
 };
 
+// A connection to the listener. Every run leaves a TIME_WAIT entry on the client side (the client
+// half-closes first, so the linger-0 close comes too late to avoid it), and at hundreds of runs a
+// second the ephemeral ports can run out for a moment: EADDRNOTAVAIL is retried for up to 5 s.
+// Any other failure is the listener's, reported with its errno.
 int Connect(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) __builtin_trap();
-  const int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  return fd;
+  for (int attempt = 0;; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      return fd;
+    }
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    if (fd >= 0 && err == EADDRNOTAVAIL && attempt < 500) {
+      ::usleep(10000);
+      continue;
+    }
+    std::fprintf(stderr, "lm_server fuzz: %s to 127.0.0.1:%u failed: %s\n",
+                 fd < 0 ? "socket" : "connect", port, std::strerror(err));
+    __builtin_trap();
+  }
 }
 
 }  // namespace

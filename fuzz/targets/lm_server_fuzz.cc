@@ -36,10 +36,13 @@ struct LmDaemon {
   }
 };
 
-// A connection to the listener. Every run leaves a TIME_WAIT entry on the client side (the client
-// half-closes first, so the linger-0 close comes too late to avoid it), and at hundreds of runs a
-// second the ephemeral ports can run out for a moment: EADDRNOTAVAIL is retried for up to 5 s.
-// Any other failure is the listener's, reported with its errno.
+// A connection to the listener. Two failures are the harness's, not the listener's, and are
+// retried with a fresh socket for up to 5 s: EADDRNOTAVAIL (every run leaves a TIME_WAIT entry on
+// the client side — the client half-closes first, so the linger-0 close comes too late — and at
+// hundreds of runs a second the ephemeral ports can run out for a moment) and EINTR (when the
+// listener's backlog is full, as when the machine is busy, connect blocks until the SYN is
+// retried, and libFuzzer's timer signal interrupts it). Any other failure is reported with its
+// errno.
 int Connect(std::uint16_t port) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -54,7 +57,7 @@ int Connect(std::uint16_t port) {
     }
     const int err = errno;
     if (fd >= 0) ::close(fd);
-    if (fd >= 0 && err == EADDRNOTAVAIL && attempt < 500) {
+    if (fd >= 0 && (err == EADDRNOTAVAIL || err == EINTR) && attempt < 500) {
       ::usleep(10000);
       continue;
     }

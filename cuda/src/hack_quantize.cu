@@ -51,7 +51,7 @@ using internal::ToStored;
 using hack::Layout;
 using hack::Quant;
 
-constexpr int kThreads = 128;        // dequantize
+constexpr int kThreads = 128;       // dequantize
 constexpr int kQuantThreads = 128;  // quantize
 // Resident quantize CTAs per SM the registers must allow (<= 64 registers). Measured on the H200
 // (docs/hack-gpu.md): many single-stage CTAs hide the staging latency better than fewer CTAs
@@ -248,7 +248,8 @@ __device__ __forceinline__ void StageGroup(const HackQuantizeParams& p, std::uin
   const auto* in = static_cast<const std::uint16_t*>(p.input) + e_base;
   for (std::uint32_t c = threadIdx.x; c < chunks; c += kQuantThreads) {
     const std::uint32_t t = c >> row_shift, cc = c & ((1u << row_shift) - 1u);
-    internal::CpAsync16(internal::SharedAddress(tile + t * rh + cc * 8), in + t * row_step + cc * 8);
+    internal::CpAsync16(internal::SharedAddress(tile + t * rh + cc * 8),
+                        in + t * row_step + cc * 8);
   }
 }
 
@@ -288,7 +289,8 @@ __device__ __forceinline__ std::uint32_t PairBits(Pair<In> v) {
 
 // Sign of the first zero among P elements `stride` apart (1: +0, 2: -0, 0: none).
 template <DType In>
-__device__ std::uint32_t FirstZero(const std::uint16_t* first, std::uint32_t stride, std::uint32_t n) {
+__device__ std::uint32_t FirstZero(const std::uint16_t* first, std::uint32_t stride,
+                                   std::uint32_t n) {
   for (std::uint32_t i = 0; i < n; ++i) {
     const std::uint32_t zs = TrackZero(0, BitsToValue<In>(first[i * stride]));
     if (zs != 0) return zs;
@@ -402,7 +404,8 @@ __device__ void KWords(const HackQuantizeParams& p, const std::uint16_t* tile, s
     if (!ambiguous && token_parts) {
       const float2 q = quants[t * G + 16 * c / P];  // 16 | P: one partition per word
 #pragma unroll
-      for (int i = 0; i < 16; ++i) word |= NearestCode(BitsToValue<In>(e[i]), q, ambiguous) << (2 * i);
+      for (int i = 0; i < 16; ++i)
+        word |= NearestCode(BitsToValue<In>(e[i]), q, ambiguous) << (2 * i);
     } else if (!ambiguous) {
       const auto* q4 = reinterpret_cast<const float4*>(quants + 16 * c);
 #pragma unroll
@@ -446,7 +449,8 @@ __device__ void VWords(const HackQuantizeParams& p, const std::uint16_t* tile, s
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         const std::uint32_t bits = col[i * (rh / 2)];
-        w0 |= NearestCode(BitsToValue<In>(bits & 0xffffu), make_float2(q.x, q.y), ambiguous) << (2 * i);
+        w0 |= NearestCode(BitsToValue<In>(bits & 0xffffu), make_float2(q.x, q.y), ambiguous)
+              << (2 * i);
         w1 |= NearestCode(BitsToValue<In>(bits >> 16), make_float2(q.z, q.w), ambiguous) << (2 * i);
       }
     }
@@ -457,8 +461,9 @@ __device__ void VWords(const HackQuantizeParams& p, const std::uint16_t* tile, s
         const std::uint32_t bits = col[i * (rh / 2)];
         w0 |= ExactCode(p, BitsToValue<In>(bits & 0xffffu), quants, scales, d, e0 + i * row_step)
               << (2 * i);
-        w1 |= ExactCode(p, BitsToValue<In>(bits >> 16), quants, scales, d + 1, e0 + i * row_step + 1)
-              << (2 * i);
+        w1 |=
+            ExactCode(p, BitsToValue<In>(bits >> 16), quants, scales, d + 1, e0 + i * row_step + 1)
+            << (2 * i);
       }
     }
     words[d * (P / 16) + tw] = w0;
@@ -468,11 +473,13 @@ __device__ void VWords(const HackQuantizeParams& p, const std::uint16_t* tile, s
 
 // Stores a group's code words (16 bytes per thread) and its sums: K per (token, dim group) = a
 // run of gs / 16 words; V per channel = P / 16 words.
-__device__ void StoreGroup(const HackQuantizeParams& p, const GroupAt& g, const std::uint32_t* words) {
+__device__ void StoreGroup(const HackQuantizeParams& p, const GroupAt& g,
+                           const std::uint32_t* words) {
   const Layout& lay = p.layout;
   const std::uint32_t P = lay.partition, D = lay.dim;
   const std::uint32_t vecs = P * D / 64;
-  auto* codes_out = reinterpret_cast<uint4*>(p.codes + lay.code_base(lay.group(g.layer, g.kv, g.head, g.block)) / 4);
+  auto* codes_out = reinterpret_cast<uint4*>(
+      p.codes + lay.code_base(lay.group(g.layer, g.kv, g.head, g.block)) / 4);
   for (std::uint32_t i = threadIdx.x; i < vecs; i += kQuantThreads) {
     codes_out[i] = reinterpret_cast<const uint4*>(words)[i];
   }
@@ -492,7 +499,8 @@ __device__ void StoreGroup(const HackQuantizeParams& p, const GroupAt& g, const 
 }
 
 template <DType In>
-__global__ void __launch_bounds__(kQuantThreads, kQuantMinBlocks) HackQuantizeKernel(const HackQuantizeParams p) {
+__global__ void __launch_bounds__(kQuantThreads, kQuantMinBlocks)
+    HackQuantizeKernel(const HackQuantizeParams p) {
   extern __shared__ uint4 smem_raw[];
   auto* smem = reinterpret_cast<std::uint8_t*>(smem_raw);
   const Layout& lay = p.layout;

@@ -55,8 +55,7 @@ int FuzzCodecs(const std::uint8_t* data, std::size_t size) {
   no_checksums.verify_checksums = false;
   auto view = ParseContainer(bytes, no_checksums);
   if (!view.ok()) return 0;
-  const std::uint64_t decoded_bytes =
-      view->header.shape.elements() * DTypeSize(view->header.dtype);
+  const std::uint64_t decoded_bytes = view->header.shape.elements() * DTypeSize(view->header.dtype);
   if (decoded_bytes > kMaxFuzzDecodedBytes) return 0;
   auto tensor = DecodeChunk(*view);
   if (!tensor.ok()) return 0;

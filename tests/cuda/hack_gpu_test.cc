@@ -252,8 +252,10 @@ TEST(HackGpu, QuantizeMatchesTheCpuAtRoundingBoundaries) {
       for (std::uint64_t i = 0; i < shape.elements(); ++i) {
         const std::uint64_t d = i % shape.head_dim;
         const std::uint64_t head = i / shape.head_dim % shape.kv_heads;
-        const std::uint64_t token = i / (std::uint64_t{shape.head_dim} * shape.kv_heads) % shape.tokens;
-        const std::uint64_t lk = i / (std::uint64_t{shape.head_dim} * shape.kv_heads * shape.tokens);
+        const std::uint64_t token =
+            i / (std::uint64_t{shape.head_dim} * shape.kv_heads) % shape.tokens;
+        const std::uint64_t lk =
+            i / (std::uint64_t{shape.head_dim} * shape.kv_heads * shape.tokens);
         // The partition (same key for all its elements) and the element's place in it.
         const bool token_part = orient == HackOrientation::kToken && lk % 2 == 0;
         const std::uint64_t key = token_part ? ((lk * shape.tokens + token) * 8 + head) * 8 + d / P
@@ -261,7 +263,8 @@ TEST(HackGpu, QuantizeMatchesTheCpuAtRoundingBoundaries) {
         const std::uint64_t place = token_part ? d % P : token % P;
         std::mt19937_64 part_rng(key * 0x9e3779b97f4a7c15ull + 1);
         const float lo = value(to_bits(-std::ldexp(static_cast<float>(part_rng() % 1024 + 1), -8)));
-        const float hi = value(to_bits(lo + std::ldexp(static_cast<float>(part_rng() % 4096 + 1), -9)));
+        const float hi =
+            value(to_bits(lo + std::ldexp(static_cast<float>(part_rng() % 4096 + 1), -9)));
         const hack::Quant q = hack::PartitionQuant(lo, hi);
         std::uint16_t b = to_bits(place == 0 ? lo : hi);
         if (place > 1) {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "../common/random_bytes.h"
+#include "socket_test_util.h"
 #include "kvdepot/client/client.h"
 #include "kvdepot/codec.h"
 #include "kvdepot/daemon/host_tier.h"
@@ -276,16 +277,6 @@ SsdTierOptions SsdOptions(SsdPromotion promotion,
   return o;
 }
 
-template <typename Pred>
-bool WaitUntil(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
-
 // PUTs `n` values of kSsdValueBytes through the host tier (more than it holds, so the oldest are
 // demoted), waits until their SSD writes are done and returns the keys now only on the SSD tier
 // with their values. Then drops the host tier's copies of the others, so that reading the SSD keys
@@ -299,7 +290,8 @@ std::vector<std::pair<std::string, std::vector<std::byte>>> FillPastTheHostTier(
     all.emplace_back("s" + std::to_string(i), RandomBytes(kSsdValueBytes, 500 + i));
     EXPECT_TRUE(c.Put(all.back().first, all.back().second).ok()) << i;
   }
-  EXPECT_TRUE(WaitUntil([&] { return ssd.stats().write_buffer_bytes == 0; }));
+  EXPECT_TRUE(test_socket::WaitFor([&] { return ssd.stats().write_buffer_bytes == 0; },
+                                    std::chrono::seconds(10)));
   std::vector<std::pair<std::string, std::vector<std::byte>>> on_ssd;
   for (int i = 0; i < n; ++i) {
     auto& kv = all[static_cast<std::size_t>(i)];

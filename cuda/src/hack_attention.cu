@@ -5,8 +5,10 @@
 // Work decomposition. A CTA owns one (query tile, KV head, split): a tile is the `group` query
 // heads of one query token (decode) or of 8 / group consecutive query tokens (prefill) — the 8
 // rows of the MMA's head dimension. The tile's keys are cut into units (a 64-token quantized block,
-// or a run of up to 64 unquantized sink/tail tokens); a split is a contiguous range of units, dealt
-// round-robin to the CTA's warps. Each warp streams its blocks through a 2-stage pipeline of
+// or a run of up to 64 unquantized sink/tail tokens); a split is a contiguous range of units. Its
+// quantized blocks are dealt to the CTA's warps at run time (a shared counter: a warp claims the
+// next block whenever it frees a stage), its unquantized units round-robin. Each warp streams its
+// blocks through a 2-stage pipeline of
 // cp.async.bulk copies (K codes, V codes, K and V scales, V sums: 5.1 KiB per block at head_dim
 // 128) completed on an mbarrier, and keeps its own online-softmax state; the CTA merges its warps
 // in shared memory, and the last CTA of a (tile, KV head) to finish merges the splits' partials
@@ -14,8 +16,8 @@
 //
 // Per block, in registers (lane = 4 g + tq; g = the head row it owns):
 //   1. Q' = q * K's per-channel scales, INT8-quantized per 64-dim group exactly as the reference
-//      (hack::Int8Params; the division by the quantizer scale is a reciprocal multiply plus one
-//      Newton correction, which gives the correctly rounded quotient), codes - 128 as s8.
+//      (hack::Int8Params, hack::QuantizeInt8: one subtraction and one fused multiply-add with a
+//      rounding constant, which also yields code - 128 as an s8).
 //   2. S = Q' K^T on mma.sync m16n8k32 s8 x u8 -> s32: A = the 8 head rows (rows 8..15 all ones,
 //      which makes the idle half of the MMA produce K's per-(token, group) code sums for free),
 //      B = K's 2-bit codes expanded to bytes with one shift and one mask per 4 codes. The token
@@ -48,6 +50,9 @@ namespace kvdepot::cuda {
 namespace {
 
 using internal::ConfigureSharedMemory;
+using internal::CpAsync4;
+using internal::CpAsyncCommit;
+using internal::CpAsyncWaitAll;
 using internal::kMaxDevices;
 
 using hack::Layout;
@@ -57,6 +62,7 @@ constexpr std::uint32_t kRows = 8;        // head rows per tile
 constexpr std::uint32_t kMaxWarps = 16;
 constexpr std::uint32_t kStages = 2;
 constexpr std::uint32_t kMaxSplits = 16;
+constexpr std::uint32_t kNoUnit = 0xffffffffu;
 // Target units per warp when sizing the CTA. Decode: one, since a warp works through a unit
 // latency-bound (~11 us at batch 1 on the H200) and more warps per CTA cost little; prefill: four
 // (measured faster at 1K tokens, docs/benchmarks.md).
@@ -66,6 +72,9 @@ constexpr unsigned kFull = 0xffffffffu;
 constexpr std::uint32_t kOnes = 0x01010101u;
 constexpr std::uint32_t kLow2 = 0x03030303u;
 constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: x + kMagic holds rint(x) in its low bits
+// kMagic + 128: for x in [0, 255.5), the low byte of fl(x + kMagicS8) is rint(x) - 128 as an s8
+// (both constants are even, so a tie rounds to the even integer as rint does).
+constexpr float kMagicS8 = 12583040.0f;
 constexpr std::uint32_t kMagicBits = 0x4b400000u;
 
 // Error kinds (low byte of the error key; the sequence index above it).
@@ -343,13 +352,12 @@ __device__ __forceinline__ void IssueBlock(const BlockSrc& src, std::uint8_t* st
 }
 
 // One quantized block in shared memory `st` (positions pos0 .. pos0 + 63): updates the warp state.
-// row_limit: the last position row g may attend to; mask_needed: some position of the block is
-// beyond some row's limit.
-template <int D>
-__device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vtab,
-                                             const float* qsm, WarpState<D>& ws,
-                                             float scale_log2, std::uint32_t pos0,
-                                             std::uint32_t row_limit, bool mask_needed) {
+// kMasked: some position of the block is beyond some row's limit (row_limit: the last position
+// row g may attend to); decode never masks, so its loop carries no masking code.
+template <int D, bool kMasked>
+__device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vtab, const float* qsm,
+                                             WarpState<D>& ws, float scale_log2, std::uint32_t pos0,
+                                             std::uint32_t row_limit) {
   using G = Geo<D>;
   constexpr std::uint32_t KW = G::KW;
   const std::uint32_t lane = threadIdx.x & 31u, g = lane >> 2, tq = lane & 3u;
@@ -363,8 +371,10 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
     vtab[d] = make_float4(vs, vm, fmaf(vs, vsum, static_cast<float>(kP) * vm), 0.0f);
   }
 
-  // 2. Q' of row g on the lane's dims 64 kw + 16 tq + l, INT8 per 64-dim group.
-  float mins = 0.0f;
+  // 2. Q' of row g on the lane's dims 64 kw + 16 tq + l, INT8 per 64-dim group
+  //    (hack::QuantizeInt8: (q' - min) * inv rounded once, here by the fused multiply-add with the
+  //    rounding constant, which also turns the code into code - 128 as an s8, ready to pack).
+  float mins0 = 0.0f, mins1 = 0.0f;
   std::uint32_t aq[KW][2][2];
   float sq[KW], cq[KW];
 #pragma unroll
@@ -395,36 +405,34 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
     for (int l = 0; l < 16; ++l) {
       const float ksc = H2F(ent[l] & 0xffffu), kmn = H2F(ent[l] >> 16);
       qp[l] = __fmul_rn(qv[l], ksc);  // never contracted: the reference rounds q * scale
-      mins = fmaf(qv[l], kmn, mins);
+      if (l & 1) {
+        mins1 = fmaf(qv[l], kmn, mins1);
+      } else {
+        mins0 = fmaf(qv[l], kmn, mins0);
+      }
       mn = l == 0 ? qp[l] : fminf(mn, qp[l]);
       mx = l == 0 ? qp[l] : fmaxf(mx, qp[l]);
     }
     mn = QuadMin(mn);
     mx = QuadMax(mx);
-    const float sc = __fdiv_rn(__fsub_rn(mx, mn), static_cast<float>(hack::kMaxInt8Code));
-    const float inv = sc > 0.0f ? __frcp_rn(sc) : 0.0f;
-    const bool newton = inv < 1e37f;  // otherwise (tiny scale) divide exactly
+    const hack::Int8Quant iq = hack::Int8Params(mn, mx);
     std::uint32_t cb[16];
 #pragma unroll
     for (int l = 0; l < 16; ++l) {
-      const float v = __fsub_rn(qp[l], mn);
-      float t = v * inv;
-      t = fmaf(fmaf(-sc, t, v), inv, t);  // correctly rounded v / sc
-      if (!newton) t = sc > 0.0f ? __fdiv_rn(v, sc) : 0.0f;
-      cb[l] = __float_as_uint(t + kMagic);  // rint, in the low byte
+      cb[l] = __float_as_uint(__fmaf_rn(__fsub_rn(qp[l], mn), iq.inv, kMagicS8));
     }
 #pragma unroll
     for (int hk = 0; hk < 2; ++hk) {
-      aq[kw][hk][0] = Pack4(cb[2 * hk], cb[4 + 2 * hk], cb[8 + 2 * hk], cb[12 + 2 * hk]) ^ 0x80808080u;
-      aq[kw][hk][1] =
-          Pack4(cb[2 * hk + 1], cb[5 + 2 * hk], cb[9 + 2 * hk], cb[13 + 2 * hk]) ^ 0x80808080u;
+      aq[kw][hk][0] = Pack4(cb[2 * hk], cb[4 + 2 * hk], cb[8 + 2 * hk], cb[12 + 2 * hk]);
+      aq[kw][hk][1] = Pack4(cb[2 * hk + 1], cb[5 + 2 * hk], cb[9 + 2 * hk], cb[13 + 2 * hk]);
     }
-    sq[kw] = sc;
-    cq[kw] = fmaf(128.0f, sc, mn);  // q' ~ sc * (code - 128) + (mn + 128 sc)
+    // Scores in base 2 directly: q' ~ sc (code - 128) + (mn + 128 sc), times scale_log2.
+    sq[kw] = iq.scale * scale_log2;
+    cq[kw] = fmaf(128.0f, iq.scale, mn) * scale_log2;
   }
-  mins = QuadSum(mins);
+  const float mins = QuadSum(mins0 + mins1) * scale_log2;
 
-  // 3. Scores of the lane's 16 tokens (n-tile nt, column 2 tq + e).
+  // 3. Scores of the lane's 16 tokens (n-tile nt, column 2 tq + e), log2 domain.
   float s[16];
 #pragma unroll
   for (std::uint32_t nt = 0; nt < 8; ++nt) {
@@ -449,15 +457,16 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
       s0 = fmaf(sq[kw], Unbias(c[0]), fmaf(cq[kw], Unbias(c[2]), s0));
       s1 = fmaf(sq[kw], Unbias(c[1]), fmaf(cq[kw], Unbias(c[3]), s1));
     }
-    s[2 * nt] = s0 * scale_log2;
-    s[2 * nt + 1] = s1 * scale_log2;
-    if (mask_needed) {
+    s[2 * nt] = s0;
+    s[2 * nt + 1] = s1;
+    if constexpr (kMasked) {
       if (pos0 + Sigma(nt, 2 * tq) > row_limit) s[2 * nt] = -INFINITY;
       if (pos0 + Sigma(nt, 2 * tq + 1) > row_limit) s[2 * nt + 1] = -INFINITY;
     }
   }
 
-  // 4. Softmax, INT8 P per (row, block).
+  // 4. Softmax, INT8 P per (row, block) (hack::QuantizeInt8; the weights are in [0, 1], so the
+  //    product is at most 255 (1 + 2^-22) and rounds to at most 255).
   const float alpha = SoftmaxUpdate<D>(ws, s);
   float pmn = s[0], pmx = s[0];
 #pragma unroll
@@ -467,28 +476,26 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
   }
   pmn = QuadMin(pmn);
   pmx = QuadMax(pmx);
-  const float sp = (pmx - pmn) / static_cast<float>(hack::kMaxInt8Code);  // hack::Int8Params
-  const float pinv = sp > 0.0f ? fminf(__frcp_rn(sp), 3.0e38f) : 0.0f;  // finite: no 0 * inf
+  const hack::Int8Quant ip = hack::Int8Params(pmn, pmx);
   std::uint32_t pb[16];
-  std::uint32_t psum = 0;
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
-    pb[i] = __float_as_uint(fminf((s[i] - pmn) * pinv, 255.0f) + kMagic);
-    psum += pb[i] - kMagicBits;
+    pb[i] = __float_as_uint(__fmaf_rn(__fsub_rn(s[i], pmn), ip.inv, kMagic));
   }
-  psum = QuadSumU(psum);
   // B operand of P.V: b0(ks) byte i = token 16 tq + 4 i + 2 ks, b1(ks) = that + 1.
   const std::uint32_t x0 = Pack4(pb[0], pb[4], pb[8], pb[12]);   // n-tiles 0, 2, 4, 6; e = 0
   const std::uint32_t x1 = Pack4(pb[1], pb[5], pb[9], pb[13]);   // e = 1
   const std::uint32_t y0 = Pack4(pb[2], pb[6], pb[10], pb[14]);  // n-tiles 1, 3, 5, 7
   const std::uint32_t y1 = Pack4(pb[3], pb[7], pb[11], pb[15]);
+  const std::uint32_t psum =
+      QuadSumU(__dp4a(x0, kOnes, __dp4a(x1, kOnes, __dp4a(y0, kOnes, __dp4a(y1, kOnes, 0u)))));
   const bool odd = (tq & 1) != 0;
   const std::uint32_t b00 = odd ? y0 : x0, b01 = odd ? y1 : x1;
   const std::uint32_t b10 = odd ? x0 : y0, b11 = odd ? x1 : y1;
 
   // Per-head factors of the accumulator's two head columns (rows 2 tq and 2 tq + 1).
   Rescale<D>(ws, alpha, tq);
-  const float sp_row = sp, spsum_row = sp * static_cast<float>(psum);
+  const float sp_row = ip.scale, spsum_row = ip.scale * static_cast<float>(psum);
   const float sp0 = __shfl_sync(kFull, sp_row, 8 * tq), sp1 = __shfl_sync(kFull, sp_row, 8 * tq + 4);
   const float ss0 = __shfl_sync(kFull, spsum_row, 8 * tq);
   const float ss1 = __shfl_sync(kFull, spsum_row, 8 * tq + 4);
@@ -585,6 +592,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   auto* smem = reinterpret_cast<std::uint8_t*>(smem_raw);
   __shared__ std::uint32_t s_bad_rows;
   __shared__ std::uint32_t s_last;
+  __shared__ std::uint32_t s_next;  // next unclaimed quantized block
   __shared__ float s_m[kMaxSplits][kRows];
   __shared__ float s_l[kMaxSplits][kRows];
   __shared__ float s_row_m[kRows];
@@ -657,6 +665,21 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   const std::uint32_t ub = min(units, split * p.units_per_split);
   const std::uint32_t ue = min(units, ub + p.units_per_split);
 
+  // The tile's query rows go to shared memory first (zero for invalid rows), with cp.async: issued
+  // before the block copies, these loads do not queue behind them.
+  float* qsm = reinterpret_cast<float*>(smem + W * G::kWarpBytes);
+  for (std::uint32_t i = tid; i < kRows * D; i += blockDim.x) {
+    const std::uint32_t r = i / D, d = i % D;
+    float* dst = qsm + QIndex(r, d);
+    if (seq_ok && r < q_count * p.group) {
+      const std::uint32_t qi = q_first + r / p.group, h = kvh * p.group + r % p.group;
+      CpAsync4(internal::SharedAddress(dst), p.q + (std::uint64_t{qi} * p.q_heads + h) * D + d);
+    } else {
+      *dst = 0.0f;
+    }
+  }
+  CpAsyncCommit();
+
   // Per-warp shared memory: stages, V table, mbarriers.
   std::uint8_t* wbase = smem + warp * G::kWarpBytes;
   float4* vtab = reinterpret_cast<float4*>(wbase + kStages * G::kStageBytes);
@@ -666,33 +689,34 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     MbarInit(bar0 + 8);
     MbarInitFence();
   }
-  if (tid == 0) s_bad_rows = seq_ok ? 0u : 0xffu;
+  // Quantized blocks [ub, qe) are dealt at run time: a warp starts with blocks ub + warp + k W
+  // (k < kStages) and claims the next unclaimed one (s_next) whenever it frees a stage, so that
+  // warps which start late or run slow take fewer. Unquantized units [max(ub, nb), ue) are dealt
+  // round-robin and done after the blocks (their scratch memory is the warp's stages).
+  static_assert(kStages == 2, "the stage bookkeeping below is written for two stages");
+  const std::uint32_t qe = min(ue, nb);
+  if (tid == 0) {
+    s_bad_rows = seq_ok ? 0u : 0xffu;
+    s_next = ub + kStages * W;
+  }
   __syncthreads();
 
-  // Prefetch this warp's first blocks.
-  const std::uint32_t first = ub + warp;
-  std::uint32_t issued = 0;
+  std::uint32_t unit[kStages];  // block in each stage, kNoUnit for none
+#pragma unroll
   for (std::uint32_t k = 0; k < kStages; ++k) {
-    const std::uint32_t u = first + k * W;
-    if (u < ue && u < nb) {
+    const std::uint32_t u = ub + warp + k * W;
+    unit[k] = u < qe ? u : kNoUnit;
+    if (u < qe) {
       const BlockSrc src = LocateBlock<D>(p, seq, lay, seq_index, kvh, u, lane == 0);
-      if (lane == 0) IssueBlock<D>(src, wbase + issued * G::kStageBytes, bar0 + 8 * issued);
-      ++issued;
+      if (lane == 0) IssueBlock<D>(src, wbase + k * G::kStageBytes, bar0 + 8 * k);
     }
   }
 
-  // The tile's query rows in shared memory (zero for invalid rows; non-finite rows are zeroed
-  // and flagged, their outputs become NaN).
-  float* qsm = reinterpret_cast<float*>(smem + W * G::kWarpBytes);
+  // Non-finite query rows are zeroed and flagged (their outputs become NaN).
+  CpAsyncWaitAll();
+  __syncthreads();
   for (std::uint32_t i = tid; i < kRows * D; i += blockDim.x) {
-    const std::uint32_t r = i / D, d = i % D;
-    float v = 0.0f;
-    if (seq_ok && r < q_count * p.group) {
-      const std::uint32_t qi = q_first + r / p.group, h = kvh * p.group + r % p.group;
-      v = p.q[(std::uint64_t{qi} * p.q_heads + h) * D + d];
-      if (!isfinite(v)) atomicOr(&s_bad_rows, 1u << r);
-    }
-    qsm[QIndex(r, d)] = v;
+    if (!isfinite(qsm[QIndex(i / D, i % D)])) atomicOr(&s_bad_rows, 1u << (i / D));
   }
   __syncthreads();
   if (s_bad_rows != 0) {
@@ -710,27 +734,40 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     ws.acc[mt][0] = ws.acc[mt][1] = ws.acc[mt][2] = ws.acc[mt][3] = 0.0f;
   }
 
-  std::uint32_t consumed = 0;
-  for (std::uint32_t u = first; u < ue; u += W) {
-    if (u < nb) {
-      const std::uint32_t stage = consumed % kStages;
-      MbarWait(bar0 + 8 * stage, (consumed / kStages) & 1u);
-      const std::uint32_t pos0 = lay.sinks + u * kP;
-      const bool mask_needed = pos0 + kP - 1 > min_limit;
-      ProcessBlock<D>(wbase + stage * G::kStageBytes, vtab, qsm, ws, p.scale_log2, pos0,
-                      row_limit, mask_needed);
-      ++consumed;
-      __syncwarp();
-      const std::uint32_t next = u + kStages * W;
-      if (next < ue && next < nb) {
-        const BlockSrc src = LocateBlock<D>(p, seq, lay, seq_index, kvh, next, lane == 0);
-        if (lane == 0) IssueBlock<D>(src, wbase + stage * G::kStageBytes, bar0 + 8 * stage);
-      }
-    } else {
-      const std::uint32_t u0 = (u - nb) * kP;
-      ProcessUnquantized<D>(p, lay, seq.tail, kvh, u0, min(u0 + kP, u_vis), wbase, qsm, ws,
-                            row_limit);
+  std::uint32_t phases = 0;  // bit k: parity of stage k's next mbarrier phase
+  for (std::uint32_t k = 0;; k ^= 1u) {
+    const std::uint32_t u = k == 0 ? unit[0] : unit[1];
+    if (u == kNoUnit) {
+      if ((k == 0 ? unit[1] : unit[0]) == kNoUnit) break;
+      continue;
     }
+    MbarWait(bar0 + 8 * k, (phases >> k) & 1u);
+    phases ^= 1u << k;
+    const std::uint32_t pos0 = lay.sinks + u * kP;
+    std::uint8_t* stage = wbase + k * G::kStageBytes;
+    if (pos0 + kP - 1 > min_limit) {
+      ProcessBlock<D, true>(stage, vtab, qsm, ws, p.scale_log2, pos0, row_limit);
+    } else {
+      ProcessBlock<D, false>(stage, vtab, qsm, ws, p.scale_log2, pos0, row_limit);
+    }
+    __syncwarp();
+    std::uint32_t next = 0;
+    if (lane == 0) next = atomicAdd(&s_next, 1u);
+    next = __shfl_sync(kFull, next, 0);
+    if (next < qe) {
+      const BlockSrc src = LocateBlock<D>(p, seq, lay, seq_index, kvh, next, lane == 0);
+      if (lane == 0) IssueBlock<D>(src, stage, bar0 + 8 * k);
+    }
+    if (k == 0) {
+      unit[0] = next < qe ? next : kNoUnit;
+    } else {
+      unit[1] = next < qe ? next : kNoUnit;
+    }
+  }
+  for (std::uint32_t u = max(ub, nb) + warp; u < ue; u += W) {
+    const std::uint32_t u0 = (u - nb) * kP;
+    ProcessUnquantized<D>(p, lay, seq.tail, kvh, u0, min(u0 + kP, u_vis), wbase, qsm, ws,
+                          row_limit);
   }
   ws.lsum = QuadSum(ws.lsum);
   if (lane == 0) {  // every issued copy has been waited for; the memory is reused below

@@ -4,17 +4,20 @@
 // dequantize Out {fp16, bf16, fp32}.
 //
 // Quantize: one CTA of 128 threads per group (layer, K|V, head, block), grid-stride, 8 CTAs per
-// SM. (A) the group's P tokens x head_dim are copied into shared memory with cp.async and each
-// thread checks the elements it copied (NaN/Inf; bf16 beyond fp16); (B) every partition's min and
-// max (channel partitions: paired half-precision min/max per (channel pair, token slice), then
-// across slices; token partitions: 8-element chunks reduced over a partition's lanes),
-// hack::PartitionQuant, the scales entry; (C) the code words in container order into shared
-// memory: round-to-nearest codes from the reciprocal of the scale, a word redone with
-// hack::QuantizeNearest when one of its elements lies within 2^-19 of a rounding boundary
-// (NearestCode), stochastic codes always with hack::QuantizeStochastic; (D) the words stored with
-// 16-byte stores, the code sums from the words. The tail rows are copied by the same grid after
-// the groups. Every stored value is the one hack_format.h's functions give (IEEE division,
-// rintf): byte-identical to the CPU, with or without fused multiply-add (docs/hack.md).
+// SM. (A) the group's P tokens x head_dim are copied into shared memory with cp.async; (B) every
+// partition's min and max (channel partitions: paired half-precision min/max per (channel pair,
+// token slice), then across slices, NaN-propagating, so that a channel whose range is not finite
+// (or, for bf16, beyond fp16's) is scanned for its first invalid element; token partitions: each
+// thread first checks the elements it copied, then 8-element chunks reduced over a partition's
+// lanes), hack::PartitionQuant, the scales entry, and for channel partitions with
+// round-to-nearest the partition's three code thresholds (CodeThreshold); (C) the code words in
+// container order into shared memory: channel partitions with round-to-nearest by paired
+// half-precision comparisons against the thresholds, token partitions from the reciprocal of the
+// scale, a word redone with hack::QuantizeNearest when one of its elements lies within 2^-19 of a
+// rounding boundary (NearestCode), stochastic codes always with hack::QuantizeStochastic; (D) the
+// words stored with 16-byte stores, the code sums from the words. The tail rows are copied by the
+// same grid after the groups. Every stored value is the one hack_format.h's functions give (IEEE
+// division, rintf): byte-identical to the CPU, with or without fused multiply-add (docs/hack.md).
 //
 // Bit-exactness detail: the CPU's min/max scan keeps the first element on ties, which only
 // matters for signed zeros (PartitionQuant(+0, ..) and (-0, ..) store different min bits); the
@@ -121,6 +124,7 @@ struct QuantSmem {
   std::size_t scales;        // float [max partitions per group]
   std::size_t red;           // uint2 [kQuantThreads]: half2 bits of a slice's min and max
   std::size_t words;         // u32 [P * D / 16]: the group's code words in container order
+  std::size_t thresholds;    // u16 [3][D]: channel partitions, nearest rounding (CodeThreshold)
   std::size_t total;
 };
 
@@ -139,7 +143,8 @@ KVD_HOST_DEVICE QuantSmem PlanQuantSmem(const Layout& lay) {
   s.scales = s.quants + std::size_t{max_parts} * 8;
   s.red = Align16(s.scales + std::size_t{max_parts} * 4);
   s.words = s.red + kQuantThreads * 8;
-  s.total = Align16(s.words + std::size_t{lay.partition} * lay.dim / 4);
+  s.thresholds = Align16(s.words + std::size_t{lay.partition} * lay.dim / 4);
+  s.total = Align16(s.thresholds + std::size_t{3} * lay.dim * 2);
   return s;
 }
 
@@ -242,14 +247,17 @@ __device__ __forceinline__ GroupAt LocateGroup(const Layout& lay, std::uint64_t 
 __device__ __forceinline__ void StageGroup(const HackQuantizeParams& p, std::uint64_t e_base,
                                            std::uint16_t* tile, std::uint32_t rh) {
   const Layout& lay = p.layout;
-  const std::uint32_t row_shift = Log2(lay.dim / 8);
-  const std::uint32_t chunks = lay.partition * lay.dim / 8;
-  const std::uint64_t row_step = std::uint64_t{lay.heads} * lay.dim;
-  const auto* in = static_cast<const std::uint16_t*>(p.input) + e_base;
-  for (std::uint32_t c = threadIdx.x; c < chunks; c += kQuantThreads) {
-    const std::uint32_t t = c >> row_shift, cc = c & ((1u << row_shift) - 1u);
-    internal::CpAsync16(internal::SharedAddress(tile + t * rh + cc * 8),
-                        in + t * row_step + cc * 8);
+  const std::uint32_t per_row = lay.dim / 8;                    // chunks per row: 8, 16 or 32
+  const std::uint32_t rows_per_pass = kQuantThreads / per_row;  // chunk c + kQuantThreads
+  const std::uint32_t t0 = threadIdx.x / per_row, cc = threadIdx.x % per_row;
+  const std::uint64_t src_step = std::uint64_t{rows_per_pass} * lay.heads * lay.dim;
+  const auto* src = static_cast<const std::uint16_t*>(p.input) + e_base +
+                    std::uint64_t{t0} * lay.heads * lay.dim + cc * 8;
+  std::uint32_t dst = internal::SharedAddress(tile + t0 * rh + cc * 8);
+  for (std::uint32_t t = t0; t < lay.partition; t += rows_per_pass) {
+    internal::CpAsync16(dst, src);
+    src += src_step;
+    dst += rows_per_pass * rh * 2;
   }
 }
 
@@ -287,6 +295,93 @@ __device__ __forceinline__ std::uint32_t PairBits(Pair<In> v) {
   return bits;
 }
 
+// ---- round-to-nearest codes by comparison ----
+//
+// With round-to-nearest, a partition's code is a non-decreasing function of its element, so the
+// code of x is the number of thresholds t_1 <= t_2 <= t_3 with x >= t_k, where t_k is the least
+// 16-bit value of the input type whose code (hack::QuantizeNearest, evaluated exactly) is >= k.
+// The code pass then compares pairs of elements with paired half-precision comparisons instead of
+// dividing every element: CPU bytes, without per-element arithmetic.
+
+// Unsigned key with the numeric order of a 16-bit float's bits (fp16 and bf16 are both
+// sign-magnitude); -0 sorts just below +0.
+__device__ __forceinline__ std::uint32_t Key16(std::uint32_t bits) {
+  return (bits & 0x8000u) != 0 ? (~bits & 0xffffu) : (bits | 0x8000u);
+}
+__device__ __forceinline__ std::uint32_t Unkey16(std::uint32_t key) {
+  return (key & 0x8000u) != 0 ? (key & 0x7fffu) : (~key & 0xffffu);
+}
+
+template <DType In>
+__device__ __forceinline__ std::uint32_t NearestBits(float v) {
+  if constexpr (In == DType::kFloat16) {
+    return __half_as_ushort(__float2half_rn(v));
+  } else {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  }
+}
+
+template <DType In>
+constexpr std::uint32_t kInfBits = In == DType::kFloat16 ? 0x7c00u : 0x7f80u;
+
+// t_k of partition quantizer q as bits of the input type (+Inf when no finite value reaches code
+// k: scale 0, or k = 3 when min + 2.5 scale rounds past the largest finite value). The estimate
+// min + (k - 1/2) scale rounded to the type is almost always t_k or a neighbour of it: a few steps
+// from it settle t_k (one code evaluation each), a bisection over all keys covers the rest.
+template <DType In>
+__device__ std::uint32_t CodeThreshold(Quant q, std::uint32_t k) {
+  if (!(q.scale > 0.0f)) return kInfBits<In>;
+  // code(+Inf) = 3 >= k, so the least key with code >= k is at most inf_key.
+  const std::uint32_t inf_key = Key16(kInfBits<In>), bottom = Key16(kInfBits<In> | 0x8000u) + 1;
+  const auto reaches = [&](std::uint32_t key) {
+    return hack::QuantizeNearest(BitsToValue<In>(Unkey16(key)), q) >= k;
+  };
+  std::uint32_t key = Key16(NearestBits<In>(q.min + (static_cast<float>(k) - 0.5f) * q.scale));
+  key = min(max(key, bottom), inf_key);
+  if (reaches(key)) {
+    for (int step = 0; step < 4; ++step, --key) {
+      if (key == bottom || !reaches(key - 1)) return Unkey16(key);
+    }
+  } else {
+    for (int step = 0; step < 4 && key < inf_key; ++step) {
+      if (reaches(++key)) return Unkey16(key);
+    }
+  }
+  std::uint32_t lo = bottom - 1, hi = inf_key;  // reaches(hi); lo stands below every finite key
+  while (hi - lo > 1) {
+    const std::uint32_t mid = (lo + hi) / 2;
+    if (reaches(mid)) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  return Unkey16(hi);
+}
+
+// The codes of the two elements of `x` against their thresholds (t1, t2, t3 in the same pair
+// layout), per 16-bit half as all-ones masks: bit 0 of the code in b0, bit 1 in b1. Thresholds
+// are ordered, so the code is the number of comparisons that hold: bit 0 = their parity.
+template <DType In>
+__device__ __forceinline__ void PairCodeBits(std::uint32_t x, std::uint32_t t1, std::uint32_t t2,
+                                             std::uint32_t t3, std::uint32_t& b0,
+                                             std::uint32_t& b1) {
+  const Pair<In> v = AsPair<In>(x);
+  const std::uint32_t m1 = __hge2_mask(v, AsPair<In>(t1));
+  const std::uint32_t m2 = __hge2_mask(v, AsPair<In>(t2));
+  const std::uint32_t m3 = __hge2_mask(v, AsPair<In>(t3));
+  b0 = m1 ^ m2 ^ m3;
+  b1 = m2;
+}
+
+// ORs the code bits of a pair into `acc` at bit `lo` of the low half and `hi` of the high half.
+__device__ __forceinline__ std::uint32_t PlaceCodes(std::uint32_t acc, std::uint32_t b0,
+                                                    std::uint32_t b1, std::uint32_t lo,
+                                                    std::uint32_t hi) {
+  const std::uint32_t at = (1u << lo) | (1u << (16 + hi));
+  return acc | (b0 & at) | (b1 & (at << 1));
+}
+
 // Sign of the first zero among P elements `stride` apart (1: +0, 2: -0, 0: none).
 template <DType In>
 __device__ std::uint32_t FirstZero(const std::uint16_t* first, std::uint32_t stride,
@@ -298,13 +393,33 @@ __device__ std::uint32_t FirstZero(const std::uint16_t* first, std::uint32_t str
   return 0;
 }
 
+// Reports the first invalid element of a channel (P elements `stride` apart in the tile; flat
+// indices e0 + t * heads * dim), as CheckStaged would.
+template <DType In>
+__device__ void ReportFirstInvalid(const HackQuantizeParams& p, std::uint64_t e0,
+                                   const std::uint16_t* first, std::uint32_t stride,
+                                   std::uint32_t n) {
+  const std::uint64_t row_step = std::uint64_t{p.layout.heads} * p.layout.dim;
+  for (std::uint32_t t = 0; t < n; ++t) {
+    const std::uint32_t bits = first[t * stride];
+    if ((InvalidMask<In>(bits) & 0x8000u) != 0) {
+      atomicMin(p.error, (e0 + t * row_step) * 2 + InvalidKind<In>(bits));
+      return;
+    }
+  }
+}
+
 // Channel partitions (V; K in the channel orientation): min/max of each channel over the block's
 // P tokens, a thread per (channel pair, token slice) with paired half-precision min/max (exact:
 // the values are compared, not rounded), then a thread per channel across the slices.
+// The range check replaces CheckStaged: a channel whose min or max is NaN, infinite or a bf16
+// beyond fp16's range holds an element hack-int2 rejects, and that channel is scanned for its
+// first one.
 template <DType In>
 __device__ void ChannelQuantizers(const HackQuantizeParams& p, const std::uint16_t* tile,
                                   std::uint32_t rh, uint2* red, float2* quants, float* scales,
-                                  std::uint64_t pbase) {
+                                  std::uint16_t* thresholds, std::uint64_t pbase,
+                                  std::uint64_t e_base) {
   const Layout& lay = p.layout;
   const std::uint32_t tid = threadIdx.x, P = lay.partition, D = lay.dim;
   const std::uint32_t pairs = D / 2, pair_shift = Log2(pairs);
@@ -315,27 +430,36 @@ __device__ void ChannelQuantizers(const HackQuantizeParams& p, const std::uint16
   Pair<In> mn = AsPair<In>(col[0]), mx = mn;
   for (std::uint32_t t = 1; t < tlen; ++t) {
     const Pair<In> v = AsPair<In>(col[t * (rh / 2)]);
-    mn = __hmin2(mn, v);
-    mx = __hmax2(mx, v);
+    mn = __hmin2_nan(mn, v);  // NaN propagates: the range check below sees every element
+    mx = __hmax2_nan(mx, v);
   }
   red[tid] = make_uint2(PairBits<In>(mn), PairBits<In>(mx));
   __syncthreads();
   for (std::uint32_t d = tid; d < D; d += kQuantThreads) {
     const std::uint32_t shift = 16 * (d & 1u);
     float lo = 0, hi = 0;
+    bool bad = false;
     for (std::uint32_t s = 0; s < slices; ++s) {
       const uint2 r = red[(s << pair_shift) + d / 2];
       const float smn = BitsToValue<In>((r.x >> shift) & 0xffffu);
       const float smx = BitsToValue<In>((r.y >> shift) & 0xffffu);
+      bad |= !(smn > -65536.0f && smx < 65536.0f);  // NaN, Inf, or a bf16 beyond fp16's range
       lo = s == 0 ? smn : fminf(lo, smn);
       hi = s == 0 ? smx : fmaxf(hi, smx);
     }
+    if (bad) ReportFirstInvalid<In>(p, e_base + d, tile + d, rh, P);
     if (lo == 0.0f || hi == 0.0f) {
       const std::uint32_t zs = FirstZero<In>(tile + d, rh, P);
       lo = FixZero(lo, zs);
       hi = FixZero(hi, zs);
     }
-    SetQuant(quants, scales, p.scales, pbase, d, hack::PartitionQuant(lo, hi));
+    const Quant q = hack::PartitionQuant(lo, hi);
+    SetQuant(quants, scales, p.scales, pbase, d, q);
+    if (p.stochastic == 0) {
+      for (std::uint32_t k = 1; k <= hack::kMaxCode; ++k) {
+        thresholds[(k - 1) * D + d] = static_cast<std::uint16_t>(CodeThreshold<In>(q, k));
+      }
+    }
   }
 }
 
@@ -386,8 +510,8 @@ __device__ void TokenQuantizers(const HackQuantizeParams& p, const std::uint16_t
 // K codes, token-major: word (t, c) = channels 16c .. 16c + 15 of token t.
 template <DType In>
 __device__ void KWords(const HackQuantizeParams& p, const std::uint16_t* tile, std::uint32_t rh,
-                       const float2* quants, const float* scales, std::uint32_t* words,
-                       std::uint64_t e_base, bool token_parts) {
+                       const float2* quants, const float* scales, const std::uint16_t* thresholds,
+                       std::uint32_t* words, std::uint64_t e_base, bool token_parts) {
   const Layout& lay = p.layout;
   const std::uint32_t P = lay.partition, D = lay.dim, G = lay.dim_groups();
   const std::uint32_t p_shift = Log2(P), n = P * D / 16;
@@ -401,20 +525,34 @@ __device__ void KWords(const HackQuantizeParams& p, const std::uint16_t* tile, s
     std::memcpy(e + 8, &hi, 16);
     std::uint32_t word = 0;
     bool ambiguous = p.stochastic != 0;
-    if (!ambiguous && token_parts) {
+    if (!ambiguous && !token_parts) {
+      // Channel pair (16c + 2i, 16c + 2i + 1) = code positions 2i, 2i + 1 of the word: pairs
+      // 0..3 fill the low half (odd channels staged in the high half, then shifted down),
+      // pairs 4..7 the high half.
+      const std::uint32_t x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      std::uint32_t acc[2] = {0, 0};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        std::uint32_t th[3][4];
+#pragma unroll
+        for (int k = 0; k < 3; ++k) {
+          const uint4 a = reinterpret_cast<const uint4*>(thresholds + k * D + 16 * c)[h];
+          th[k][0] = a.x, th[k][1] = a.y, th[k][2] = a.z, th[k][3] = a.w;
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          std::uint32_t b0, b1;
+          PairCodeBits<In>(x[4 * h + i], th[0][i], th[1][i], th[2][i], b0, b1);
+          acc[h] = PlaceCodes(acc[h], b0, b1, 4 * i, 4 * i + 2);
+        }
+      }
+      word = __byte_perm((acc[0] & 0xffffu) | (acc[0] >> 16), (acc[1] & 0xffffu) | (acc[1] >> 16),
+                         0x5410);
+    } else if (!ambiguous) {
       const float2 q = quants[t * G + 16 * c / P];  // 16 | P: one partition per word
 #pragma unroll
       for (int i = 0; i < 16; ++i)
         word |= NearestCode(BitsToValue<In>(e[i]), q, ambiguous) << (2 * i);
-    } else if (!ambiguous) {
-      const auto* q4 = reinterpret_cast<const float4*>(quants + 16 * c);
-#pragma unroll
-      for (int i = 0; i < 16; i += 2) {
-        const float4 q = q4[i / 2];
-        word |= NearestCode(BitsToValue<In>(e[i]), make_float2(q.x, q.y), ambiguous) << (2 * i);
-        word |= NearestCode(BitsToValue<In>(e[i + 1]), make_float2(q.z, q.w), ambiguous)
-                << (2 * i + 2);
-      }
     }
     if (ambiguous) {
       word = 0;
@@ -433,8 +571,8 @@ __device__ void KWords(const HackQuantizeParams& p, const std::uint16_t* tile, s
 // channel pair and token word (both channels come from one 32-bit read per token).
 template <DType In>
 __device__ void VWords(const HackQuantizeParams& p, const std::uint16_t* tile, std::uint32_t rh,
-                       const float2* quants, const float* scales, std::uint32_t* words,
-                       std::uint64_t e_base) {
+                       const float2* quants, const float* scales, const std::uint16_t* thresholds,
+                       std::uint32_t* words, std::uint64_t e_base) {
   const Layout& lay = p.layout;
   const std::uint32_t P = lay.partition, D = lay.dim;
   const std::uint32_t pair_shift = Log2(D / 2), n = (D / 2) * (P / 16);
@@ -442,19 +580,23 @@ __device__ void VWords(const HackQuantizeParams& p, const std::uint16_t* tile, s
   for (std::uint32_t w = threadIdx.x; w < n; w += kQuantThreads) {
     const std::uint32_t pair = w & (D / 2 - 1u), tw = w >> pair_shift, d = 2 * pair;
     const auto* col = reinterpret_cast<const std::uint32_t*>(tile + 16 * tw * rh) + pair;
-    const float4 q = reinterpret_cast<const float4*>(quants)[pair];
     std::uint32_t w0 = 0, w1 = 0;
-    bool ambiguous = p.stochastic != 0;
-    if (!ambiguous) {
+    const bool stochastic = p.stochastic != 0;
+    if (!stochastic) {
+      // Token i of channels d (low half) and d + 1 (high half): tokens 0..7 in acc[0] at bit 2i
+      // of each half, tokens 8..15 in acc[1] at bit 2 (i - 8); then one byte permute per word.
+      const auto* th = reinterpret_cast<const std::uint32_t*>(thresholds) + pair;
+      const std::uint32_t t1 = th[0], t2 = th[D / 2], t3 = th[D];
+      std::uint32_t acc[2] = {0, 0};
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
-        const std::uint32_t bits = col[i * (rh / 2)];
-        w0 |= NearestCode(BitsToValue<In>(bits & 0xffffu), make_float2(q.x, q.y), ambiguous)
-              << (2 * i);
-        w1 |= NearestCode(BitsToValue<In>(bits >> 16), make_float2(q.z, q.w), ambiguous) << (2 * i);
+        std::uint32_t b0, b1;
+        PairCodeBits<In>(col[i * (rh / 2)], t1, t2, t3, b0, b1);
+        acc[i / 8] = PlaceCodes(acc[i / 8], b0, b1, 2 * (i % 8), 2 * (i % 8));
       }
-    }
-    if (ambiguous) {
+      w0 = __byte_perm(acc[0], acc[1], 0x5410);
+      w1 = __byte_perm(acc[0], acc[1], 0x7632);
+    } else {
       w0 = w1 = 0;
       const std::uint64_t e0 = e_base + (16 * tw) * row_step + d;
       for (std::uint32_t i = 0; i < 16; ++i) {
@@ -509,6 +651,7 @@ __global__ void __launch_bounds__(kQuantThreads, kQuantMinBlocks)
   auto* scales = reinterpret_cast<float*>(smem + plan.scales);
   auto* red = reinterpret_cast<uint2*>(smem + plan.red);
   auto* words = reinterpret_cast<std::uint32_t*>(smem + plan.words);
+  auto* thresholds = reinterpret_cast<std::uint16_t*>(smem + plan.thresholds);
   auto* tile = reinterpret_cast<std::uint16_t*>(smem + plan.tile);
   const std::uint32_t rh = plan.row_halves;
   const std::uint64_t groups = 2 * lay.groups_per_kv();
@@ -523,24 +666,24 @@ __global__ void __launch_bounds__(kQuantThreads, kQuantMinBlocks)
     StageGroup(p, g.e_base, tile, rh);
     internal::CpAsyncCommit();
     internal::CpAsyncWait<0>();  // this thread's copies have landed
-    CheckStaged<In>(p, g.e_base, tile, rh);
+    const bool token_parts = g.kv == 0 && lay.orientation == hack::kOrientToken;
+    if (token_parts) CheckStaged<In>(p, g.e_base, tile, rh);  // channel ones check their range
     __syncthreads();
 
     // Partition quantizers.
     const std::uint64_t pbase = lay.partition_base(g.layer, g.kv, g.head, g.block);
-    const bool token_parts = g.kv == 0 && lay.orientation == hack::kOrientToken;
     if (token_parts) {
       TokenQuantizers<In>(p, tile, rh, quants, scales, pbase);
     } else {
-      ChannelQuantizers<In>(p, tile, rh, red, quants, scales, pbase);
+      ChannelQuantizers<In>(p, tile, rh, red, quants, scales, thresholds, pbase, g.e_base);
     }
     __syncthreads();
 
     // Code words, in container order, into shared memory.
     if (g.kv == 0) {
-      KWords<In>(p, tile, rh, quants, scales, words, g.e_base, token_parts);
+      KWords<In>(p, tile, rh, quants, scales, thresholds, words, g.e_base, token_parts);
     } else {
-      VWords<In>(p, tile, rh, quants, scales, words, g.e_base);
+      VWords<In>(p, tile, rh, quants, scales, thresholds, words, g.e_base);
     }
     __syncthreads();
 

@@ -75,6 +75,10 @@ __device__ __forceinline__ void CpAsync16(std::uint32_t shared_dst, const void* 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_dst), "l"(global_src)
                : "memory");
 }
+__device__ __forceinline__ void CpAsync4(std::uint32_t shared_dst, const void* global_src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(shared_dst), "l"(global_src)
+               : "memory");
+}
 __device__ __forceinline__ void CpAsyncCommit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 }

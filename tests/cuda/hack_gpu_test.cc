@@ -70,6 +70,11 @@ void ExpectCodecParity(const KvTensor& t, const HackOptions& o, const std::strin
   }
 }
 
+// The 16-bit pattern of v in an fp16 or bf16 tensor (round to nearest).
+std::uint16_t Bits16(DType dtype, float v) {
+  return dtype == DType::kFloat16 ? FloatToHalfBits(v) : FloatToBf16Bits(v);
+}
+
 // ---- host-only parts ----
 
 TEST(NoDeviceHackGpu, SectionBytesMatchTheContainer) {
@@ -242,9 +247,7 @@ TEST(HackGpu, QuantizeMatchesTheCpuAtRoundingBoundaries) {
       const std::uint32_t P = o.partition;
       KvTensor t = KvTensor::Zeros(dtype, shape);
       auto* bits = reinterpret_cast<std::uint16_t*>(t.data.data());
-      const auto to_bits = [&](float v) {
-        return dtype == DType::kFloat16 ? FloatToHalfBits(v) : FloatToBf16Bits(v);
-      };
+      const auto to_bits = [&](float v) { return Bits16(dtype, v); };
       const auto value = [&](std::uint16_t b) {
         return dtype == DType::kFloat16 ? HalfBitsToFloat(b) : Bf16BitsToFloat(b);
       };
@@ -284,21 +287,72 @@ TEST(HackGpu, QuantizeMatchesTheCpuAtRoundingBoundaries) {
   }
 }
 
+// Round-to-nearest codes come from per-partition thresholds found by search (CodeThreshold):
+// partitions a few 16-bit steps wide around large and small magnitudes of either sign, constant
+// ones, ones that straddle zero, and wide ones, so that thresholds fall between, on and outside
+// the elements.
+TEST(HackGpu, QuantizeMatchesTheCpuOnNarrowPartitions) {
+  KVD_REQUIRE_GPU();
+  const KvShape shape{2, 192, 2, 128};
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (HackOrientation orient : {HackOrientation::kChannel, HackOrientation::kToken}) {
+      HackOptions o;
+      o.orientation = orient;
+      KvTensor t = KvTensor::Zeros(dtype, shape);
+      auto* bits = reinterpret_cast<std::uint16_t*>(t.data.data());
+      const auto to_bits = [&](float v) { return Bits16(dtype, v); };
+      const float centers[] = {1000.0f, -1000.0f, 1.0f, -1.0f, 1e-3f, -1e-3f, 0.0f, 60000.0f};
+      for (std::uint64_t i = 0; i < shape.elements(); ++i) {
+        const std::uint64_t d = i % shape.head_dim;
+        const std::uint64_t block =
+            i / (std::uint64_t{shape.head_dim} * shape.kv_heads) / o.partition;
+        std::mt19937_64 part(d * 131 + block * 7 + 1);  // one (center, width) per channel, block
+        const float center = centers[part() % 8];
+        const std::uint32_t width = static_cast<std::uint32_t>(part() % 6);  // 16-bit steps
+        std::mt19937_64 rng(i * 0x9e3779b97f4a7c15ull + 3);
+        std::uint16_t b = to_bits(center);
+        if (width == 5) {
+          b = to_bits(center + static_cast<float>(static_cast<int>(rng() % 2001) - 1000) * 0.01f);
+        } else if (center == 0.0f) {  // +-0 and the smallest subnormals of either sign
+          b = static_cast<std::uint16_t>((rng() % 2 ? 0x8000u : 0u) | rng() % (width + 1));
+        } else if (width > 0) {
+          b = static_cast<std::uint16_t>(b + rng() % (2 * width + 1) - width);
+        }
+        if ((b & 0x7fffu) >= (dtype == DType::kFloat16 ? 0x7c00u : 0x7f80u)) b = to_bits(center);
+        bits[i] = b;
+      }
+      ExpectCodecParity(t, o, "narrow partitions");
+    }
+  }
+}
+
 TEST(HackGpu, QuantizeRejectsWhatTheCpuRejects) {
   KVD_REQUIRE_GPU();
   const KvShape shape{2, 130, 2, 64};
   const float bad_values[] = {std::numeric_limits<float>::quiet_NaN(),
                               std::numeric_limits<float>::infinity(), -70000.0f};
+  const std::uint64_t row = std::uint64_t{shape.kv_heads} * shape.head_dim;
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
-    for (float v : bad_values) {
-      for (std::uint64_t at : {std::uint64_t{5}, std::uint64_t{70 * 128 + 3},
-                               shape.elements() - 1}) {  // quantized, tail, last
-        KvTensor t = Synth(shape, dtype, 5);
-        StoreFloat(t, at, v);
-        StoreFloat(t, at + (at > 10 ? -3 : 9), v);  // a second bad value: the first one is named
+    for (HackOrientation orient : {HackOrientation::kChannel, HackOrientation::kToken}) {
+      for (float v : bad_values) {
+        for (std::uint64_t at : {std::uint64_t{5}, std::uint64_t{70 * 128 + 3},
+                                 shape.elements() - 1}) {  // quantized, tail, last
+          KvTensor t = Synth(shape, dtype, 5);
+          StoreFloat(t, at, v);
+          StoreFloat(t, at + (at > 10 ? -3 : 9), v);  // a second bad value: the first is named
+          HackOptions o;
+          o.sinks = 2;
+          o.orientation = orient;
+          ExpectCodecParity(t, o, "invalid");
+        }
+        // The first bad value in a later channel of an earlier token than the second (channel
+        // partitions look for them channel by channel).
+        KvTensor t = Synth(shape, dtype, 6);
+        StoreFloat(t, 10 * row + 60, v);
+        StoreFloat(t, 11 * row + 1, v);
         HackOptions o;
-        o.sinks = 2;
-        ExpectCodecParity(t, o, "invalid");
+        o.orientation = orient;
+        ExpectCodecParity(t, o, "invalid, earlier token in a later channel");
       }
     }
   }

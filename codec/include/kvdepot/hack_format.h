@@ -2,8 +2,10 @@
 // the CPU reference (codec/src/hack.cc, hack_attention.cc) and the CUDA kernels. The bytes are
 // specified in docs/hack.md §"Container format"; design and measurements are in docs/hack.md.
 //
-// Every function here is KVD_HOST_DEVICE and uses only exactly-rounded IEEE binary32 operations
-// (+, -, *, / and rintf/floorf), which is what makes CPU and GPU codes byte-identical. CUDA
+// Every function here but QuantizeInt8 is KVD_HOST_DEVICE and uses only exactly-rounded IEEE
+// binary32 operations (+, -, *, / and rintf/floorf), which is what makes CPU and GPU codes
+// byte-identical (QuantizeInt8 is host-only: the kernels round its exact product with a fused
+// multiply-add). CUDA
 // translation units that include it must keep IEEE division (no --use_fast_math, no
 // -prec-div=false); contraction into fused multiply-add cannot change any result below (the only
 // product feeding an addition, code * scale, is exact).
@@ -266,20 +268,27 @@ KVD_HOST_DEVICE float StochasticUniform(std::uint64_t seed, std::uint64_t index)
 // ---- INT8 quantization of Q and P (computed at attention time, never stored) ----
 
 // Asymmetric unsigned 8-bit: x ≈ min + scale * code, code in 0..255, over values in [mn, mx].
+// A code is the exact product (x - min) * inv, inv = 1 / scale, rounded once to the nearest
+// integer (ties to even), where x - min and inv are rounded to float: a GPU computes the same code
+// with one subtraction and one fused multiply-add (docs/hack-gpu.md, "Decode attention"); the
+// product of two floats is exact in double.
 struct Int8Quant {
   float scale;  // (mx - mn) / 255; 0 for a constant run
+  float inv;    // 1 / scale (at most FLT_MAX); 0 when scale is 0
   float min;
 };
 
 KVD_HOST_DEVICE Int8Quant Int8Params(float mn, float mx) {
-  return {(mx - mn) / static_cast<float>(kMaxInt8Code), mn};
+  const float scale = (mx - mn) / static_cast<float>(kMaxInt8Code);
+  const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+  return {scale, inv < 3.40282347e38f ? inv : 3.40282347e38f, mn};
 }
 
-KVD_HOST_DEVICE std::uint32_t QuantizeInt8(float x, Int8Quant q) {
-  if (!(q.scale > 0.0f)) return 0;
-  const float r = rintf((x - q.min) / q.scale);
-  if (!(r > 0.0f)) return 0;
-  return r >= 255.0f ? kMaxInt8Code : static_cast<std::uint32_t>(r);
+inline std::uint32_t QuantizeInt8(float x, Int8Quant q) {
+  const float d = x - q.min;
+  const double r = nearbyint(static_cast<double>(d) * static_cast<double>(q.inv));
+  if (!(r > 0.0)) return 0;
+  return r >= 255.0 ? kMaxInt8Code : static_cast<std::uint32_t>(r);
 }
 
 // The homomorphic product of two asymmetrically quantized runs of n elements,

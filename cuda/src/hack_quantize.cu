@@ -242,14 +242,56 @@ __device__ __forceinline__ GroupAt LocateGroup(const Layout& lay, std::uint64_t 
                              : LocateGroupAs(lay, item);
 }
 
+// A CTA's grid-stride walk over the groups without a division per group: the group index's
+// digits (lk = layer * 2 + kv, head, block) and the stride's, added with carries.
+struct GroupCursor {
+  std::uint32_t block = 0, head = 0, lk = 0;
+  std::uint32_t step_block = 0, step_head = 0, step_lk = 0;
+
+  __device__ void Advance(const Layout& lay) {
+    block += step_block;
+    const std::uint32_t carry_block = block >= lay.blocks() ? 1u : 0u;
+    block -= carry_block * lay.blocks();
+    head += step_head + carry_block;
+    const std::uint32_t carry_head = head >= lay.heads ? 1u : 0u;
+    head -= carry_head * lay.heads;
+    lk += step_lk + carry_head;
+  }
+  __device__ GroupAt Group(const Layout& lay) const {
+    GroupAt g;
+    g.layer = lk >> 1;
+    g.kv = lk & 1u;
+    g.head = head;
+    g.block = block;
+    g.e_base = lay.element_index(g.layer, g.kv, lay.sinks + block * lay.partition, head, 0);
+    return g;
+  }
+};
+
+// The cursor at group `first`, stepping by `stride` groups (digits only when there are groups).
+__device__ __forceinline__ GroupCursor StartCursor(const Layout& lay, std::uint64_t groups,
+                                                   std::uint32_t first, std::uint32_t stride) {
+  GroupCursor c;
+  if (groups == 0) return c;
+  const GroupAt g = LocateGroup(lay, first);
+  c.block = g.block;
+  c.head = g.head;
+  c.lk = g.layer * 2 + g.kv;
+  const GroupAt s = LocateGroup(lay, stride);
+  c.step_block = s.block;
+  c.step_head = s.head;
+  c.step_lk = s.layer * 2 + s.kv;
+  return c;
+}
+
 // Starts the asynchronous copy of a group's P rows of D elements into `tile` (16 bytes per
 // copy; chunk c = tid + k * kQuantThreads, the chunks CheckStaged later reads back).
 __device__ __forceinline__ void StageGroup(const HackQuantizeParams& p, std::uint64_t e_base,
                                            std::uint16_t* tile, std::uint32_t rh) {
   const Layout& lay = p.layout;
-  const std::uint32_t per_row = lay.dim / 8;                    // chunks per row: 8, 16 or 32
-  const std::uint32_t rows_per_pass = kQuantThreads / per_row;  // chunk c + kQuantThreads
-  const std::uint32_t t0 = threadIdx.x / per_row, cc = threadIdx.x % per_row;
+  const std::uint32_t row_shift = Log2(lay.dim / 8);             // chunks per row: 8, 16 or 32
+  const std::uint32_t rows_per_pass = kQuantThreads >> row_shift;  // chunk c + kQuantThreads
+  const std::uint32_t t0 = threadIdx.x >> row_shift, cc = threadIdx.x & ((1u << row_shift) - 1u);
   const std::uint64_t src_step = std::uint64_t{rows_per_pass} * lay.heads * lay.dim;
   const auto* src = static_cast<const std::uint16_t*>(p.input) + e_base +
                     std::uint64_t{t0} * lay.heads * lay.dim + cc * 8;
@@ -657,12 +699,13 @@ __global__ void __launch_bounds__(kQuantThreads, kQuantMinBlocks)
   const std::uint64_t groups = 2 * lay.groups_per_kv();
   const std::uint64_t items = groups + std::uint64_t{lay.layers} * 2 * lay.unquantized_tokens();
 
-  for (std::uint64_t item = blockIdx.x; item < items; item += gridDim.x) {
+  GroupCursor cursor = StartCursor(lay, groups, blockIdx.x, gridDim.x);
+  for (std::uint64_t item = blockIdx.x; item < items; item += gridDim.x, cursor.Advance(lay)) {
     if (item >= groups) {
       CopyTailRow<In>(p, item - groups);
       continue;
     }
-    const GroupAt g = LocateGroup(lay, item);
+    const GroupAt g = cursor.Group(lay);
     StageGroup(p, g.e_base, tile, rh);
     internal::CpAsyncCommit();
     internal::CpAsyncWait<0>();  // this thread's copies have landed

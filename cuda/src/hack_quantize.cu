@@ -289,7 +289,7 @@ __device__ __forceinline__ GroupCursor StartCursor(const Layout& lay, std::uint6
 __device__ __forceinline__ void StageGroup(const HackQuantizeParams& p, std::uint64_t e_base,
                                            std::uint16_t* tile, std::uint32_t rh) {
   const Layout& lay = p.layout;
-  const std::uint32_t row_shift = Log2(lay.dim / 8);             // chunks per row: 8, 16 or 32
+  const std::uint32_t row_shift = Log2(lay.dim / 8);               // chunks per row: 8, 16 or 32
   const std::uint32_t rows_per_pass = kQuantThreads >> row_shift;  // chunk c + kQuantThreads
   const std::uint32_t t0 = threadIdx.x >> row_shift, cc = threadIdx.x & ((1u << row_shift) - 1u);
   const std::uint64_t src_step = std::uint64_t{rows_per_pass} * lay.heads * lay.dim;

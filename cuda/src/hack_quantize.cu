@@ -343,7 +343,8 @@ __device__ __forceinline__ std::uint32_t PairBits(Pair<In> v) {
 // code of x is the number of thresholds t_1 <= t_2 <= t_3 with x >= t_k, where t_k is the least
 // 16-bit value of the input type whose code (hack::QuantizeNearest, evaluated exactly) is >= k.
 // The code pass then compares pairs of elements with paired half-precision comparisons instead of
-// dividing every element: CPU bytes, without per-element arithmetic.
+// dividing every element: CPU bytes, without per-element arithmetic. Candidates are evaluated with
+// hack::NearestCodeAtLeast (QuantizeNearest(x, q) >= k without the division).
 
 // Unsigned key with the numeric order of a 16-bit float's bits (fp16 and bf16 are both
 // sign-magnitude); -0 sorts just below +0.
@@ -375,8 +376,8 @@ __device__ std::uint32_t CodeThreshold(Quant q, std::uint32_t k) {
   if (!(q.scale > 0.0f)) return kInfBits<In>;
   // code(+Inf) = 3 >= k, so the least key with code >= k is at most inf_key.
   const std::uint32_t inf_key = Key16(kInfBits<In>), bottom = Key16(kInfBits<In> | 0x8000u) + 1;
-  const auto reaches = [&](std::uint32_t key) {
-    return hack::QuantizeNearest(BitsToValue<In>(Unkey16(key)), q) >= k;
+  const auto reaches = [&](std::uint32_t key) {  // QuantizeNearest(x, q) >= k, division-free
+    return hack::NearestCodeAtLeast(BitsToValue<In>(Unkey16(key)), q, k);
   };
   std::uint32_t key = Key16(NearestBits<In>(q.min + (static_cast<float>(k) - 0.5f) * q.scale));
   key = min(max(key, bottom), inf_key);

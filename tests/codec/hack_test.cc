@@ -255,6 +255,47 @@ TEST(HackTest, ScalarMath) {
   EXPECT_NEAR(hack::HomomorphicDot<double>(dot, 238, 5, 3, sa, ma, sb, mb), want, 1e-12);
 }
 
+// NearestCodeAtLeast (the kernels' threshold test) agrees with QuantizeNearest on every fp16 and
+// bf16 value for quantizers of ranges narrow and wide, tiny and huge, of either sign.
+TEST(HackTest, NearestCodeAtLeastIsQuantizeNearestOnEvery16BitValue) {
+  std::mt19937_64 rng(17);
+  std::vector<hack::Quant> quants = {
+      hack::PartitionQuant(0.0f, 65504.0f), hack::PartitionQuant(-65504.0f, 65504.0f),
+      hack::PartitionQuant(-3.0e-5f, 3.0e-5f), hack::PartitionQuant(1000.0f, 1000.5f),
+      hack::PartitionQuant(-0.0f, 6.0e-8f)};
+  for (int i = 0; i < 40; ++i) {
+    const float lo =
+        std::ldexp(static_cast<float>(rng() % 2048) - 1024.0f, static_cast<int>(rng() % 30) - 24);
+    const float width =
+        std::ldexp(static_cast<float>(rng() % 4096 + 1), static_cast<int>(rng() % 24) - 30);
+    quants.push_back(hack::PartitionQuant(lo, std::min(lo + width, 60000.0f)));
+  }
+  for (int e = -12; e <= 12; e += 3) {  // power-of-two scales: exact ties at k - 1/2
+    quants.push_back(hack::PartitionQuant(0.0f, std::ldexp(3.0f, e)));
+    quants.push_back(hack::PartitionQuant(-std::ldexp(1.0f, e), std::ldexp(2.0f, e)));
+  }
+  std::uint64_t checked = 0, ties = 0;
+  for (const hack::Quant& q : quants) {
+    if (!(q.scale > 0.0f)) continue;
+    for (std::uint32_t bits = 0; bits < 0x10000u; ++bits) {
+      for (const float x : {HalfBitsToFloat(static_cast<std::uint16_t>(bits)),
+                            Bf16BitsToFloat(static_cast<std::uint16_t>(bits))}) {
+        if (std::isnan(x)) continue;
+        const std::uint32_t code = hack::QuantizeNearest(x, q);
+        const float t = (x - q.min) / q.scale;
+        if (t == 0.5f || t == 1.5f || t == 2.5f) ++ties;
+        for (std::uint32_t k = 1; k <= 3; ++k) {
+          ASSERT_EQ(hack::NearestCodeAtLeast(x, q, k), code >= k)
+              << "x " << x << " min " << q.min << " scale " << q.scale << " k " << k;
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 40u * 65536u);
+  EXPECT_GT(ties, 100u);
+}
+
 TEST(HackTest, CounterRngIsSplitMix64) {
   // Outputs 1 and 2 of SplitMix64 seeded with 0 (reference values of the published generator).
   EXPECT_EQ(hack::Mix64(0x9e3779b97f4a7c15ull), 0xe220a8397b1dcdafull);

@@ -3,9 +3,9 @@
 // specified in docs/hack.md §"Container format"; design and measurements are in docs/hack.md.
 //
 // Every function here but QuantizeInt8 is KVD_HOST_DEVICE and uses only exactly-rounded IEEE
-// binary32 operations (+, -, *, / and rintf/floorf), which is what makes CPU and GPU codes
-// byte-identical (QuantizeInt8 is host-only: the kernels round its exact product with a fused
-// multiply-add). CUDA
+// operations (binary32 +, -, *, / and rintf/floorf; one binary64 fused multiply-add in
+// NearestCodeAtLeast), which is what makes CPU and GPU codes byte-identical (QuantizeInt8 is
+// host-only: the kernels round its exact product with a binary32 fused multiply-add). CUDA
 // translation units that include it must keep IEEE division (no --use_fast_math, no
 // -prec-div=false); contraction into fused multiply-add cannot change any result below (the only
 // product feeding an addition, code * scale, is exact).
@@ -232,6 +232,20 @@ KVD_HOST_DEVICE std::uint32_t QuantizeNearest(float x, Quant q) {
   const float r = rintf((x - q.min) / q.scale);
   if (!(r > 0.0f)) return 0;
   return r >= 3.0f ? kMaxCode : static_cast<std::uint32_t>(r);
+}
+
+// QuantizeNearest(x, q) >= k, for k in 1..3 and q.scale > 0, without the division. rint(fl(d / s))
+// (d = fl(x - min), s = scale) reaches k exactly when d / s lies above the point where the
+// correctly rounded quotient reaches k - 1/2 and rint takes it up: 0.5 + 2^-25 (strictly: the tie
+// there rounds down to 0.5, whose rint is 0), 1.5 - 2^-24 (inclusive: that tie rounds up to 1.5,
+// rint 2), 2.5 + 2^-23 (strictly). The point times s is exact in double (25 x 24 bits), so one
+// double fused multiply-add gives d - point * s with its exact sign. Kernels search code
+// thresholds with it (cuda/src/hack_quantize.cu); hack_test.cc checks it against QuantizeNearest
+// on every 16-bit value.
+KVD_HOST_DEVICE bool NearestCodeAtLeast(float x, Quant q, std::uint32_t k) {
+  const double point = k == 1 ? 0.5 + 0x1p-25 : k == 2 ? 1.5 - 0x1p-24 : 2.5 + 0x1p-23;
+  const double r = fma(-point, static_cast<double>(q.scale), static_cast<double>(x - q.min));
+  return k == 2 ? r >= 0.0 : r > 0.0;
 }
 
 // Stochastic-rounding code of x with uniform u in [0, 1): clamp(floor((x - min) / scale + u), 0,

@@ -92,6 +92,13 @@ __device__ __forceinline__ std::uint32_t InvalidKind(std::uint32_t bits) {
   return D == DType::kFloat16 ? 0u : (abs >= 0x7f80u ? 0u : 1u);
 }
 
+// The error key of an invalid element at flat index `index`: the atomic minimum over the keys
+// names the first invalid element and its kind (QuantizeHack's message).
+template <DType D>
+__device__ __forceinline__ unsigned long long InvalidKey(std::uint64_t index, std::uint32_t bits) {
+  return index * 2 + InvalidKind<D>(bits);
+}
+
 // Reports the first invalid element of 8 consecutive ones (flat index first_index ..).
 template <DType D>
 __device__ void ReportInvalid(unsigned long long* error, std::uint64_t first_index, uint4 v) {
@@ -101,7 +108,7 @@ __device__ void ReportInvalid(unsigned long long* error, std::uint64_t first_ind
   for (int i = 7; i >= 0; --i) {
     const std::uint32_t bits = (w[i / 2] >> (16 * (i % 2))) & 0xffffu;
     if ((InvalidMask<D>(bits) & 0x8000u) != 0) {
-      key = (first_index + static_cast<std::uint64_t>(i)) * 2 + InvalidKind<D>(bits);
+      key = InvalidKey<D>(first_index + static_cast<std::uint64_t>(i), bits);
     }
   }
   atomicMin(error, key);
@@ -446,7 +453,7 @@ __device__ void ReportFirstInvalid(const HackQuantizeParams& p, std::uint64_t e0
   for (std::uint32_t t = 0; t < n; ++t) {
     const std::uint32_t bits = first[t * stride];
     if ((InvalidMask<In>(bits) & 0x8000u) != 0) {
-      atomicMin(p.error, (e0 + t * row_step) * 2 + InvalidKind<In>(bits));
+      atomicMin(p.error, InvalidKey<In>(e0 + t * row_step, bits));
       return;
     }
   }
@@ -640,7 +647,6 @@ __device__ void VWords(const HackQuantizeParams& p, const std::uint16_t* tile, s
       w0 = __byte_perm(acc[0], acc[1], 0x5410);
       w1 = __byte_perm(acc[0], acc[1], 0x7632);
     } else {
-      w0 = w1 = 0;
       const std::uint64_t e0 = e_base + (16 * tw) * row_step + d;
       for (std::uint32_t i = 0; i < 16; ++i) {
         const std::uint32_t bits = col[i * (rh / 2)];

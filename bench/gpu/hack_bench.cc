@@ -4,17 +4,21 @@
 //    16, KV lengths 4K, 32K and 128K (contiguous layout, P = 64, channel orientation);
 //  * causal prefill over 1K and 4K prompts (same heads), reported against torch SDPA bf16 by
 //    bench/gpu/torch_sdpa.py;
-//  * quantize and dequantize of Llama-3.1-8B and 70B-shaped chunks [32|80, 2, 256, 8, 128] fp16.
+//  * quantize and dequantize of Llama-3.1-8B and 70B-shaped chunks [32|80, 2, 256, 8, 128] fp16:
+//    one synchronous call per rep (launch to finish), and "-stream": 8 calls enqueued back to back
+//    on one stream per rep (as an engine streams chunks; the launch of one call overlaps the
+//    kernel of the previous), reported per call.
 //
 // Inputs are random (never zero); every variant rotates over enough copies of its inputs that the
 // copies together are at least 3x the L2 size (and at least 2), so no rep reads what the previous
-// one left in L2. Times are cudaEvent intervals around one Enqueue; the median over --reps (>= 50)
-// timed reps after --warmup reps is reported. "bytes" = what the kernel must move: for attention
-// the KV codes, scales, V sums, tail and queries it reads; for quantize the fp16 input plus the
-// sections written; for dequantize the sections read plus the output. GB/s = bytes / median time;
-// "% d2d" compares that rate with the D2D copy rate (read + write bytes). After timing, the
-// results are checked against the CPU reference (attention: relative L2 <= 1e-3 on sequence 0
-// where its length is <= 32K; quantize / dequantize: byte for byte); a mismatch fails the run.
+// one left in L2. Times are cudaEvent intervals around a rep's Enqueues; the median over --reps
+// (>= 50) timed reps after --warmup reps is reported. "bytes" = what the kernel must move: for
+// attention the KV codes, scales, V sums, tail and queries it reads; for quantize the fp16 input
+// plus the sections written; for dequantize the sections read plus the output. GB/s = bytes /
+// median time; "% d2d" compares that rate with the D2D copy rate (read + write bytes). After
+// timing, the results are checked against the CPU reference (attention: relative L2 <= 1e-3 on
+// sequence 0 where its length is <= 32K; quantize / dequantize: byte for byte); a mismatch fails
+// the run.
 //
 // Usage: kvdepot_hack_bench [--json FILE] [--reps N] [--warmup N] [--device N]
 //                           [--only decode|prefill|quantize|dequantize] [--lengths 4096,...]
@@ -393,7 +397,9 @@ KvTensor RandomChunk(std::uint32_t layers, std::uint64_t seed) {
   return t;
 }
 
-Result<Row> MeasureCodec(bool quantize, std::uint32_t layers, bool stochastic,
+// `calls` quantize / dequantize calls per timed rep (1: synchronous; more: streamed), over
+// rotating inputs; the reported time is per call.
+Result<Row> MeasureCodec(bool quantize, std::uint32_t layers, bool stochastic, std::uint32_t calls,
                          const DeviceInfo& info, cudaStream_t stream, const Options& opt) {
   const KvTensor t = RandomChunk(layers, 31 + layers);
   HackOptions o;
@@ -436,16 +442,21 @@ Result<Row> MeasureCodec(bool quantize, std::uint32_t layers, bool stochastic,
       std::vector<double> us,
       Time(
           opt, sets, stream,
-          [&](int s) -> Status {
-            if (quantize) {
-              return EnqueueQuantizeHack(t.dtype, t.shape, o,
-                                         tensors.as<std::uint8_t>() + std::uint64_t(s) * in_bytes,
-                                         sec(0), e, stream);
+          [&](int s0) -> Status {
+            for (std::uint32_t c = 0; c < calls; ++c) {
+              const int s = static_cast<int>((s0 + c) % static_cast<std::uint32_t>(sets));
+              if (quantize) {
+                KVD_RETURN_IF_ERROR(EnqueueQuantizeHack(
+                    t.dtype, t.shape, o, tensors.as<std::uint8_t>() + std::uint64_t(s) * in_bytes,
+                    sec(0), e, stream));
+                continue;
+              }
+              const HackDeviceSections w = sec(s);
+              KVD_RETURN_IF_ERROR(EnqueueDequantizeHack(
+                  t.dtype, t.shape, o, HackDeviceSectionsView{w.codes, w.scales, w.sums, w.tail},
+                  t.dtype, tensors.data(), stream));
             }
-            const HackDeviceSections w = sec(s);
-            return EnqueueDequantizeHack(t.dtype, t.shape, o,
-                                         HackDeviceSectionsView{w.codes, w.scales, w.sums, w.tail},
-                                         t.dtype, tensors.data(), stream);
+            return Status::Ok();
           },
           [&]() -> Status {
             if (quantize) return FinishQuantizeHack(t.shape, e, stream);
@@ -478,8 +489,10 @@ Result<Row> MeasureCodec(bool quantize, std::uint32_t layers, bool stochastic,
         cudaMemcpy(got.data(), tensors.data(), in_bytes, cudaMemcpyDeviceToHost), "download");
     if (got != want.data) return Internal("verify: GPU dequantize differs from DequantizeHack");
   }
+  for (double& u : us) u /= calls;
   Row row;
-  row.op = std::string(quantize ? "quantize" : "dequantize") + (stochastic ? "-stoch" : "");
+  row.op = std::string(quantize ? "quantize" : "dequantize") + (stochastic ? "-stoch" : "") +
+           (calls > 1 ? "-stream" : "");
   row.batch = 1;
   row.tokens = 256;
   row.shape = t.shape.ToString();
@@ -487,7 +500,7 @@ Result<Row> MeasureCodec(bool quantize, std::uint32_t layers, bool stochastic,
   row.min_us = *std::min_element(us.begin(), us.end());
   row.bytes = in_bytes + sb.codes + sb.scales + sb.sums + sb.tail;
   row.gbps = static_cast<double>(row.bytes) / (row.median_us * 1e3);
-  row.config = "";
+  row.config = calls > 1 ? std::to_string(calls) + " calls" : "";
   return row;
 }
 
@@ -576,13 +589,15 @@ int Main(int argc, char** argv) {
   }
   for (bool quantize : {true, false}) {
     if (!all && opt.only != (quantize ? "quantize" : "dequantize")) continue;
-    for (std::uint32_t layers : {32u, 80u}) {
-      report(MeasureCodec(quantize, layers, false, *info, stream->get(), opt),
-             std::string(quantize ? "quantize" : "dequantize") + " layers " +
-                 std::to_string(layers));
+    for (std::uint32_t calls : {1u, 8u}) {
+      for (std::uint32_t layers : {32u, 80u}) {
+        report(MeasureCodec(quantize, layers, false, calls, *info, stream->get(), opt),
+               std::string(quantize ? "quantize" : "dequantize") + " layers " +
+                   std::to_string(layers) + " calls " + std::to_string(calls));
+      }
     }
     if (quantize) {
-      report(MeasureCodec(true, 32, true, *info, stream->get(), opt), "quantize stochastic");
+      report(MeasureCodec(true, 32, true, 1, *info, stream->get(), opt), "quantize stochastic");
     }
   }
   return bench::CloseJson(kName, opt, start, rc);

@@ -1,10 +1,12 @@
 // Kernel family "hack", codec half (see kvdepot/cuda/hack.h, docs/hack-gpu.md): quantize and
 // dequantize of hack-int2 chunks, byte-identical to the CPU reference (codec/src/hack.cc).
-// Params -> kernel -> launcher -> dispatcher. Five instantiations: quantize In {fp16, bf16},
-// dequantize Out {fp16, bf16, fp32}.
+// Params -> kernel -> launcher -> dispatcher. Eleven instantiations: quantize In {fp16, bf16} x
+// {general, channel partitions with round-to-nearest at head_dim 64, 128, 256}
+// (HackQuantizeKernel's kDim), dequantize Out {fp16, bf16, fp32}.
 //
-// Quantize: one CTA of 128 threads per group (layer, K|V, head, block), grid-stride, 8 CTAs per
-// SM. (A) the group's P tokens x head_dim are copied into shared memory with cp.async; (B) every
+// Quantize: one CTA of 128 threads per group (layer, K|V, head, block), grid-stride, 7 or 8 CTAs
+// per SM. (A) the group's P tokens x head_dim are copied into shared memory with cp.async (issued
+// by the previous group's iteration once its words are in shared memory); (B) every
 // partition's min and max (channel partitions: paired half-precision min/max per (channel pair,
 // token slice), then across slices, NaN-propagating, so that a channel whose range is not finite
 // (or, for bf16, beyond fp16's) is scanned for its first invalid element; token partitions: each
@@ -56,9 +58,12 @@ using hack::Quant;
 
 constexpr int kThreads = 128;       // dequantize
 constexpr int kQuantThreads = 128;  // quantize
-// Resident quantize CTAs per SM the registers must allow (<= 64 registers). Measured on the H200
-// (docs/hack-gpu.md): many single-stage CTAs hide the staging latency better than fewer CTAs
-// that double-buffer (2 stages, 6 CTAs: 46.7 us; 1 stage, 8 CTAs: 40.4 us per Llama-8B chunk).
+// Resident quantize CTAs per SM the registers must allow: the general kernel's (<= 64
+// registers); the channel / round-to-nearest kernels take one fewer (<= 72 registers), which
+// they need to run without spills (docs/hack-gpu.md: 19.2 us per Llama-8B chunk, 21.3 us with
+// spills at 64). Many single-stage CTAs hide the staging latency better than fewer CTAs that
+// double-buffer (2 stages, 6 CTAs: 46.7 us; 1 stage, 8 CTAs: 40.4 us per Llama-8B chunk in the
+// fourth session; sixth session, kernel alone: 2 stages, 5 CTAs 22.9 us; 1 stage, 8 CTAs 20.5).
 constexpr int kQuantMinBlocks = 8;
 // |t - rint(t)| above this marks a code whose reciprocal-based rounding may differ from the
 // division's (NearestCode): 0.5 - 2^-19, twice the margin the error bound needs.
@@ -170,10 +175,12 @@ __device__ __forceinline__ void StoreScaleEntry(std::uint8_t* scales, std::uint6
   reinterpret_cast<std::uint32_t*>(scales)[index] = entry;
 }
 
-// Records partition `part`'s quantizer for the code pass and stores its scales entry.
+// Records partition `part`'s quantizer for the code pass and stores its scales entry. The
+// reciprocal of the scale (NearestCode's) only when `reciprocal`, 0 otherwise.
 __device__ __forceinline__ void SetQuant(float2* quants, float* scales, std::uint8_t* out,
-                                         std::uint64_t pbase, std::uint32_t part, Quant q) {
-  quants[part] = make_float2(q.min, q.scale > 0.0f ? 1.0f / q.scale : 0.0f);
+                                         std::uint64_t pbase, std::uint32_t part, Quant q,
+                                         bool reciprocal) {
+  quants[part] = make_float2(q.min, reciprocal && q.scale > 0.0f ? 1.0f / q.scale : 0.0f);
   scales[part] = q.scale;
   StoreScaleEntry(out, pbase + part, q);
 }
@@ -375,11 +382,11 @@ template <DType In>
 constexpr std::uint32_t kInfBits = In == DType::kFloat16 ? 0x7c00u : 0x7f80u;
 
 // t_k of partition quantizer q as bits of the input type (+Inf when no finite value reaches code
-// k: scale 0, or k = 3 when min + 2.5 scale rounds past the largest finite value). The estimate
-// min + (k - 1/2) scale rounded to the type is almost always t_k or a neighbour of it: a few steps
-// from it settle t_k (one code evaluation each), a bisection over all keys covers the rest.
+// k: scale 0, or k = 3 when min + 2.5 scale rounds past the largest finite value), by search: a
+// few steps from the estimate min + (k - 1/2) scale rounded to the type (one code evaluation
+// each), then a bisection over all keys. CodeThreshold's rare slow path.
 template <DType In>
-__device__ std::uint32_t CodeThreshold(Quant q, std::uint32_t k) {
+__device__ __noinline__ std::uint32_t CodeThresholdSearch(Quant q, std::uint32_t k) {
   if (!(q.scale > 0.0f)) return kInfBits<In>;
   // code(+Inf) = 3 >= k, so the least key with code >= k is at most inf_key.
   const std::uint32_t inf_key = Key16(kInfBits<In>), bottom = Key16(kInfBits<In> | 0x8000u) + 1;
@@ -407,6 +414,24 @@ __device__ std::uint32_t CodeThreshold(Quant q, std::uint32_t k) {
     }
   }
   return Unkey16(hi);
+}
+
+// t_K of partition quantizer q (scale > 0), as CodeThresholdSearch. The estimate's key e is t_K
+// or the key above it almost always (the estimate is the real boundary min + (K - 1/2) scale
+// rounded to the type): t_K = e when e reaches K and e - 1 does not, e + 1 when e + 1 reaches K
+// and e does not. Three code evaluations without branches decide both cases; anything else goes
+// to the search. (e - 1 is at least -Inf's key, which never reaches K.)
+template <DType In, std::uint32_t K>
+__device__ __forceinline__ std::uint32_t CodeThreshold(Quant q) {
+  const std::uint32_t inf_key = Key16(kInfBits<In>), bottom = Key16(kInfBits<In> | 0x8000u) + 1;
+  const auto reaches = [&](std::uint32_t key) {  // QuantizeNearest(x, q) >= K, division-free
+    return hack::NearestCodeAtLeast(BitsToValue<In>(Unkey16(key)), q, K);
+  };
+  std::uint32_t key = Key16(NearestBits<In>(q.min + (static_cast<float>(K) - 0.5f) * q.scale));
+  key = min(max(key, bottom), inf_key);
+  const bool below = reaches(key - 1), at = reaches(key), above = reaches(min(key + 1, inf_key));
+  if (below || !above) return CodeThresholdSearch<In>(q, K);
+  return Unkey16(at ? key : key + 1);
 }
 
 // The codes of the two elements of `x` against their thresholds (t1, t2, t3 in the same pair
@@ -504,11 +529,14 @@ __device__ void ChannelQuantizers(const HackQuantizeParams& p, const std::uint16
       hi = FixZero(hi, zs);
     }
     const Quant q = hack::PartitionQuant(lo, hi);
-    SetQuant(quants, scales, p.scales, pbase, d, q);
+    SetQuant(quants, scales, p.scales, pbase, d, q, /*reciprocal=*/false);
     if (p.stochastic == 0) {
-      for (std::uint32_t k = 1; k <= hack::kMaxCode; ++k) {
-        thresholds[(k - 1) * D + d] = static_cast<std::uint16_t>(CodeThreshold<In>(q, k));
-      }
+      const bool reached = q.scale > 0.0f;  // scale 0: every code is 0
+      thresholds[d] = static_cast<std::uint16_t>(reached ? CodeThreshold<In, 1>(q) : kInfBits<In>);
+      thresholds[D + d] =
+          static_cast<std::uint16_t>(reached ? CodeThreshold<In, 2>(q) : kInfBits<In>);
+      thresholds[2 * D + d] =
+          static_cast<std::uint16_t>(reached ? CodeThreshold<In, 3>(q) : kInfBits<In>);
     }
   }
 }
@@ -552,7 +580,7 @@ __device__ void TokenQuantizers(const HackQuantizeParams& p, const std::uint16_t
     zs = __shfl_sync(kFull, zs, zsrc);
     if (lane == seg_lane) {
       SetQuant(quants, scales, p.scales, pbase, t * G + cc * 8 / gs,
-               hack::PartitionQuant(FixZero(mn, zs), FixZero(mx, zs)));
+               hack::PartitionQuant(FixZero(mn, zs), FixZero(mx, zs)), /*reciprocal=*/true);
     }
   }
 }
@@ -599,7 +627,7 @@ __device__ void KWords(const HackQuantizeParams& p, const std::uint16_t* tile, s
       word = __byte_perm((acc[0] & 0xffffu) | (acc[0] >> 16), (acc[1] & 0xffffu) | (acc[1] >> 16),
                          0x5410);
     } else if (!ambiguous) {
-      const float2 q = quants[t * G + 16 * c / P];  // 16 | P: one partition per word
+      const float2 q = quants[t * G + ((16 * c) >> p_shift)];  // 16 | P: one partition per word
 #pragma unroll
       for (int i = 0; i < 16; ++i)
         word |= NearestCode(BitsToValue<In>(e[i]), q, ambiguous) << (2 * i);
@@ -689,9 +717,19 @@ __device__ void StoreGroup(const HackQuantizeParams& p, const GroupAt& g,
   }
 }
 
-template <DType In>
-__global__ void __launch_bounds__(kQuantThreads, kQuantMinBlocks)
-    HackQuantizeKernel(const HackQuantizeParams p) {
+// kDim 0: the general kernel (any head_dim, orientation and rounding). kDim 64, 128 or 256: the
+// kernel for channel partitions only (K in the channel orientation) with round-to-nearest and
+// that head_dim: the token-partition and stochastic paths fold away and every shared-memory
+// stride is a constant, so the hot loops are shorter and the kernel's code much smaller.
+template <DType In, std::uint32_t kDim>
+__global__ void __launch_bounds__(kQuantThreads, kDim == 0 ? kQuantMinBlocks : kQuantMinBlocks - 1)
+    HackQuantizeKernel(const HackQuantizeParams params) {
+  HackQuantizeParams p = params;
+  if constexpr (kDim != 0) {
+    p.layout.dim = kDim;
+    p.layout.orientation = hack::kOrientChannel;
+    p.stochastic = 0;
+  }
   extern __shared__ uint4 smem_raw[];
   auto* smem = reinterpret_cast<std::uint8_t*>(smem_raw);
   const Layout& lay = p.layout;
@@ -707,15 +745,15 @@ __global__ void __launch_bounds__(kQuantThreads, kQuantMinBlocks)
   const std::uint64_t items = groups + std::uint64_t{lay.layers} * 2 * lay.unquantized_tokens();
 
   GroupCursor cursor = StartCursor(lay, groups, blockIdx.x, gridDim.x);
+  if (blockIdx.x < groups) StageGroup(p, cursor.Group(lay).e_base, tile, rh);
   for (std::uint64_t item = blockIdx.x; item < items; item += gridDim.x, cursor.Advance(lay)) {
     if (item >= groups) {
       CopyTailRow<In>(p, item - groups);
       continue;
     }
     const GroupAt g = cursor.Group(lay);
-    StageGroup(p, g.e_base, tile, rh);
     internal::CpAsyncCommit();
-    internal::CpAsyncWait<0>();  // this thread's copies have landed
+    internal::CpAsyncWait<0>();  // this thread's copies of the group have landed
     const bool token_parts = g.kv == 0 && lay.orientation == hack::kOrientToken;
     if (token_parts) CheckStaged<In>(p, g.e_base, tile, rh);  // channel ones check their range
     __syncthreads();
@@ -737,8 +775,14 @@ __global__ void __launch_bounds__(kQuantThreads, kQuantMinBlocks)
     }
     __syncthreads();
 
+    // The stage is free: the next group's copies fly while this one's words are stored.
+    if (item + gridDim.x < groups) {
+      GroupCursor next = cursor;
+      next.Advance(lay);
+      StageGroup(p, next.Group(lay).e_base, tile, rh);
+    }
     StoreGroup(p, g, words);
-    __syncthreads();  // the next group overwrites the stage, the quantizers and the words
+    __syncthreads();  // the next group rewrites the quantizers and the words
   }
 }
 
@@ -854,7 +898,7 @@ cudaError_t LaunchGridStride(Kernel kernel, const Params& params, std::uint64_t 
   return cudaLaunchKernelEx(&config, kernel, params);
 }
 
-std::atomic<std::size_t> g_quant_smem[2][kMaxDevices];
+std::atomic<std::size_t> g_quant_smem[8][kMaxDevices];  // [dtype][kernel kind]
 std::atomic<std::size_t> g_dequant_smem[3][kMaxDevices];
 
 bool Aligned(const void* p, std::uintptr_t n) {
@@ -975,9 +1019,22 @@ std::size_t HackQuantizeSharedBytes(const hack::Layout& layout) {
 template <DType In>
 cudaError_t LaunchHackQuantize(const HackQuantizeParams& params, cudaStream_t stream) {
   static_assert(In == DType::kFloat16 || In == DType::kBFloat16);
-  const int slot = In == DType::kFloat16 ? 0 : 1;
-  return LaunchGridStride(HackQuantizeKernel<In>, params, Items(params.layout), kQuantThreads,
-                          HackQuantizeSharedBytes(params.layout), g_quant_smem[slot], stream);
+  const std::uint32_t dim = params.layout.dim;
+  const bool channel_nearest =
+      params.stochastic == 0 && params.layout.orientation == hack::kOrientChannel;
+  const int kind = !channel_nearest ? 0 : dim == 64 ? 1 : dim == 128 ? 2 : dim == 256 ? 3 : 0;
+  const auto launch = [&](auto kernel) {
+    return LaunchGridStride(kernel, params, Items(params.layout), kQuantThreads,
+                            HackQuantizeSharedBytes(params.layout),
+                            g_quant_smem[(In == DType::kFloat16 ? 0 : 4) + kind], stream);
+  };
+  if (dim != 64 && dim != 128 && dim != 256) return cudaErrorInvalidValue;
+  switch (kind) {
+    case 1: return launch(HackQuantizeKernel<In, 64>);
+    case 2: return launch(HackQuantizeKernel<In, 128>);
+    case 3: return launch(HackQuantizeKernel<In, 256>);
+    default: return launch(HackQuantizeKernel<In, 0>);
+  }
 }
 
 template cudaError_t LaunchHackQuantize<DType::kFloat16>(const HackQuantizeParams&, cudaStream_t);

@@ -1,6 +1,6 @@
 // lm_server: bytes from one client connection to a real in-process lm:// listener (LMCache's
-// protocol, TCP loopback, host tier only). The listener must close the connection once the client
-// has half-closed, whatever was sent.
+// protocol, TCP loopback, a 32 KiB host tier emptied after every input). The listener must close
+// the connection once the client has half-closed, whatever was sent.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -21,8 +21,7 @@ namespace kvdepot::fuzz {
 namespace {
 
 struct LmDaemon {
-  daemon::HostTier host{
-      daemon::HostTierOptions::With(16u << 20, daemon::EvictionPolicy::kSieve, 4)};
+  daemon::HostTier host{FuzzTierOptions()};
   daemon::Store store{host, nullptr};
   std::unique_ptr<daemon::LmServer> server;
 
@@ -79,6 +78,7 @@ int FuzzLmServer(const std::uint8_t* data, std::size_t size) {
   const linger l{1, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
   ::close(fd);
+  EmptyTier(d->host);
   if (!closed) __builtin_trap();  // the listener must close a half-closed connection
   return 0;
 }

@@ -1,7 +1,8 @@
 // server: bytes from one client connection to a real in-process kvdepot Server (native protocol,
-// Unix socket, host tier only, in a shared arena), with the largest key limit the configuration allows and a small
-// output limit (so that backpressure pauses are reached). Every complete response frame must be a
-// valid response header; the server must close the connection once the client has half-closed.
+// Unix socket, a 32 KiB host tier in a shared arena, emptied after every input), with the largest
+// key limit the configuration allows and a small output limit (so that backpressure pauses are
+// reached). Every complete response frame must be a valid response header; the server must close
+// the connection once the client has half-closed.
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -23,8 +24,7 @@ namespace {
 struct Daemon {
   std::string path;
   protocol::Limits limits;
-  daemon::HostTier host{
-      daemon::HostTierOptions::With(16u << 20, daemon::EvictionPolicy::kSieve, 4)};
+  daemon::HostTier host{FuzzTierOptions()};
   daemon::Store store{host, nullptr};
   std::unique_ptr<daemon::Server> server;
 
@@ -69,6 +69,7 @@ int FuzzServer(const std::uint8_t* data, std::size_t size) {
   const bool closed = Exchange(fd, std::span(reinterpret_cast<const std::byte*>(data), size),
                                std::chrono::seconds(10), out);
   ::close(fd);
+  EmptyTier(d->host);
   if (!closed) __builtin_trap();  // the server must close a half-closed connection
   protocol::Limits any;
   any.max_body_bytes = 0xffffffffu;

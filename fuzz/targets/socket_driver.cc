@@ -9,6 +9,15 @@
 
 namespace kvdepot::fuzz {
 
+daemon::HostTierOptions FuzzTierOptions() {
+  return daemon::HostTierOptions::With(kFuzzTierBytes, daemon::EvictionPolicy::kSieve, 4);
+}
+
+void EmptyTier(daemon::HostTier& tier) {
+  (void)tier.SetCapacity(1);  // evicts everything not in use
+  (void)tier.SetCapacity(kFuzzTierBytes);
+}
+
 bool Exchange(int fd, std::span<const std::byte> input, std::chrono::milliseconds timeout,
               std::vector<std::byte>& output) {
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);

@@ -8,7 +8,19 @@
 #include <span>
 #include <vector>
 
+#include "kvdepot/daemon/host_tier.h"
+
 namespace kvdepot::fuzz {
+
+// The host tier the socket targets give their server: small enough that one input (at most
+// 64 KiB with the campaigns' -max_len) can fill it and reach eviction.
+inline constexpr std::uint64_t kFuzzTierBytes = 32u << 10;
+daemon::HostTierOptions FuzzTierOptions();
+
+// Empties `tier` after an input, so that every input starts from the same empty store (coverage
+// then follows the input, not what earlier inputs left behind). Values a connection still holds
+// (the server may not have released them yet) stay.
+void EmptyTier(daemon::HostTier& tier);
 
 // Returns false when the server neither read the input nor closed within `timeout`.
 bool Exchange(int fd, std::span<const std::byte> input, std::chrono::milliseconds timeout,

@@ -91,8 +91,9 @@ struct HackQuantizeParams {
 
 // Enqueues the quantize kernel (grid: SM count x occupancy CTAs of 128 threads, grid-stride over
 // groups then tail rows; dynamic shared memory HackQuantizeSharedBytes(layout)) and returns the
-// launch error. Defined (explicitly instantiated) ONLY for In in {fp16, bf16}; prefer
-// EnqueueQuantizeHack, which validates and dispatches.
+// launch error (cudaErrorInvalidValue for a head_dim outside {64, 128, 256}). Defined
+// (explicitly instantiated) ONLY for In in {fp16, bf16}; prefer EnqueueQuantizeHack, which
+// validates and dispatches.
 template <DType In>
 cudaError_t LaunchHackQuantize(const HackQuantizeParams& params, cudaStream_t stream);
 std::size_t HackQuantizeSharedBytes(const hack::Layout& layout);

@@ -151,8 +151,9 @@ TEST(NoDeviceHackGpu, ArgumentErrorsBeforeTouchingTheDevice) {
 TEST(HackGpu, QuantizeMatchesTheCpuOnAwkwardShapes) {
   KVD_REQUIRE_GPU();
   std::uint64_t seed = 100;
+  // Every head_dim and dtype: each (dtype, head_dim) has its own kernel for the default options.
   for (std::uint32_t tokens : {1u, 63u, 64u, 65u, 1000u}) {
-    for (std::uint32_t dim : {64u, 128u}) {
+    for (std::uint32_t dim : {64u, 128u, 256u}) {
       for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
         const KvTensor t = Synth({2, tokens, 2, dim}, dtype, seed++);
         for (HackRounding rounding : {HackRounding::kNearest, HackRounding::kStochastic}) {

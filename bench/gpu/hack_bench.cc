@@ -5,9 +5,11 @@
 //  * causal prefill over 1K and 4K prompts (same heads), reported against torch SDPA bf16 by
 //    bench/gpu/torch_sdpa.py;
 //  * quantize and dequantize of Llama-3.1-8B and 70B-shaped chunks [32|80, 2, 256, 8, 128] fp16:
-//    one synchronous call per rep (launch to finish), and "-stream": 8 calls enqueued back to back
+//    one synchronous call per rep (launch to finish); "-stream": 8 calls enqueued back to back
 //    on one stream per rep (as an engine streams chunks; the launch of one call overlaps the
-//    kernel of the previous), reported per call.
+//    kernel of the previous), reported per call; "-batch" (quantize): one
+//    EnqueueQuantizeHackBatch of 8 chunks per rep (as an engine stores a prompt's chunks),
+//    reported per chunk.
 //
 // Inputs are random (never zero); every variant rotates over enough copies of its inputs that the
 // copies together are at least 3x the L2 size (and at least 2), so no rep reads what the previous
@@ -22,7 +24,8 @@
 //
 // Usage: kvdepot_hack_bench [--json FILE] [--reps N] [--warmup N] [--device N]
 //                           [--only decode|prefill|quantize|dequantize] [--lengths 4096,...]
-//                           [--batches 1,16]
+//                           [--batches 1,16] [--prefill-lengths 1024,...]
+//                           [--codec-layers 32,80]
 // Exit status: 0 ok, 1 error or mismatch, 2 no GPU, 64 bad usage.
 #include <cuda_runtime_api.h>
 
@@ -70,6 +73,7 @@ struct Options : bench::CommonOptions {
   std::vector<std::uint32_t> lengths = {4096, 32768, 131072};
   std::vector<std::uint32_t> batches = {1, 16};
   std::vector<std::uint32_t> prefill_lengths = {1024, 4096};
+  std::vector<std::uint32_t> codec_layers = {32, 80};  // quantize / dequantize chunk layers
 };
 
 struct Row {
@@ -398,9 +402,11 @@ KvTensor RandomChunk(std::uint32_t layers, std::uint64_t seed) {
 }
 
 // `calls` quantize / dequantize calls per timed rep (1: synchronous; more: streamed), over
-// rotating inputs; the reported time is per call.
+// rotating inputs, or (`batch`, quantize only) one EnqueueQuantizeHackBatch of `calls` chunks,
+// each with its own input and sections; the reported time is per chunk.
 Result<Row> MeasureCodec(bool quantize, std::uint32_t layers, bool stochastic, std::uint32_t calls,
-                         const DeviceInfo& info, cudaStream_t stream, const Options& opt) {
+                         bool batch, const DeviceInfo& info, cudaStream_t stream,
+                         const Options& opt) {
   const KvTensor t = RandomChunk(layers, 31 + layers);
   HackOptions o;
   if (stochastic) {
@@ -412,12 +418,14 @@ Result<Row> MeasureCodec(bool quantize, std::uint32_t layers, bool stochastic, s
   const std::uint64_t o1 = Align256(sb.codes), o2 = o1 + Align256(sb.scales),
                       o3 = o2 + Align256(sb.sums), sec_bytes = o3 + Align256(sb.tail) + 256;
   const std::uint64_t in_bytes = t.data.size();
-  const int sets = SetsFor(quantize ? in_bytes : sec_bytes, info.l2_bytes);
-  // quantize: `sets` inputs, one set of sections; dequantize: `sets` section sets, one output.
+  const int sets = std::max(SetsFor(quantize ? in_bytes : sec_bytes, info.l2_bytes),
+                            batch ? static_cast<int>(calls) : 1);
+  // quantize: `sets` inputs, one set of sections (a batch: one per chunk); dequantize: `sets`
+  // section sets, one output.
+  const int out_sets = quantize ? (batch ? static_cast<int>(calls) : 1) : sets;
   KVD_ASSIGN_OR_RETURN(DeviceBuffer tensors,
                        DeviceBuffer::Allocate((quantize ? sets : 1) * in_bytes));
-  KVD_ASSIGN_OR_RETURN(DeviceBuffer sections,
-                       DeviceBuffer::Allocate((quantize ? 1 : sets) * sec_bytes));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer sections, DeviceBuffer::Allocate(out_sets * sec_bytes));
   KVD_ASSIGN_OR_RETURN(DeviceBuffer err, DeviceBuffer::Allocate(sizeof(unsigned long long)));
   auto sec = [&](int s) {
     std::uint8_t* b = sections.as<std::uint8_t>() + std::uint64_t(s) * sec_bytes;
@@ -443,6 +451,15 @@ Result<Row> MeasureCodec(bool quantize, std::uint32_t layers, bool stochastic, s
       Time(
           opt, sets, stream,
           [&](int s0) -> Status {
+            if (batch) {
+              std::vector<HackQuantizeChunk> chunks(calls);
+              for (std::uint32_t c = 0; c < calls; ++c) {
+                const int s = static_cast<int>((s0 + c) % static_cast<std::uint32_t>(sets));
+                chunks[c] = {tensors.as<std::uint8_t>() + std::uint64_t(s) * in_bytes,
+                             sec(static_cast<int>(c)), o.seed};
+              }
+              return EnqueueQuantizeHackBatch(t.dtype, t.shape, o, chunks, e, stream);
+            }
             for (std::uint32_t c = 0; c < calls; ++c) {
               const int s = static_cast<int>((s0 + c) % static_cast<std::uint32_t>(sets));
               if (quantize) {
@@ -459,6 +476,7 @@ Result<Row> MeasureCodec(bool quantize, std::uint32_t layers, bool stochastic, s
             return Status::Ok();
           },
           [&]() -> Status {
+            if (batch) return FinishQuantizeHackBatch(t.shape, e, stream);
             if (quantize) return FinishQuantizeHack(t.shape, e, stream);
             KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "sync");
             return Status::Ok();
@@ -466,8 +484,8 @@ Result<Row> MeasureCodec(bool quantize, std::uint32_t layers, bool stochastic, s
   // Verify against the CPU byte for byte.
   KVD_ASSIGN_OR_RETURN(std::vector<std::byte> cpu, EncodeHack(t.view(), o));
   KVD_ASSIGN_OR_RETURN(ContainerView view, ParseContainer(cpu));
-  if (quantize) {
-    const HackDeviceSections w = sec(0);
+  for (int out = 0; quantize && out < out_sets; ++out) {
+    const HackDeviceSections w = sec(out);
     const std::pair<SectionKind, const void*> parts[] = {{SectionKind::kCodes, w.codes},
                                                          {SectionKind::kScales, w.scales},
                                                          {SectionKind::kSums, w.sums}};
@@ -478,10 +496,12 @@ Result<Row> MeasureCodec(bool quantize, std::uint32_t layers, bool stochastic, s
                                "download");
       if (std::memcmp(got.data(), sv->bytes.data(), got.size()) != 0) {
         return Internal(std::string("verify: GPU quantize differs from EncodeHack in section ") +
-                        std::string(SectionKindName(static_cast<std::uint32_t>(kind))));
+                        std::string(SectionKindName(static_cast<std::uint32_t>(kind))) +
+                        " (output " + std::to_string(out) + ")");
       }
     }
-  } else {
+  }
+  if (!quantize) {
     KVD_ASSIGN_OR_RETURN(HackChunk chunk, UnpackHack(view));
     const KvTensor want = DequantizeHack(chunk, t.dtype);
     std::vector<std::byte> got(in_bytes);
@@ -492,7 +512,9 @@ Result<Row> MeasureCodec(bool quantize, std::uint32_t layers, bool stochastic, s
   for (double& u : us) u /= calls;
   Row row;
   row.op = std::string(quantize ? "quantize" : "dequantize") + (stochastic ? "-stoch" : "") +
-           (calls > 1 ? "-stream" : "");
+           (batch       ? "-batch"
+            : calls > 1 ? "-stream"
+                        : "");
   row.batch = 1;
   row.tokens = 256;
   row.shape = t.shape.ToString();
@@ -500,7 +522,9 @@ Result<Row> MeasureCodec(bool quantize, std::uint32_t layers, bool stochastic, s
   row.min_us = *std::min_element(us.begin(), us.end());
   row.bytes = in_bytes + sb.codes + sb.scales + sb.sums + sb.tail;
   row.gbps = static_cast<double>(row.bytes) / (row.median_us * 1e3);
-  row.config = calls > 1 ? std::to_string(calls) + " calls" : "";
+  row.config = batch       ? std::to_string(calls) + " chunks, one call"
+               : calls > 1 ? std::to_string(calls) + " calls"
+                           : "";
   return row;
 }
 
@@ -508,7 +532,8 @@ int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--json FILE] [--reps N (>= 50, default 100)] [--warmup N (default 5)] "
                "[--device N] [--only decode|prefill|quantize|dequantize] "
-               "[--lengths 4096,32768,131072] [--batches 1,16] [--prefill-lengths 1024,4096]\n",
+               "[--lengths 4096,32768,131072] [--batches 1,16] [--prefill-lengths 1024,4096] "
+               "[--codec-layers 32,80]\n",
                argv0);
   return 64;
 }
@@ -521,6 +546,7 @@ int Main(int argc, char** argv) {
     if (flag == "--lengths") return bench::ParseUintList(v, opt.lengths, 64, 1 << 20);
     if (flag == "--batches") return bench::ParseUintList(v, opt.batches, 1, 256);
     if (flag == "--prefill-lengths") return bench::ParseUintList(v, opt.prefill_lengths, 64, 65536);
+    if (flag == "--codec-layers") return bench::ParseUintList(v, opt.codec_layers, 1, 128);
     if (flag != "--only") return false;
     opt.only = v;
     return opt.only == "decode" || opt.only == "prefill" || opt.only == "quantize" ||
@@ -590,14 +616,19 @@ int Main(int argc, char** argv) {
   for (bool quantize : {true, false}) {
     if (!all && opt.only != (quantize ? "quantize" : "dequantize")) continue;
     for (std::uint32_t calls : {1u, 8u}) {
-      for (std::uint32_t layers : {32u, 80u}) {
-        report(MeasureCodec(quantize, layers, false, calls, *info, stream->get(), opt),
+      for (std::uint32_t layers : opt.codec_layers) {
+        report(MeasureCodec(quantize, layers, false, calls, false, *info, stream->get(), opt),
                std::string(quantize ? "quantize" : "dequantize") + " layers " +
                    std::to_string(layers) + " calls " + std::to_string(calls));
       }
     }
     if (quantize) {
-      report(MeasureCodec(true, 32, true, 1, *info, stream->get(), opt), "quantize stochastic");
+      for (std::uint32_t layers : opt.codec_layers) {
+        report(MeasureCodec(true, layers, false, 8, true, *info, stream->get(), opt),
+               "quantize batch layers " + std::to_string(layers));
+      }
+      report(MeasureCodec(true, 32, true, 1, false, *info, stream->get(), opt),
+             "quantize stochastic");
     }
   }
   return bench::CloseJson(kName, opt, start, rc);

@@ -4,8 +4,9 @@
 // {general, channel partitions with round-to-nearest at head_dim 64, 128, 256}
 // (HackQuantizeKernel's kDim), dequantize Out {fp16, bf16, fp32}.
 //
-// Quantize: one CTA of 128 threads per group (layer, K|V, head, block), grid-stride, 7 or 8 CTAs
-// per SM. (A) the group's P tokens x head_dim are copied into shared memory with cp.async (issued
+// Quantize: one launch for 1 .. kHackQuantizeMaxChunks chunks of one shape (their descriptors in
+// the __grid_constant__ parameters); one CTA of 128 threads per group (chunk, layer, K|V, head,
+// block), grid-stride over every chunk's groups, 7 or 8 CTAs per SM. (A) the group's P tokens x head_dim are copied into shared memory with cp.async (issued
 // by the previous group's iteration once its words are in shared memory); (B) every
 // partition's min and max (channel partitions: paired half-precision min/max per (channel pair,
 // token slice), then across slices, NaN-propagating, so that a channel whose range is not finite
@@ -33,6 +34,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -197,18 +199,44 @@ __device__ __forceinline__ std::uint32_t NearestCode(float x, float2 q, bool& am
   return min(__float2uint_rz(r), hack::kMaxCode);
 }
 
-// The exact code of element x of partition `part` (hack_format.h's functions).
-__device__ __forceinline__ std::uint32_t ExactCode(const HackQuantizeParams& p, float x,
-                                                   const float2* quants, const float* scales,
-                                                   std::uint32_t part, std::uint64_t index) {
+// What the quantize kernel's helpers see: the launch (its parameters stay in the constant bank),
+// the layout with the specialised kernels' constants folded in, and the chunk being quantized.
+struct QuantCtx {
+  const HackQuantizeParams& launch;
+  Layout layout;
+  std::uint32_t stochastic;
+  std::uint32_t chunk = 0;
+  // Stochastic rounding: the chunk's generator state for element 0 (seed + kStochasticStep);
+  // element i's is state0 + i * kStochasticStep (hack::StochasticUniform).
+  std::uint64_t state0 = 0;
+
+  __device__ const HackQuantizeChunk& c() const { return launch.chunks[chunk]; }
+  __device__ const void* input() const { return c().input; }
+  __device__ std::uint8_t* codes() const { return c().out.codes; }
+  __device__ std::uint8_t* scales() const { return c().out.scales; }
+  __device__ std::uint8_t* sums() const { return c().out.sums; }
+  __device__ void* tail() const { return c().out.tail; }
+  __device__ unsigned long long* error() const { return launch.error; }
+  // The error key's index of flat index `i` of the chunk: chunk * elements per chunk + i
+  // (computed only when an invalid element is reported, so it holds no register).
+  __device__ std::uint64_t ErrorIndex(std::uint64_t i) const {
+    return chunk * layout.element_index(layout.layers, 0, 0, 0, 0) + i;
+  }
+};
+
+// The exact code of element x of partition `part` (hack_format.h's functions); `state` is the
+// stochastic generator's state for the element (QuantCtx::state0 + index * kStochasticStep).
+__device__ __forceinline__ std::uint32_t ExactCode(const QuantCtx& p, float x, const float2* quants,
+                                                   const float* scales, std::uint32_t part,
+                                                   std::uint64_t state) {
   const Quant q{scales[part], quants[part].x};
-  return p.stochastic != 0 ? hack::QuantizeStochastic(x, q, hack::StochasticUniform(p.seed, index))
+  return p.stochastic != 0 ? hack::QuantizeStochastic(x, q, hack::StochasticUniformOfState(state))
                            : hack::QuantizeNearest(x, q);
 }
 
 // Copies tail row (layer, kv, u) of the input into the tail section, checking its elements.
 template <DType In>
-__device__ void CopyTailRow(const HackQuantizeParams& p, std::uint64_t row) {
+__device__ void CopyTailRow(const QuantCtx& p, std::uint64_t row) {
   const Layout& lay = p.layout;
   const std::uint32_t U = lay.unquantized_tokens();
   const auto u = static_cast<std::uint32_t>(row % U);
@@ -218,26 +246,28 @@ __device__ void CopyTailRow(const HackQuantizeParams& p, std::uint64_t row) {
   const std::uint64_t src = lay.element_index(layer, kv, lay.unquantized_token(u), 0, 0);
   const std::uint64_t dst = lay.unquantized_offset(layer, kv, u, 0, 0);
   const std::uint32_t chunks = lay.heads * lay.dim / 8;
-  const uint4* in = reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(p.input) + src);
-  uint4* out = reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.tail) + dst);
+  const uint4* in =
+      reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(p.input()) + src);
+  uint4* out = reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.tail()) + dst);
   for (std::uint32_t c = threadIdx.x; c < chunks; c += kQuantThreads) {
     const uint4 v = __ldg(in + c);
     const std::uint32_t bad =
         InvalidMask<In>(v.x) | InvalidMask<In>(v.y) | InvalidMask<In>(v.z) | InvalidMask<In>(v.w);
-    if (bad != 0) ReportInvalid<In>(p.error, src + std::uint64_t{c} * 8, v);
+    if (bad != 0) ReportInvalid<In>(p.error(), p.ErrorIndex(src + std::uint64_t{c} * 8), v);
     out[c] = v;
   }
 }
 
-// A quantized group (layer, kv, head, block) and the flat index of its first element.
+// A quantized group (chunk, layer, kv, head, block) and the flat index of its first element in
+// its chunk.
 struct GroupAt {
-  std::uint32_t layer, kv, head, block;
+  std::uint32_t chunk, layer, kv, head, block;
   std::uint64_t e_base;
 };
 
+// The group of index (lk * H + head) * B + block, where lk = (chunk * layers + layer) * 2 + kv.
 template <typename Index>
 __device__ __forceinline__ GroupAt LocateGroupAs(const Layout& lay, Index item) {
-  // Group index ((layer * 2 + kv) * H + head) * B + block.
   GroupAt g;
   const Index B = lay.blocks(), H = lay.heads;
   const Index rest = item / B;
@@ -245,7 +275,9 @@ __device__ __forceinline__ GroupAt LocateGroupAs(const Layout& lay, Index item) 
   const Index lk = rest / H;
   g.head = static_cast<std::uint32_t>(rest - lk * H);
   g.kv = static_cast<std::uint32_t>(lk & 1u);
-  g.layer = static_cast<std::uint32_t>(lk >> 1);
+  const Index layer = lk >> 1;  // counting the chunks' layers one after another
+  g.chunk = static_cast<std::uint32_t>(layer / lay.layers);
+  g.layer = static_cast<std::uint32_t>(layer - Index{g.chunk} * lay.layers);
   g.e_base = lay.element_index(g.layer, g.kv, lay.sinks + g.block * lay.partition, g.head, 0);
   return g;
 }
@@ -256,23 +288,44 @@ __device__ __forceinline__ GroupAt LocateGroup(const Layout& lay, std::uint64_t 
                              : LocateGroupAs(lay, item);
 }
 
-// A CTA's grid-stride walk over the groups without a division per group: the group index's
-// digits (lk = layer * 2 + kv, head, block) and the stride's, added with carries.
-struct GroupCursor {
-  std::uint32_t block = 0, head = 0, lk = 0;
-  std::uint32_t step_block = 0, step_head = 0, step_lk = 0;
+// The grid stride (gridDim.x groups) as group-index digits, computed on the host (GridStrideOf) so
+// that they stay in the constant bank rather than in registers.
+struct GroupStride {
+  std::uint32_t block, head, lk, chunk;
+};
 
-  __device__ void Advance(const Layout& lay) {
-    block += step_block;
+GroupStride GridStrideOf(const Layout& lay, unsigned blocks) {
+  GroupStride s{};
+  const std::uint32_t B = lay.blocks(), H = lay.heads, LK = 2 * lay.layers;
+  if (B == 0 || H == 0 || LK == 0) return s;
+  s.block = blocks % B;
+  s.head = blocks / B % H;
+  s.lk = blocks / B / H % LK;
+  s.chunk = blocks / B / H / LK;
+  return s;
+}
+
+// A CTA's grid-stride walk over the groups of all chunks without a division per group: the group
+// index's digits (chunk, lk = layer * 2 + kv, head, block), to which the stride's are added with
+// carries.
+struct GroupCursor {
+  std::uint32_t block = 0, head = 0, lk = 0, chunk = 0;
+
+  __device__ void Advance(const Layout& lay, const GroupStride& step) {
+    block += step.block;
     const std::uint32_t carry_block = block >= lay.blocks() ? 1u : 0u;
     block -= carry_block * lay.blocks();
-    head += step_head + carry_block;
+    head += step.head + carry_block;
     const std::uint32_t carry_head = head >= lay.heads ? 1u : 0u;
     head -= carry_head * lay.heads;
-    lk += step_lk + carry_head;
+    lk += step.lk + carry_head;
+    const std::uint32_t carry_lk = lk >= 2 * lay.layers ? 1u : 0u;
+    lk -= carry_lk * 2 * lay.layers;
+    chunk += step.chunk + carry_lk;
   }
   __device__ GroupAt Group(const Layout& lay) const {
     GroupAt g;
+    g.chunk = chunk;
     g.layer = lk >> 1;
     g.kv = lk & 1u;
     g.head = head;
@@ -282,32 +335,29 @@ struct GroupCursor {
   }
 };
 
-// The cursor at group `first`, stepping by `stride` groups (digits only when there are groups).
+// The cursor at group `first` (digits only when there are groups).
 __device__ __forceinline__ GroupCursor StartCursor(const Layout& lay, std::uint64_t groups,
-                                                   std::uint32_t first, std::uint32_t stride) {
+                                                   std::uint32_t first) {
   GroupCursor c;
-  if (groups == 0) return c;
+  if (first >= groups) return c;
   const GroupAt g = LocateGroup(lay, first);
   c.block = g.block;
   c.head = g.head;
   c.lk = g.layer * 2 + g.kv;
-  const GroupAt s = LocateGroup(lay, stride);
-  c.step_block = s.block;
-  c.step_head = s.head;
-  c.step_lk = s.layer * 2 + s.kv;
+  c.chunk = g.chunk;
   return c;
 }
 
 // Starts the asynchronous copy of a group's P rows of D elements into `tile` (16 bytes per
 // copy; chunk c = tid + k * kQuantThreads, the chunks CheckStaged later reads back).
-__device__ __forceinline__ void StageGroup(const HackQuantizeParams& p, std::uint64_t e_base,
+__device__ __forceinline__ void StageGroup(const QuantCtx& p, std::uint64_t e_base,
                                            std::uint16_t* tile, std::uint32_t rh) {
   const Layout& lay = p.layout;
   const std::uint32_t row_shift = Log2(lay.dim / 8);               // chunks per row: 8, 16 or 32
   const std::uint32_t rows_per_pass = kQuantThreads >> row_shift;  // chunk c + kQuantThreads
   const std::uint32_t t0 = threadIdx.x >> row_shift, cc = threadIdx.x & ((1u << row_shift) - 1u);
   const std::uint64_t src_step = std::uint64_t{rows_per_pass} * lay.heads * lay.dim;
-  const auto* src = static_cast<const std::uint16_t*>(p.input) + e_base +
+  const auto* src = static_cast<const std::uint16_t*>(p.input()) + e_base +
                     std::uint64_t{t0} * lay.heads * lay.dim + cc * 8;
   std::uint32_t dst = internal::SharedAddress(tile + t0 * rh + cc * 8);
   for (std::uint32_t t = t0; t < lay.partition; t += rows_per_pass) {
@@ -319,7 +369,7 @@ __device__ __forceinline__ void StageGroup(const HackQuantizeParams& p, std::uin
 
 // Checks the elements this thread staged (after its copies have landed).
 template <DType In>
-__device__ __forceinline__ void CheckStaged(const HackQuantizeParams& p, std::uint64_t e_base,
+__device__ __forceinline__ void CheckStaged(const QuantCtx& p, std::uint64_t e_base,
                                             const std::uint16_t* tile, std::uint32_t rh) {
   const Layout& lay = p.layout;
   const std::uint32_t row_shift = Log2(lay.dim / 8);
@@ -330,7 +380,8 @@ __device__ __forceinline__ void CheckStaged(const HackQuantizeParams& p, std::ui
     const std::uint32_t bad =
         InvalidMask<In>(v.x) | InvalidMask<In>(v.y) | InvalidMask<In>(v.z) | InvalidMask<In>(v.w);
     if (bad != 0) {
-      ReportInvalid<In>(p.error, e_base + t * std::uint64_t{lay.heads} * lay.dim + cc * 8, v);
+      ReportInvalid<In>(p.error(),
+                        p.ErrorIndex(e_base + t * std::uint64_t{lay.heads} * lay.dim + cc * 8), v);
     }
   }
 }
@@ -419,8 +470,9 @@ __device__ __noinline__ std::uint32_t CodeThresholdSearch(Quant q, std::uint32_t
 // t_K of partition quantizer q (scale > 0), as CodeThresholdSearch. The estimate's key e is t_K
 // or the key above it almost always (the estimate is the real boundary min + (K - 1/2) scale
 // rounded to the type): t_K = e when e reaches K and e - 1 does not, e + 1 when e + 1 reaches K
-// and e does not. Three code evaluations without branches decide both cases; anything else goes
-// to the search. (e - 1 is at least -Inf's key, which never reaches K.)
+// and e does not. Two code evaluations decide both cases (e, then e - 1 or e + 1; reaching K is
+// monotone in the key); anything else goes to the search. (e - 1 is at least -Inf's key, which
+// never reaches K; +Inf's key always does.)
 template <DType In, std::uint32_t K>
 __device__ __forceinline__ std::uint32_t CodeThreshold(Quant q) {
   const std::uint32_t inf_key = Key16(kInfBits<In>), bottom = Key16(kInfBits<In> | 0x8000u) + 1;
@@ -429,8 +481,8 @@ __device__ __forceinline__ std::uint32_t CodeThreshold(Quant q) {
   };
   std::uint32_t key = Key16(NearestBits<In>(q.min + (static_cast<float>(K) - 0.5f) * q.scale));
   key = min(max(key, bottom), inf_key);
-  const bool below = reaches(key - 1), at = reaches(key), above = reaches(min(key + 1, inf_key));
-  if (below || !above) return CodeThresholdSearch<In>(q, K);
+  const bool at = reaches(key);
+  if (at == reaches(at ? key - 1 : min(key + 1, inf_key))) return CodeThresholdSearch<In>(q, K);
   return Unkey16(at ? key : key + 1);
 }
 
@@ -471,14 +523,13 @@ __device__ std::uint32_t FirstZero(const std::uint16_t* first, std::uint32_t str
 // Reports the first invalid element of a channel (P elements `stride` apart in the tile; flat
 // indices e0 + t * heads * dim), as CheckStaged would.
 template <DType In>
-__device__ void ReportFirstInvalid(const HackQuantizeParams& p, std::uint64_t e0,
-                                   const std::uint16_t* first, std::uint32_t stride,
-                                   std::uint32_t n) {
+__device__ void ReportFirstInvalid(const QuantCtx& p, std::uint64_t e0, const std::uint16_t* first,
+                                   std::uint32_t stride, std::uint32_t n) {
   const std::uint64_t row_step = std::uint64_t{p.layout.heads} * p.layout.dim;
   for (std::uint32_t t = 0; t < n; ++t) {
     const std::uint32_t bits = first[t * stride];
     if ((InvalidMask<In>(bits) & 0x8000u) != 0) {
-      atomicMin(p.error, InvalidKey<In>(e0 + t * row_step, bits));
+      atomicMin(p.error(), InvalidKey<In>(p.ErrorIndex(e0 + t * row_step), bits));
       return;
     }
   }
@@ -491,8 +542,8 @@ __device__ void ReportFirstInvalid(const HackQuantizeParams& p, std::uint64_t e0
 // beyond fp16's range holds an element hack-int2 rejects, and that channel is scanned for its
 // first one.
 template <DType In>
-__device__ void ChannelQuantizers(const HackQuantizeParams& p, const std::uint16_t* tile,
-                                  std::uint32_t rh, uint2* red, float2* quants, float* scales,
+__device__ void ChannelQuantizers(const QuantCtx& p, const std::uint16_t* tile, std::uint32_t rh,
+                                  uint2* red, float2* quants, float* scales,
                                   std::uint16_t* thresholds, std::uint64_t pbase,
                                   std::uint64_t e_base) {
   const Layout& lay = p.layout;
@@ -529,7 +580,7 @@ __device__ void ChannelQuantizers(const HackQuantizeParams& p, const std::uint16
       hi = FixZero(hi, zs);
     }
     const Quant q = hack::PartitionQuant(lo, hi);
-    SetQuant(quants, scales, p.scales, pbase, d, q, /*reciprocal=*/false);
+    SetQuant(quants, scales, p.scales(), pbase, d, q, /*reciprocal=*/false);
     if (p.stochastic == 0) {
       const bool reached = q.scale > 0.0f;  // scale 0: every code is 0
       thresholds[d] = static_cast<std::uint16_t>(reached ? CodeThreshold<In, 1>(q) : kInfBits<In>);
@@ -545,9 +596,8 @@ __device__ void ChannelQuantizers(const HackQuantizeParams& p, const std::uint16
 // contiguous in a staged row; a thread per 8-element chunk, reduced over the gs / 8 lanes of a
 // partition.
 template <DType In>
-__device__ void TokenQuantizers(const HackQuantizeParams& p, const std::uint16_t* tile,
-                                std::uint32_t rh, float2* quants, float* scales,
-                                std::uint64_t pbase) {
+__device__ void TokenQuantizers(const QuantCtx& p, const std::uint16_t* tile, std::uint32_t rh,
+                                float2* quants, float* scales, std::uint64_t pbase) {
   const Layout& lay = p.layout;
   const std::uint32_t P = lay.partition, D = lay.dim, G = lay.dim_groups();
   const std::uint32_t gs = P < D ? P : D;  // elements of a token partition (groups are full)
@@ -579,7 +629,7 @@ __device__ void TokenQuantizers(const HackQuantizeParams& p, const std::uint16_t
     const std::uint32_t zsrc = zlanes != 0 ? __ffs(zlanes) - 1 : lane;
     zs = __shfl_sync(kFull, zs, zsrc);
     if (lane == seg_lane) {
-      SetQuant(quants, scales, p.scales, pbase, t * G + cc * 8 / gs,
+      SetQuant(quants, scales, p.scales(), pbase, t * G + cc * 8 / gs,
                hack::PartitionQuant(FixZero(mn, zs), FixZero(mx, zs)), /*reciprocal=*/true);
     }
   }
@@ -587,7 +637,7 @@ __device__ void TokenQuantizers(const HackQuantizeParams& p, const std::uint16_t
 
 // K codes, token-major: word (t, c) = channels 16c .. 16c + 15 of token t.
 template <DType In>
-__device__ void KWords(const HackQuantizeParams& p, const std::uint16_t* tile, std::uint32_t rh,
+__device__ void KWords(const QuantCtx& p, const std::uint16_t* tile, std::uint32_t rh,
                        const float2* quants, const float* scales, const std::uint16_t* thresholds,
                        std::uint32_t* words, std::uint64_t e_base, bool token_parts) {
   const Layout& lay = p.layout;
@@ -635,10 +685,13 @@ __device__ void KWords(const HackQuantizeParams& p, const std::uint16_t* tile, s
     if (ambiguous) {
       word = 0;
       const std::uint64_t e0 = e_base + t * std::uint64_t{lay.heads} * D + 16 * c;
+      const std::uint64_t s0 = p.state0 + e0 * hack::kStochasticStep;
       for (std::uint32_t i = 0; i < 16; ++i) {
         const std::uint32_t d = 16 * c + i;
         const std::uint32_t part = token_parts ? t * G + d / P : d;
-        word |= ExactCode(p, BitsToValue<In>(e[i]), quants, scales, part, e0 + i) << (2 * i);
+        word |= ExactCode(p, BitsToValue<In>(e[i]), quants, scales, part,
+                          s0 + i * hack::kStochasticStep)
+                << (2 * i);
       }
     }
     words[t * (D / 16) + c] = word;
@@ -648,7 +701,7 @@ __device__ void KWords(const HackQuantizeParams& p, const std::uint16_t* tile, s
 // V codes, channel-major: word (d, tw) = tokens 16 tw .. 16 tw + 15 of channel d; a thread per
 // channel pair and token word (both channels come from one 32-bit read per token).
 template <DType In>
-__device__ void VWords(const HackQuantizeParams& p, const std::uint16_t* tile, std::uint32_t rh,
+__device__ void VWords(const QuantCtx& p, const std::uint16_t* tile, std::uint32_t rh,
                        const float2* quants, const float* scales, const std::uint16_t* thresholds,
                        std::uint32_t* words, std::uint64_t e_base) {
   const Layout& lay = p.layout;
@@ -676,13 +729,14 @@ __device__ void VWords(const HackQuantizeParams& p, const std::uint16_t* tile, s
       w1 = __byte_perm(acc[0], acc[1], 0x7632);
     } else {
       const std::uint64_t e0 = e_base + (16 * tw) * row_step + d;
-      for (std::uint32_t i = 0; i < 16; ++i) {
+      const std::uint64_t step = row_step * hack::kStochasticStep;  // one token further
+      std::uint64_t state = p.state0 + e0 * hack::kStochasticStep;
+      for (std::uint32_t i = 0; i < 16; ++i, state += step) {
         const std::uint32_t bits = col[i * (rh / 2)];
-        w0 |= ExactCode(p, BitsToValue<In>(bits & 0xffffu), quants, scales, d, e0 + i * row_step)
+        w0 |= ExactCode(p, BitsToValue<In>(bits & 0xffffu), quants, scales, d, state) << (2 * i);
+        w1 |= ExactCode(p, BitsToValue<In>(bits >> 16), quants, scales, d + 1,
+                        state + hack::kStochasticStep)
               << (2 * i);
-        w1 |=
-            ExactCode(p, BitsToValue<In>(bits >> 16), quants, scales, d + 1, e0 + i * row_step + 1)
-            << (2 * i);
       }
     }
     words[d * (P / 16) + tw] = w0;
@@ -692,13 +746,12 @@ __device__ void VWords(const HackQuantizeParams& p, const std::uint16_t* tile, s
 
 // Stores a group's code words (16 bytes per thread) and its sums: K per (token, dim group) = a
 // run of gs / 16 words; V per channel = P / 16 words.
-__device__ void StoreGroup(const HackQuantizeParams& p, const GroupAt& g,
-                           const std::uint32_t* words) {
+__device__ void StoreGroup(const QuantCtx& p, const GroupAt& g, const std::uint32_t* words) {
   const Layout& lay = p.layout;
   const std::uint32_t P = lay.partition, D = lay.dim;
   const std::uint32_t vecs = P * D / 64;
   auto* codes_out = reinterpret_cast<uint4*>(
-      p.codes + lay.code_base(lay.group(g.layer, g.kv, g.head, g.block)) / 4);
+      p.codes() + lay.code_base(lay.group(g.layer, g.kv, g.head, g.block)) / 4);
   for (std::uint32_t i = threadIdx.x; i < vecs; i += kQuantThreads) {
     codes_out[i] = reinterpret_cast<const uint4*>(words)[i];
   }
@@ -710,9 +763,9 @@ __device__ void StoreGroup(const HackQuantizeParams& p, const GroupAt& g,
     std::uint32_t s = 0;
     for (std::uint32_t r = 0; r < run; ++r) s += CodeSum(words[j * run + r]);
     if (hack::SumBytes(P) == 1) {
-      p.sums[sbase + j] = static_cast<std::uint8_t>(s);
+      p.sums()[sbase + j] = static_cast<std::uint8_t>(s);
     } else {
-      reinterpret_cast<std::uint16_t*>(p.sums)[sbase + j] = static_cast<std::uint16_t>(s);
+      reinterpret_cast<std::uint16_t*>(p.sums())[sbase + j] = static_cast<std::uint16_t>(s);
     }
   }
 }
@@ -723,8 +776,8 @@ __device__ void StoreGroup(const HackQuantizeParams& p, const GroupAt& g,
 // stride is a constant, so the hot loops are shorter and the kernel's code much smaller.
 template <DType In, std::uint32_t kDim>
 __global__ void __launch_bounds__(kQuantThreads, kDim == 0 ? kQuantMinBlocks : kQuantMinBlocks - 1)
-    HackQuantizeKernel(const HackQuantizeParams params) {
-  HackQuantizeParams p = params;
+    HackQuantizeKernel(const __grid_constant__ HackQuantizeParams params, const GroupStride step) {
+  QuantCtx p{params, params.layout, params.stochastic};
   if constexpr (kDim != 0) {
     p.layout.dim = kDim;
     p.layout.orientation = hack::kOrientChannel;
@@ -741,17 +794,27 @@ __global__ void __launch_bounds__(kQuantThreads, kDim == 0 ? kQuantMinBlocks : k
   auto* thresholds = reinterpret_cast<std::uint16_t*>(smem + plan.thresholds);
   auto* tile = reinterpret_cast<std::uint16_t*>(smem + plan.tile);
   const std::uint32_t rh = plan.row_halves;
-  const std::uint64_t groups = 2 * lay.groups_per_kv();
-  const std::uint64_t items = groups + std::uint64_t{lay.layers} * 2 * lay.unquantized_tokens();
+  const std::uint64_t groups = params.num_chunks * 2 * lay.groups_per_kv();
+  const std::uint64_t tail_rows = std::uint64_t{lay.layers} * 2 * lay.unquantized_tokens();
+  const std::uint64_t items = groups + params.num_chunks * tail_rows;
 
-  GroupCursor cursor = StartCursor(lay, groups, blockIdx.x, gridDim.x);
-  if (blockIdx.x < groups) StageGroup(p, cursor.Group(lay).e_base, tile, rh);
-  for (std::uint64_t item = blockIdx.x; item < items; item += gridDim.x, cursor.Advance(lay)) {
+  GroupCursor cursor = StartCursor(lay, groups, blockIdx.x);
+  if (blockIdx.x < groups) {
+    const GroupAt first = cursor.Group(lay);
+    p.chunk = first.chunk;
+    StageGroup(p, first.e_base, tile, rh);
+  }
+  for (std::uint64_t item = blockIdx.x; item < items;
+       item += gridDim.x, cursor.Advance(lay, step)) {
     if (item >= groups) {
-      CopyTailRow<In>(p, item - groups);
+      const std::uint64_t row = item - groups;
+      p.chunk = static_cast<std::uint32_t>(row / tail_rows);
+      CopyTailRow<In>(p, row - p.chunk * tail_rows);
       continue;
     }
     const GroupAt g = cursor.Group(lay);
+    p.chunk = g.chunk;
+    if (p.stochastic != 0) p.state0 = params.chunks[g.chunk].seed + hack::kStochasticStep;
     internal::CpAsyncCommit();
     internal::CpAsyncWait<0>();  // this thread's copies of the group have landed
     const bool token_parts = g.kv == 0 && lay.orientation == hack::kOrientToken;
@@ -778,8 +841,11 @@ __global__ void __launch_bounds__(kQuantThreads, kDim == 0 ? kQuantMinBlocks : k
     // The stage is free: the next group's copies fly while this one's words are stored.
     if (item + gridDim.x < groups) {
       GroupCursor next = cursor;
-      next.Advance(lay);
-      StageGroup(p, next.Group(lay).e_base, tile, rh);
+      next.Advance(lay, step);
+      const GroupAt n = next.Group(lay);
+      QuantCtx next_chunk = p;
+      next_chunk.chunk = n.chunk;
+      StageGroup(next_chunk, n.e_base, tile, rh);
     }
     StoreGroup(p, g, words);
     __syncthreads();  // the next group rewrites the quantizers and the words
@@ -881,10 +947,12 @@ __global__ void __launch_bounds__(kThreads) HackDequantizeKernel(const HackDequa
   }
 }
 
-template <typename Kernel, typename Params>
+// Launches `kernel(params, extra(blocks)...)` on a grid-stride grid of `blocks` = SM count x
+// occupancy CTAs (at most `items`); `extra` gives the arguments that depend on the grid.
+template <typename Kernel, typename Params, typename Extra>
 cudaError_t LaunchGridStride(Kernel kernel, const Params& params, std::uint64_t items, int threads,
                              std::size_t smem, std::atomic<std::size_t> (&configured)[kMaxDevices],
-                             cudaStream_t stream) {
+                             cudaStream_t stream, Extra extra) {
   cudaError_t err = ConfigureSharedMemory(kernel, smem, configured);
   if (err != cudaSuccess) return err;
   unsigned blocks = 0;
@@ -895,7 +963,9 @@ cudaError_t LaunchGridStride(Kernel kernel, const Params& params, std::uint64_t 
   config.blockDim = dim3(threads);
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  return cudaLaunchKernelEx(&config, kernel, params);
+  return std::apply(
+      [&](const auto&... rest) { return cudaLaunchKernelEx(&config, kernel, params, rest...); },
+      extra(blocks));
 }
 
 std::atomic<std::size_t> g_quant_smem[8][kMaxDevices];  // [dtype][kernel kind]
@@ -1024,11 +1094,16 @@ cudaError_t LaunchHackQuantize(const HackQuantizeParams& params, cudaStream_t st
       params.stochastic == 0 && params.layout.orientation == hack::kOrientChannel;
   const int kind = !channel_nearest ? 0 : dim == 64 ? 1 : dim == 128 ? 2 : dim == 256 ? 3 : 0;
   const auto launch = [&](auto kernel) {
-    return LaunchGridStride(kernel, params, Items(params.layout), kQuantThreads,
-                            HackQuantizeSharedBytes(params.layout),
-                            g_quant_smem[(In == DType::kFloat16 ? 0 : 4) + kind], stream);
+    return LaunchGridStride(
+        kernel, params, params.num_chunks * Items(params.layout), kQuantThreads,
+        HackQuantizeSharedBytes(params.layout),
+        g_quant_smem[(In == DType::kFloat16 ? 0 : 4) + kind], stream,
+        [&](unsigned blocks) { return std::make_tuple(GridStrideOf(params.layout, blocks)); });
   };
   if (dim != 64 && dim != 128 && dim != 256) return cudaErrorInvalidValue;
+  if (params.num_chunks == 0 || params.num_chunks > kHackQuantizeMaxChunks) {
+    return cudaErrorInvalidValue;
+  }
   switch (kind) {
     case 1: return launch(HackQuantizeKernel<In, 64>);
     case 2: return launch(HackQuantizeKernel<In, 128>);
@@ -1040,9 +1115,9 @@ cudaError_t LaunchHackQuantize(const HackQuantizeParams& params, cudaStream_t st
 template cudaError_t LaunchHackQuantize<DType::kFloat16>(const HackQuantizeParams&, cudaStream_t);
 template cudaError_t LaunchHackQuantize<DType::kBFloat16>(const HackQuantizeParams&, cudaStream_t);
 
-Status EnqueueQuantizeHack(DType dtype, const KvShape& shape, const HackOptions& options,
-                           const void* d_input, const HackDeviceSections& out,
-                           unsigned long long* d_error, cudaStream_t stream) {
+Status EnqueueQuantizeHackBatch(DType dtype, const KvShape& shape, const HackOptions& options,
+                                std::span<const HackQuantizeChunk> chunks,
+                                unsigned long long* d_error, cudaStream_t stream) {
   constexpr const char* kWhat = "hack-int2 GPU quantize";
   if (dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
     return InvalidArgument(std::string(kWhat) + ": input dtype must be fp16 or bf16");
@@ -1053,49 +1128,90 @@ Status EnqueueQuantizeHack(DType dtype, const KvShape& shape, const HackOptions&
     return InvalidArgument(std::string(kWhat) + ": head_dim = " + std::to_string(shape.head_dim) +
                            " is not supported (64, 128 or 256)");
   }
-  const Layout lay = HackLayoutFor(shape, options);
-  if (d_input == nullptr || d_error == nullptr || out.codes == nullptr || out.scales == nullptr ||
-      out.sums == nullptr || (lay.unquantized_tokens() > 0 && out.tail == nullptr)) {
-    return InvalidArgument(std::string(kWhat) + ": null device pointer");
+  if (chunks.empty() || chunks.size() > kHackQuantizeMaxChunks) {
+    return InvalidArgument(std::string(kWhat) + ": " + std::to_string(chunks.size()) +
+                           " chunks in one call (1 to " + std::to_string(kHackQuantizeMaxChunks) +
+                           ")");
   }
-  if (!Aligned(d_input, 16) || !Aligned(out.codes, 16) || !Aligned(out.scales, 4) ||
-      !Aligned(out.sums, 2) || !Aligned(out.tail, 16) || !Aligned(d_error, 8)) {
+  if (d_error == nullptr || !Aligned(d_error, 8)) {
     return InvalidArgument(std::string(kWhat) +
-                           ": input, codes and tail must be 16-byte aligned, scales 4, sums 2");
+                           ": the error word must be a non-null 8-byte "
+                           "aligned device pointer");
+  }
+  const Layout lay = HackLayoutFor(shape, options);
+  HackQuantizeParams params{};
+  params.num_chunks = static_cast<std::uint32_t>(chunks.size());
+  params.stochastic = options.rounding == HackRounding::kStochastic ? 1u : 0u;
+  params.error = d_error;
+  params.layout = lay;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    const HackQuantizeChunk& c = chunks[i];
+    const HackDeviceSections& out = c.out;
+    const std::string which =
+        chunks.size() > 1 ? std::string(kWhat) + ": chunk " + std::to_string(i) : kWhat;
+    if (c.input == nullptr || out.codes == nullptr || out.scales == nullptr ||
+        out.sums == nullptr || (lay.unquantized_tokens() > 0 && out.tail == nullptr)) {
+      return InvalidArgument(which + ": null device pointer");
+    }
+    if (!Aligned(c.input, 16) || !Aligned(out.codes, 16) || !Aligned(out.scales, 4) ||
+        !Aligned(out.sums, 2) || !Aligned(out.tail, 16)) {
+      return InvalidArgument(which +
+                             ": input, codes and tail must be 16-byte aligned, scales 4, sums 2");
+    }
+    params.chunks[i] = c;
+    if (params.stochastic == 0) params.chunks[i].seed = 0;
   }
   KVD_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_error, 0xff, sizeof(unsigned long long), stream),
                            std::string(kWhat) + ": reset error word");
-  HackQuantizeParams params{};
-  params.input = d_input;
-  params.codes = out.codes;
-  params.scales = out.scales;
-  params.sums = out.sums;
-  params.tail = out.tail;
-  params.error = d_error;
-  params.layout = lay;
-  params.stochastic = options.rounding == HackRounding::kStochastic ? 1u : 0u;
-  params.seed = params.stochastic != 0 ? options.seed : 0;
   const cudaError_t err = dtype == DType::kFloat16 ? LaunchHackQuantize<DType::kFloat16>(params, stream)
                                                    : LaunchHackQuantize<DType::kBFloat16>(params, stream);
   KVD_CUDA_RETURN_IF_ERROR(err, kWhat);
   return Status::Ok();
 }
 
-Status FinishQuantizeHack(const KvShape& shape, const unsigned long long* d_error,
-                          cudaStream_t stream) {
+Status EnqueueQuantizeHack(DType dtype, const KvShape& shape, const HackOptions& options,
+                           const void* d_input, const HackDeviceSections& out,
+                           unsigned long long* d_error, cudaStream_t stream) {
+  const HackQuantizeChunk chunk{d_input, out, options.seed};
+  return EnqueueQuantizeHackBatch(dtype, shape, options, std::span(&chunk, 1), d_error, stream);
+}
+
+namespace {
+
+// Reads the error word after the stream's work: the first invalid element, named with its chunk
+// when `name_chunk`.
+Status FinishQuantize(const KvShape& shape, const unsigned long long* d_error, cudaStream_t stream,
+                      bool name_chunk) {
   unsigned long long key = 0;
   KVD_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(&key, d_error, sizeof(key), cudaMemcpyDeviceToHost, stream),
       "hack-int2 GPU quantize: read error word");
   KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "hack-int2 GPU quantize");
   if (key == ~0ull) return Status::Ok();
-  const std::string where = Position(shape, key / 2);
+  const std::uint64_t elements = shape.elements();
+  const std::uint64_t chunk = key / 2 / elements;
+  const std::string where = Position(shape, key / 2 % elements);
+  const std::string prefix =
+      name_chunk ? "chunk " + std::to_string(chunk) + ": hack-int2: " : std::string("hack-int2: ");
   if (key % 2 == 0) {
-    return InvalidArgument("hack-int2: non-finite value at " + where +
+    return InvalidArgument(prefix + "non-finite value at " + where +
                            " (hack-int2 cannot represent NaN/Inf; use the raw codec)");
   }
-  return InvalidArgument("hack-int2: value at " + where +
-                         " is beyond the fp16 range of its scales (|x| <= 65504); use the raw codec");
+  return InvalidArgument(
+      prefix + "value at " + where +
+      " is beyond the fp16 range of its scales (|x| <= 65504); use the raw codec");
+}
+
+}  // namespace
+
+Status FinishQuantizeHack(const KvShape& shape, const unsigned long long* d_error,
+                          cudaStream_t stream) {
+  return FinishQuantize(shape, d_error, stream, /*name_chunk=*/false);
+}
+
+Status FinishQuantizeHackBatch(const KvShape& shape, const unsigned long long* d_error,
+                               cudaStream_t stream) {
+  return FinishQuantize(shape, d_error, stream, /*name_chunk=*/true);
 }
 
 Result<std::vector<std::byte>> EncodeHackGpu(const KvTensorView& tensor, const HackOptions& options) {
@@ -1145,7 +1261,7 @@ cudaError_t LaunchHackDequantize(const HackDequantizeParams& params, cudaStream_
       std::size_t{8} * std::max(params.layout.dim,
                                 params.layout.partition * params.layout.dim_groups());
   return LaunchGridStride(HackDequantizeKernel<Out>, params, Items(params.layout), kThreads, smem,
-                          g_dequant_smem[slot], stream);
+                          g_dequant_smem[slot], stream, [](unsigned) { return std::tuple<>(); });
 }
 
 template cudaError_t LaunchHackDequantize<DType::kFloat16>(const HackDequantizeParams&, cudaStream_t);

@@ -43,6 +43,9 @@ struct Daemon {
     o.limits = limits;
     o.max_output_bytes = 64u << 10;
     o.max_lease_bytes = 1u << 20;  // so that the lease bound is reached
+    // No request or idle timeout: whether one fires depends on how long a run takes on a busy
+    // machine, not on the input (server_faults_test covers them deterministically).
+    o.request_timeout = o.idle_timeout = std::chrono::milliseconds(0);
     // A shared arena, so that MAP, LEASE_GET and RELEASE run their real paths (the descriptor MAP
     // passes is dropped by the fuzz client's plain reads).
     if (!host.EnableSharedArena().ok()) __builtin_trap();

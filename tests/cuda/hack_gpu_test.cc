@@ -1,7 +1,8 @@
 // GPU HACK INT2 kernels vs the CPU reference: quantize and dequantize byte for byte
 // (kvdepot::EncodeHack / DequantizeHack), decode and prefill attention within the stated
 // tolerance of the float64 homomorphic references (kvdepot::HackDecodeAttentionBatch /
-// HackPrefillAttention with INT8 Q and P), paged == contiguous, NaN queries, argument errors.
+// HackPrefillAttention with INT8 Q and P), paged == contiguous, NaN queries, argument errors;
+// batched quantize chunk by chunk.
 #include "kvdepot/cuda/hack.h"
 
 #include <gtest/gtest.h>
@@ -106,6 +107,38 @@ TEST(NoDeviceHackGpu, ArgumentErrorsBeforeTouchingTheDevice) {
   HackOptions bad;
   bad.partition = 48;
   EXPECT_EQ(EnqueueQuantizeHack(DType::kFloat16, {1, 64, 1, 64}, bad, nullptr, out, err, nullptr)
+                .code(),
+            StatusCode::kInvalidArgument);
+
+  // Batches: 0 or more than kHackQuantizeMaxChunks chunks; a bad chunk is named.
+  unsigned long long fake_err = 0;
+  std::vector<HackQuantizeChunk> none;
+  EXPECT_EQ(EnqueueQuantizeHackBatch(DType::kFloat16, {1, 64, 1, 64}, {}, none, &fake_err, nullptr)
+                .code(),
+            StatusCode::kInvalidArgument);
+  alignas(16) static std::uint8_t fake[64];
+  const HackQuantizeChunk good{fake, {fake, fake, fake, fake}, 0};
+  std::vector<HackQuantizeChunk> many(kHackQuantizeMaxChunks + 1, good);
+  const Status too_many =
+      EnqueueQuantizeHackBatch(DType::kFloat16, {1, 64, 1, 64}, {}, many, &fake_err, nullptr);
+  EXPECT_EQ(too_many.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_many.message().find("17 chunks"), std::string::npos) << too_many.ToString();
+  std::vector<HackQuantizeChunk> three(3, good);
+  three[2].out.sums = nullptr;
+  const Status null_sums =
+      EnqueueQuantizeHackBatch(DType::kFloat16, {1, 64, 1, 64}, {}, three, &fake_err, nullptr);
+  EXPECT_EQ(null_sums.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(null_sums.message().find("chunk 2: null device pointer"), std::string::npos)
+      << null_sums.ToString();
+  three[2] = good;
+  three[1].input = fake + 8;
+  const Status misaligned =
+      EnqueueQuantizeHackBatch(DType::kFloat16, {1, 64, 1, 64}, {}, three, &fake_err, nullptr);
+  EXPECT_NE(misaligned.message().find("chunk 1: input, codes and tail must be 16-byte aligned"),
+            std::string::npos)
+      << misaligned.ToString();
+  EXPECT_EQ(EnqueueQuantizeHackBatch(DType::kFloat16, {1, 64, 1, 64}, {}, std::span(&good, 1),
+                                     nullptr, nullptr)
                 .code(),
             StatusCode::kInvalidArgument);
 
@@ -357,6 +390,130 @@ TEST(HackGpu, QuantizeRejectsWhatTheCpuRejects) {
       }
     }
   }
+}
+
+// ---- batched quantize ----
+
+// One chunk of a batch on the device: its input and its sections.
+struct DeviceChunk {
+  DeviceBuffer input, sections;
+  HackQuantizeChunk chunk;
+  HackSectionBytes bytes;
+};
+
+DeviceChunk UploadChunk(const KvTensor& t, const HackOptions& o, std::uint64_t seed) {
+  DeviceChunk c;
+  const hack::Layout lay = HackLayoutFor(t.shape, o);
+  c.bytes = HackSectionBytesFor(lay, t.dtype);
+  const auto up = [](std::uint64_t n) { return (n + 255) / 256 * 256; };
+  const std::uint64_t o1 = up(c.bytes.codes), o2 = o1 + up(c.bytes.scales),
+                      o3 = o2 + up(c.bytes.sums);
+  c.input = DeviceBuffer::Allocate(t.data.size()).value();
+  c.sections = DeviceBuffer::Allocate(o3 + up(c.bytes.tail) + 256).value();
+  EXPECT_EQ(cudaMemcpy(c.input.data(), t.data.data(), t.data.size(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  auto* b = c.sections.as<std::uint8_t>();
+  c.chunk = {c.input.data(), {b, b + o1, b + o2, b + o3}, seed};
+  return c;
+}
+
+// Device section `kind` (at `device`) == the same section of the CPU container.
+void ExpectSection(const ContainerView& view, SectionKind kind, const void* device,
+                   const std::string& label) {
+  const SectionView* sv = view.Find(kind);
+  ASSERT_NE(sv, nullptr);
+  std::vector<std::byte> got(sv->length);
+  if (!got.empty()) {
+    ASSERT_EQ(cudaMemcpy(got.data(), device, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  EXPECT_TRUE(std::memcmp(got.data(), sv->bytes.data(), got.size()) == 0)
+      << label << ": section " << SectionKindName(static_cast<std::uint32_t>(kind)) << " differs";
+}
+
+TEST(HackGpu, QuantizeBatchMatchesTheCpuChunkByChunk) {
+  KVD_REQUIRE_GPU();
+  Result<Stream> stream = Stream::Create();
+  ASSERT_TRUE(stream.ok());
+  Result<DeviceBuffer> err = DeviceBuffer::Allocate(sizeof(unsigned long long));
+  ASSERT_TRUE(err.ok());
+  std::uint64_t seed = 900;
+  // A tail and sinks (tail rows of every chunk), a default-shaped chunk, every kernel kind.
+  for (const KvShape shape : {KvShape{2, 130, 2, 64}, KvShape{3, 256, 8, 128}}) {
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      for (HackRounding rounding : {HackRounding::kNearest, HackRounding::kStochastic}) {
+        for (HackOrientation orient : {HackOrientation::kChannel, HackOrientation::kToken}) {
+          for (std::uint32_t n : {1u, 3u, kHackQuantizeMaxChunks}) {
+            HackOptions o;
+            o.rounding = rounding;
+            o.orientation = orient;
+            o.sinks = shape.tokens == 130 ? 2 : 0;
+            std::vector<KvTensor> tensors;
+            std::vector<DeviceChunk> chunks;
+            std::vector<HackQuantizeChunk> descs;
+            for (std::uint32_t i = 0; i < n; ++i) {
+              tensors.push_back(Synth(shape, dtype, seed++));
+              chunks.push_back(UploadChunk(tensors.back(), o, 0xabcdef00ull + 7 * i));
+              descs.push_back(chunks.back().chunk);
+            }
+            auto* e = err->as<unsigned long long>();
+            ASSERT_TRUE(EnqueueQuantizeHackBatch(dtype, shape, o, descs, e, stream->get()).ok());
+            const Status done = FinishQuantizeHackBatch(shape, e, stream->get());
+            ASSERT_TRUE(done.ok()) << done.ToString();
+            for (std::uint32_t i = 0; i < n; ++i) {
+              const std::string label = shape.ToString() + " " + std::string(DTypeName(dtype)) +
+                                        " " + std::string(HackRoundingName(rounding)) + " " +
+                                        std::string(HackOrientationName(orient)) + " chunk " +
+                                        std::to_string(i) + " of " + std::to_string(n);
+              HackOptions oi = o;
+              oi.seed = descs[i].seed;
+              Result<std::vector<std::byte>> cpu = EncodeHack(tensors[i].view(), oi);
+              ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+              Result<ContainerView> view = ParseContainer(*cpu);
+              ASSERT_TRUE(view.ok());
+              const HackDeviceSections& out = descs[i].out;
+              ExpectSection(*view, SectionKind::kCodes, out.codes, label);
+              ExpectSection(*view, SectionKind::kScales, out.scales, label);
+              ExpectSection(*view, SectionKind::kSums, out.sums, label);
+              ExpectSection(*view, SectionKind::kTail, out.tail, label);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(HackGpu, QuantizeBatchNamesTheFirstChunkWithAnInvalidValue) {
+  KVD_REQUIRE_GPU();
+  Result<Stream> stream = Stream::Create();
+  ASSERT_TRUE(stream.ok());
+  Result<DeviceBuffer> err = DeviceBuffer::Allocate(sizeof(unsigned long long));
+  ASSERT_TRUE(err.ok());
+  const KvShape shape{2, 130, 2, 64};
+  HackOptions o;
+  o.sinks = 2;
+  std::vector<KvTensor> tensors;
+  for (std::uint64_t i = 0; i < 4; ++i) tensors.push_back(Synth(shape, DType::kFloat16, 40 + i));
+  // Chunk 1: a value beyond fp16 at the end (the tail); chunk 3: NaN first. Chunk 1 is named.
+  StoreFloat(tensors[3], 5, std::numeric_limits<float>::quiet_NaN());
+  tensors[1].data[2 * (shape.elements() - 1) + 1] = std::byte{0x7c};  // +Inf, low byte 0
+  tensors[1].data[2 * (shape.elements() - 1)] = std::byte{0};
+  std::vector<DeviceChunk> chunks;
+  std::vector<HackQuantizeChunk> descs;
+  for (const KvTensor& t : tensors) {
+    chunks.push_back(UploadChunk(t, o, 0));
+    descs.push_back(chunks.back().chunk);
+  }
+  auto* e = err->as<unsigned long long>();
+  ASSERT_TRUE(EnqueueQuantizeHackBatch(DType::kFloat16, shape, o, descs, e, stream->get()).ok());
+  const Status got = FinishQuantizeHackBatch(shape, e, stream->get());
+  Result<std::vector<std::byte>> cpu = EncodeHack(tensors[1].view(), o);
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_EQ(got.code(), StatusCode::kInvalidArgument);
+  const std::string m = cpu.status().message();
+  const std::string pos = m.substr(m.find('['), m.find(']') - m.find('[') + 1);
+  EXPECT_EQ(got.message().rfind("chunk 1: hack-int2: non-finite value at " + pos, 0), 0u)
+      << got.ToString() << " vs the CPU's " << cpu.status().ToString();
 }
 
 // ---- attention ----

@@ -271,12 +271,21 @@ KVD_HOST_DEVICE std::uint64_t Mix64(std::uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// The uniform in [0, 1) that rounds element `index` (Layout::element_index) of a chunk encoded
-// with `seed`: the top 24 bits of output index + 1 of a SplitMix64 generator seeded with `seed`
-// (its state after n steps is seed + n * 0x9e3779b97f4a7c15), times 2^-24. Exact in float.
-KVD_HOST_DEVICE float StochasticUniform(std::uint64_t seed, std::uint64_t index) {
-  const std::uint64_t z = Mix64(seed + (index + 1u) * 0x9e3779b97f4a7c15ull);
+// SplitMix64's state advances by this much per output.
+inline constexpr std::uint64_t kStochasticStep = 0x9e3779b97f4a7c15ull;
+
+// The uniform in [0, 1) of a SplitMix64 generator in state `state`: the top 24 bits of its
+// output, times 2^-24. Exact in float.
+KVD_HOST_DEVICE float StochasticUniformOfState(std::uint64_t state) {
+  const std::uint64_t z = Mix64(state);
   return static_cast<float>(static_cast<std::uint32_t>(z >> 40)) * (1.0f / 16777216.0f);
+}
+
+// The uniform in [0, 1) that rounds element `index` (Layout::element_index) of a chunk encoded
+// with `seed`: output index + 1 of a SplitMix64 generator seeded with `seed` (its state after n
+// steps is seed + n * kStochasticStep).
+KVD_HOST_DEVICE float StochasticUniform(std::uint64_t seed, std::uint64_t index) {
+  return StochasticUniformOfState(seed + (index + 1u) * kStochasticStep);
 }
 
 // ---- INT8 quantization of Q and P (computed at attention time, never stored) ----

@@ -72,35 +72,46 @@ struct HackDeviceSectionsView {
 // Quantize
 // ================================================================================================
 
-// Kernel parameters, passed by value. One CTA quantizes one group (layer, K|V, head, block) at a
-// time; the tail rows are copied by the same grid after the groups.
+// One chunk of a quantize launch: its input and the sections it is written to.
+struct HackQuantizeChunk {
+  const void* input = nullptr;  // [layers][2][tokens][kv_heads][head_dim] of the launch's dtype,
+                                // device memory, 16-byte aligned
+  HackDeviceSections out;       // codes and tail 16-byte aligned, scales 4, sums 2 (the tail is
+                                // unused, and may be null, when the layout has none)
+  std::uint64_t seed = 0;       // stochastic rounding's seed (the chunk's HackOptions::seed)
+};
+
+// Chunks per quantize launch: their descriptors travel in the kernel parameters.
+inline constexpr std::uint32_t kHackQuantizeMaxChunks = 16;
+
+// Kernel parameters, passed by value (__grid_constant__). Every chunk of a launch has the same
+// layout. One CTA quantizes one group (chunk, layer, K|V, head, block) at a time, grid-stride
+// over all chunks' groups; the tail rows are copied by the same grid after the groups. A launch
+// of several chunks runs at the kernel's steady rate, where one chunk alone also pays the time
+// to fill and drain the GPU (docs/hack-gpu.md, "Quantize / dequantize").
 struct HackQuantizeParams {
-  const void* input;           // [layers][2][tokens][kv_heads][head_dim] of In, device memory,
-                               // 16-byte aligned
-  std::uint8_t* codes;         // codes section, device memory, 16-byte aligned
-  std::uint8_t* scales;        // scales section, 4-byte aligned
-  std::uint8_t* sums;          // sums section, 2-byte aligned
-  void* tail;                  // tail section (In), 16-byte aligned; unused when no tail
-  unsigned long long* error;   // device u64, UINT64_MAX before the launch; after it the minimum
-                               // over invalid input elements of flat_index * 2 + kind (kind 0:
-                               // not finite, 1: |x| > 65504)
-  hack::Layout layout;         // P in {32, 64, 128}, head_dim in {64, 128, 256}
-  std::uint64_t seed;          // stochastic rounding's seed
-  std::uint32_t stochastic;    // 1: stochastic rounding, 0: nearest
+  HackQuantizeChunk chunks[kHackQuantizeMaxChunks];  // [num_chunks]
+  std::uint32_t num_chunks;                          // 1 .. kHackQuantizeMaxChunks
+  std::uint32_t stochastic;                          // 1: stochastic rounding, 0: nearest
+  unsigned long long* error;  // device u64, UINT64_MAX before the launch; after it the minimum
+                              // over invalid input elements of (chunk * elements per chunk +
+                              // flat index) * 2 + kind (kind 0: not finite, 1: |x| > 65504)
+  hack::Layout layout;        // P in {32, 64, 128}, head_dim in {64, 128, 256}
 };
 
 // Enqueues the quantize kernel (grid: SM count x occupancy CTAs of 128 threads, grid-stride over
-// groups then tail rows; dynamic shared memory HackQuantizeSharedBytes(layout)) and returns the
-// launch error (cudaErrorInvalidValue for a head_dim outside {64, 128, 256}). Defined
-// (explicitly instantiated) ONLY for In in {fp16, bf16}; prefer EnqueueQuantizeHack, which
-// validates and dispatches.
+// the chunks' groups then tail rows; dynamic shared memory HackQuantizeSharedBytes(layout)) and
+// returns the launch error (cudaErrorInvalidValue for a head_dim outside {64, 128, 256} or a
+// chunk count outside 1 .. kHackQuantizeMaxChunks). Defined (explicitly instantiated) ONLY for In
+// in {fp16, bf16}; prefer EnqueueQuantizeHack(Batch), which validate and dispatch.
 template <DType In>
 cudaError_t LaunchHackQuantize(const HackQuantizeParams& params, cudaStream_t stream);
 std::size_t HackQuantizeSharedBytes(const hack::Layout& layout);
 
 // Validates (dtype fp16 or bf16, ValidateShape, ValidateHackOptions, head_dim in {64, 128, 256},
-// non-null aligned pointers; section sizes are the caller's duty: HackSectionBytesFor) and enqueues the quantization of the device tensor `d_input` into `out`,
-// plus the reset of the device error word `d_error` (u64). Does not block.
+// non-null aligned pointers; section sizes are the caller's duty: HackSectionBytesFor) and
+// enqueues the quantization of the device tensor `d_input` into `out`, plus the reset of the
+// device error word `d_error` (u64). Does not block.
 // Errors: kInvalidArgument naming the field; CUDA errors via StatusFromCuda.
 Status EnqueueQuantizeHack(DType dtype, const KvShape& shape, const HackOptions& options,
                            const void* d_input, const HackDeviceSections& out,
@@ -112,6 +123,19 @@ Status EnqueueQuantizeHack(DType dtype, const KvShape& shape, const HackOptions&
 // data.
 Status FinishQuantizeHack(const KvShape& shape, const unsigned long long* d_error,
                           cudaStream_t stream);
+
+// As EnqueueQuantizeHack for 1 .. kHackQuantizeMaxChunks chunks of one shape in one launch (an
+// engine storing a prompt's chunks; several chunks per launch are what reaches the kernel's
+// steady rate). options.seed is unused: each chunk carries its own. Validation errors name the
+// chunk ("chunk 2: ...").
+Status EnqueueQuantizeHackBatch(DType dtype, const KvShape& shape, const HackOptions& options,
+                                std::span<const HackQuantizeChunk> chunks,
+                                unsigned long long* d_error, cudaStream_t stream);
+
+// As FinishQuantizeHack for a batch: the first invalid element of the lowest-numbered chunk that
+// has one, named "chunk i: ...". On error every chunk's sections may hold partial data.
+Status FinishQuantizeHackBatch(const KvShape& shape, const unsigned long long* d_error,
+                               cudaStream_t stream);
 
 // Convenience (tests, tools; allocates and synchronises): uploads `tensor` (fp16 or bf16),
 // quantizes it on the current device and assembles the container on the host. Byte-identical to

@@ -430,12 +430,27 @@ void ExpectSection(const ContainerView& view, SectionKind kind, const void* devi
       << label << ": section " << SectionKindName(static_cast<std::uint32_t>(kind)) << " differs";
 }
 
-TEST(HackGpu, QuantizeBatchMatchesTheCpuChunkByChunk) {
-  KVD_REQUIRE_GPU();
-  Result<Stream> stream = Stream::Create();
-  ASSERT_TRUE(stream.ok());
-  Result<DeviceBuffer> err = DeviceBuffer::Allocate(sizeof(unsigned long long));
-  ASSERT_TRUE(err.ok());
+// Batched quantize tests: a stream and a device error word.
+class HackGpuBatch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    KVD_REQUIRE_GPU();
+    Result<Stream> s = Stream::Create();
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    stream_ = std::move(*s);
+    Result<DeviceBuffer> e = DeviceBuffer::Allocate(sizeof(unsigned long long));
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    error_ = std::move(*e);
+  }
+  cudaStream_t stream() const { return stream_.get(); }
+  unsigned long long* error() const { return error_.as<unsigned long long>(); }
+
+ private:
+  Stream stream_;
+  DeviceBuffer error_;
+};
+
+TEST_F(HackGpuBatch, QuantizeMatchesTheCpuChunkByChunk) {
   std::uint64_t seed = 900;
   // A tail and sinks (tail rows of every chunk), a default-shaped chunk, every kernel kind.
   for (const KvShape shape : {KvShape{2, 130, 2, 64}, KvShape{3, 256, 8, 128}}) {
@@ -455,9 +470,8 @@ TEST(HackGpu, QuantizeBatchMatchesTheCpuChunkByChunk) {
               chunks.push_back(UploadChunk(tensors.back(), o, 0xabcdef00ull + 7 * i));
               descs.push_back(chunks.back().chunk);
             }
-            auto* e = err->as<unsigned long long>();
-            ASSERT_TRUE(EnqueueQuantizeHackBatch(dtype, shape, o, descs, e, stream->get()).ok());
-            const Status done = FinishQuantizeHackBatch(shape, e, stream->get());
+            ASSERT_TRUE(EnqueueQuantizeHackBatch(dtype, shape, o, descs, error(), stream()).ok());
+            const Status done = FinishQuantizeHackBatch(shape, error(), stream());
             ASSERT_TRUE(done.ok()) << done.ToString();
             for (std::uint32_t i = 0; i < n; ++i) {
               const std::string label = shape.ToString() + " " + std::string(DTypeName(dtype)) +
@@ -483,12 +497,7 @@ TEST(HackGpu, QuantizeBatchMatchesTheCpuChunkByChunk) {
   }
 }
 
-TEST(HackGpu, QuantizeBatchNamesTheFirstChunkWithAnInvalidValue) {
-  KVD_REQUIRE_GPU();
-  Result<Stream> stream = Stream::Create();
-  ASSERT_TRUE(stream.ok());
-  Result<DeviceBuffer> err = DeviceBuffer::Allocate(sizeof(unsigned long long));
-  ASSERT_TRUE(err.ok());
+TEST_F(HackGpuBatch, QuantizeNamesTheFirstChunkWithAnInvalidValue) {
   const KvShape shape{2, 130, 2, 64};
   HackOptions o;
   o.sinks = 2;
@@ -504,9 +513,8 @@ TEST(HackGpu, QuantizeBatchNamesTheFirstChunkWithAnInvalidValue) {
     chunks.push_back(UploadChunk(t, o, 0));
     descs.push_back(chunks.back().chunk);
   }
-  auto* e = err->as<unsigned long long>();
-  ASSERT_TRUE(EnqueueQuantizeHackBatch(DType::kFloat16, shape, o, descs, e, stream->get()).ok());
-  const Status got = FinishQuantizeHackBatch(shape, e, stream->get());
+  ASSERT_TRUE(EnqueueQuantizeHackBatch(DType::kFloat16, shape, o, descs, error(), stream()).ok());
+  const Status got = FinishQuantizeHackBatch(shape, error(), stream());
   Result<std::vector<std::byte>> cpu = EncodeHack(tensors[1].view(), o);
   ASSERT_FALSE(cpu.ok());
   EXPECT_EQ(got.code(), StatusCode::kInvalidArgument);

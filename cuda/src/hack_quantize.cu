@@ -6,8 +6,9 @@
 //
 // Quantize: one launch for 1 .. kHackQuantizeMaxChunks chunks of one shape (their descriptors in
 // the __grid_constant__ parameters); one CTA of 128 threads per group (chunk, layer, K|V, head,
-// block), grid-stride over every chunk's groups, 7 or 8 CTAs per SM. (A) the group's P tokens x head_dim are copied into shared memory with cp.async (issued
-// by the previous group's iteration once its words are in shared memory); (B) every
+// block), grid-stride over every chunk's groups, 7 or 8 CTAs per SM. (A) the group's P tokens x
+// head_dim are copied into shared memory with cp.async (issued by the previous group's
+// iteration once its words are in shared memory); (B) every
 // partition's min and max (channel partitions: paired half-precision min/max per (channel pair,
 // token slice), then across slices, NaN-propagating, so that a channel whose range is not finite
 // (or, for bf16, beyond fp16's) is scanned for its first invalid element; token partitions: each
@@ -267,7 +268,7 @@ struct GroupAt {
 
 // The group of index (lk * H + head) * B + block, where lk = (chunk * layers + layer) * 2 + kv.
 template <typename Index>
-__device__ __forceinline__ GroupAt LocateGroupAs(const Layout& lay, Index item) {
+KVD_HOST_DEVICE GroupAt LocateGroupAs(const Layout& lay, Index item) {
   GroupAt g;
   const Index B = lay.blocks(), H = lay.heads;
   const Index rest = item / B;
@@ -295,14 +296,9 @@ struct GroupStride {
 };
 
 GroupStride GridStrideOf(const Layout& lay, unsigned blocks) {
-  GroupStride s{};
-  const std::uint32_t B = lay.blocks(), H = lay.heads, LK = 2 * lay.layers;
-  if (B == 0 || H == 0 || LK == 0) return s;
-  s.block = blocks % B;
-  s.head = blocks / B % H;
-  s.lk = blocks / B / H % LK;
-  s.chunk = blocks / B / H / LK;
-  return s;
+  if (lay.blocks() == 0) return {};  // no groups: the cursor never moves
+  const GroupAt g = LocateGroupAs(lay, std::uint64_t{blocks});
+  return {g.block, g.head, g.layer * 2 + g.kv, g.chunk};
 }
 
 // A CTA's grid-stride walk over the groups of all chunks without a division per group: the group

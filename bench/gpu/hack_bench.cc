@@ -1,15 +1,17 @@
 // kvdepot_hack_bench: GPU HACK INT2 kernels (docs/hack-gpu.md) against a cudaMemcpy D2D ceiling.
 //
 //  * decode attention, Llama-3.1-70B heads (64 query heads, 8 KV heads, head_dim 128), batch 1 and
-//    16, KV lengths 4K, 32K and 128K (contiguous layout, P = 64, channel orientation);
+//    16, KV lengths 4K, 32K and 128K (contiguous layout, P = 64, channel orientation): one
+//    synchronous call per rep (launch to finish), and "-stream": 8 calls enqueued back to back per
+//    rep (as an engine calls attention layer after layer), reported per call;
 //  * causal prefill over 1K and 4K prompts (same heads), reported against torch SDPA bf16 by
 //    bench/gpu/torch_sdpa.py;
 //  * quantize and dequantize of Llama-3.1-8B and 70B-shaped chunks [32|80, 2, 256, 8, 128] fp16:
 //    one synchronous call per rep (launch to finish); "-stream": 8 calls enqueued back to back
 //    on one stream per rep (as an engine streams chunks; the launch of one call overlaps the
 //    kernel of the previous), reported per call; "-batch" (quantize): one
-//    EnqueueQuantizeHackBatch of 8 chunks per rep (as an engine stores a prompt's chunks),
-//    reported per chunk.
+//    EnqueueQuantizeHackBatch of 8 and of 16 (kHackQuantizeMaxChunks) chunks per rep (as an engine
+//    stores a prompt's chunks: 2K and 4K tokens), reported per chunk.
 //
 // Inputs are random (never zero); every variant rotates over enough copies of its inputs that the
 // copies together are at least 3x the L2 size (and at least 2), so no rep reads what the previous
@@ -67,6 +69,7 @@ constexpr std::uint32_t kQHeads = 64;
 constexpr std::uint32_t kKvHeads = 8;
 constexpr std::uint32_t kDim = 128;
 constexpr std::uint32_t kVerifyMaxTokens = 32768;
+constexpr std::uint32_t kStreamCalls = 8;  // calls per rep of the "-stream" rows
 
 struct Options : bench::CommonOptions {
   std::string only;
@@ -274,8 +277,12 @@ std::string DecodeConfig(std::uint32_t pairs, std::uint64_t tokens, int sms) {
   return std::to_string(pairs * splits) + " CTAs x " + std::to_string(warps) + " warps";
 }
 
-Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, const DeviceInfo& info,
-                          HackAttentionWorkspace& ws, cudaStream_t stream, const Options& opt) {
+// `calls` decode calls per timed rep over rotating KV sets: 1 is one synchronous call (the launch
+// counts); more are enqueued back to back (as an engine calls attention layer after layer, so each
+// launch overlaps the previous kernel), and the time is reported per call.
+Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, std::uint32_t calls,
+                          const DeviceInfo& info, HackAttentionWorkspace& ws, cudaStream_t stream,
+                          const Options& opt) {
   const HostSeq host = MakeHostSeq(tokens, 1000 + tokens);
   const std::uint64_t per_set_estimate =
       std::uint64_t{batch} * (HackSectionBytesFor(host.lay, DType::kFloat16).codes * 5 / 4);
@@ -291,15 +298,20 @@ Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, const Devic
       std::vector<double> us,
       Time(
           opt, sets, stream,
-          [&](int s) {
-            HackDecodeArgs a;
-            a.seqs = kv.descs.as<HackAttentionSeq>() + std::size_t(s) * batch;
-            a.num_seqs = batch;
-            a.max_tokens = tokens;
-            a.q_heads = kQHeads;
-            a.q = d_q.as<float>();
-            a.out = d_out.as<float>();
-            return EnqueueHackDecodeAttention(cache, a, ws, stream);
+          [&](int s0) -> Status {
+            for (std::uint32_t c = 0; c < calls; ++c) {
+              const std::size_t s =
+                  (static_cast<std::size_t>(s0) + c) % static_cast<std::size_t>(sets);
+              HackDecodeArgs a;
+              a.seqs = kv.descs.as<HackAttentionSeq>() + s * batch;
+              a.num_seqs = batch;
+              a.max_tokens = tokens;
+              a.q_heads = kQHeads;
+              a.q = d_q.as<float>();
+              a.out = d_out.as<float>();
+              KVD_RETURN_IF_ERROR(EnqueueHackDecodeAttention(cache, a, ws, stream));
+            }
+            return Status::Ok();
           },
           [&]() { return FinishHackAttention(ws, stream); }));
   if (tokens <= kVerifyMaxTokens) {
@@ -315,8 +327,9 @@ Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, const Devic
                             std::span<const float>(q.data(), std::size_t{kQHeads} * kDim), ao));
     KVD_RETURN_IF_ERROR(CheckClose(ref.out, got, "decode " + std::to_string(tokens)));
   }
+  for (double& u : us) u /= calls;
   Row row;
-  row.op = "decode";
+  row.op = calls > 1 ? "decode-stream" : "decode";
   row.batch = batch;
   row.tokens = tokens;
   row.shape = "q64 kv8 d128";
@@ -324,7 +337,8 @@ Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, const Devic
   row.min_us = *std::min_element(us.begin(), us.end());
   row.bytes = kv.read_bytes * batch;
   row.gbps = static_cast<double>(row.bytes) / (row.median_us * 1e3);
-  row.config = DecodeConfig(batch * kKvHeads, tokens, info.sm_count);
+  row.config = DecodeConfig(batch * kKvHeads, tokens, info.sm_count) +
+               (calls > 1 ? ", " + std::to_string(calls) + " calls" : "");
   return row;
 }
 
@@ -600,10 +614,13 @@ int Main(int argc, char** argv) {
   };
   const bool all = opt.only.empty();
   if (all || opt.only == "decode") {
-    for (std::uint32_t batch : opt.batches) {
-      for (std::uint32_t tokens : opt.lengths) {
-        report(MeasureDecode(tokens, batch, *info, *ws, stream->get(), opt),
-               "decode batch " + std::to_string(batch) + " tokens " + std::to_string(tokens));
+    for (std::uint32_t calls : {1u, kStreamCalls}) {
+      for (std::uint32_t batch : opt.batches) {
+        for (std::uint32_t tokens : opt.lengths) {
+          report(MeasureDecode(tokens, batch, calls, *info, *ws, stream->get(), opt),
+                 "decode batch " + std::to_string(batch) + " tokens " + std::to_string(tokens) +
+                     " calls " + std::to_string(calls));
+        }
       }
     }
   }
@@ -615,7 +632,7 @@ int Main(int argc, char** argv) {
   }
   for (bool quantize : {true, false}) {
     if (!all && opt.only != (quantize ? "quantize" : "dequantize")) continue;
-    for (std::uint32_t calls : {1u, 8u}) {
+    for (std::uint32_t calls : {1u, kStreamCalls}) {
       for (std::uint32_t layers : opt.codec_layers) {
         report(MeasureCodec(quantize, layers, false, calls, false, *info, stream->get(), opt),
                std::string(quantize ? "quantize" : "dequantize") + " layers " +
@@ -623,9 +640,12 @@ int Main(int argc, char** argv) {
       }
     }
     if (quantize) {
-      for (std::uint32_t layers : opt.codec_layers) {
-        report(MeasureCodec(true, layers, false, 8, true, *info, stream->get(), opt),
-               "quantize batch layers " + std::to_string(layers));
+      for (std::uint32_t chunks : {kStreamCalls, kHackQuantizeMaxChunks}) {
+        for (std::uint32_t layers : opt.codec_layers) {
+          report(
+              MeasureCodec(true, layers, false, chunks, true, *info, stream->get(), opt),
+              "quantize batch of " + std::to_string(chunks) + " layers " + std::to_string(layers));
+        }
       }
       report(MeasureCodec(true, 32, true, 1, false, *info, stream->get(), opt),
              "quantize stochastic");

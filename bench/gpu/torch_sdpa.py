@@ -8,9 +8,11 @@ kvdepot_hack_bench (docs/hack-gpu.md): the baseline the HACK INT2 kernels are co
   prefill: q [1, 64, L, 128], k/v [1, 8, L, 128], causal, L in {1K, 4K}.
 
 Random normal inputs, never zero. Each variant rotates over enough copies of K/V that together
-they are at least 3x the L2 size (and at least 2). Times are CUDA event intervals around one call;
-the median over --reps (>= 50) timed reps after --warmup reps is printed, one JSON object per line
-(also appended to --json FILE). "bytes" = the bf16 K and V read (plus q and the output).
+they are at least 3x the L2 size (and at least 2). Times are CUDA event intervals around one call
+("decode", "prefill") or around 8 calls enqueued back to back, reported per call
+("decode-stream", as kvdepot_hack_bench's); the median over --reps (>= 50) timed reps after
+--warmup reps is printed, one JSON object per line (also appended to --json FILE). "bytes" = the
+bf16 K and V read (plus q and the output).
 
 Exit status: 0 ok, 3 torch or CUDA unavailable, 64 bad usage.
 """
@@ -19,6 +21,8 @@ import json
 import math
 import statistics
 import sys
+
+STREAM_CALLS = 8  # calls per rep of the "decode-stream" rows, as kvdepot_hack_bench
 
 
 def main():
@@ -66,17 +70,19 @@ def main():
 
     out_file = open(args.json, "a") if args.json else None
 
-    def timed(fn, sets):
+    def timed(fn, sets, calls=1):
+        """`calls` calls per rep over rotating sets (more than 1: back to back, time per call)."""
         start = torch.cuda.Event(enable_timing=True)
         stop = torch.cuda.Event(enable_timing=True)
         us = []
         for rep in range(args.warmup + args.reps):
             start.record()
-            fn(rep % sets)
+            for c in range(calls):
+                fn((rep + c) % sets)
             stop.record()
             stop.synchronize()
             if rep >= args.warmup:
-                us.append(start.elapsed_time(stop) * 1000.0)
+                us.append(start.elapsed_time(stop) * 1000.0 / calls)
         return statistics.median(us), min(us)
 
     def emit(row):
@@ -107,11 +113,12 @@ def main():
                     def call(s, qg=qg, ks=ks, vs=vs):
                         return F.scaled_dot_product_attention(qg, ks[s], vs[s], scale=scale)
                     mode = "grouped-q"
-                med, mn = timed(call, sets)
                 read = kv_bytes + 2 * batch * q_heads * dim * 2
-                emit({"op": "decode", "batch": batch, "tokens": length, "gqa": mode,
-                      "median_us": round(med, 3), "min_us": round(mn, 3), "bytes": read,
-                      "gbps": round(read / (med * 1e3), 2)})
+                for op, calls in (("decode", 1), ("decode-stream", STREAM_CALLS)):
+                    med, mn = timed(call, sets, calls)
+                    emit({"op": op, "batch": batch, "tokens": length, "gqa": mode,
+                          "calls": calls, "median_us": round(med, 3), "min_us": round(mn, 3),
+                          "bytes": read, "gbps": round(read / (med * 1e3), 2)})
                 del ks, vs
                 torch.cuda.empty_cache()
 

@@ -50,7 +50,7 @@ namespace kvdepot::cuda {
 namespace {
 
 using internal::ConfigureSharedMemory;
-using internal::CpAsync4;
+using internal::CpAsync16;
 using internal::CpAsyncCommit;
 using internal::CpAsyncWaitAll;
 using internal::kMaxDevices;
@@ -63,6 +63,7 @@ constexpr std::uint32_t kMaxWarps = 16;
 constexpr std::uint32_t kStages = 2;
 constexpr std::uint32_t kMaxSplits = 16;
 constexpr std::uint32_t kNoUnit = 0xffffffffu;
+constexpr unsigned long long kNoRow = ~0ull;  // s_out_row of a row outside the tile
 // Target units per warp when sizing the CTA. Decode: one, since a warp works through a unit
 // latency-bound (~11 us at batch 1 on the H200) and more warps per CTA cost little; prefill: four
 // (measured faster at 1K tokens, docs/benchmarks.md).
@@ -597,6 +598,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   __shared__ float s_l[kMaxSplits][kRows];
   __shared__ float s_row_m[kRows];
   __shared__ float s_row_l[kRows];
+  __shared__ unsigned long long s_out_row[kRows];  // row r's output offset; kNoRow if not in tile
 
   const std::uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u;
   const std::uint32_t g = lane >> 2, tq = lane & 3u;
@@ -665,17 +667,19 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   const std::uint32_t ub = min(units, split * p.units_per_split);
   const std::uint32_t ue = min(units, ub + p.units_per_split);
 
-  // The tile's query rows go to shared memory first (zero for invalid rows), with cp.async: issued
-  // before the block copies, these loads do not queue behind them.
+  // The tile's query rows go to shared memory first (zero for invalid rows), 16 bytes per cp.async
+  // (QIndex keeps 4 consecutive dims together): issued before the block copies, these loads do not
+  // queue behind them.
   float* qsm = reinterpret_cast<float*>(smem + W * G::kWarpBytes);
-  for (std::uint32_t i = tid; i < kRows * D; i += blockDim.x) {
-    const std::uint32_t r = i / D, d = i % D;
+  const std::uint32_t rows = seq_ok ? q_count * p.group : 0;
+  for (std::uint32_t i = tid; i < kRows * D / 4; i += blockDim.x) {
+    const std::uint32_t r = i / (D / 4), d = i % (D / 4) * 4;
     float* dst = qsm + QIndex(r, d);
-    if (seq_ok && r < q_count * p.group) {
+    if (r < rows) {
       const std::uint32_t qi = q_first + r / p.group, h = kvh * p.group + r % p.group;
-      CpAsync4(internal::SharedAddress(dst), p.q + (std::uint64_t{qi} * p.q_heads + h) * D + d);
+      CpAsync16(internal::SharedAddress(dst), p.q + (std::uint64_t{qi} * p.q_heads + h) * D + d);
     } else {
-      *dst = 0.0f;
+      *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
   }
   CpAsyncCommit();
@@ -715,13 +719,19 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   // Non-finite query rows are zeroed and flagged (their outputs become NaN).
   CpAsyncWaitAll();
   __syncthreads();
-  for (std::uint32_t i = tid; i < kRows * D; i += blockDim.x) {
-    if (!isfinite(qsm[QIndex(i / D, i % D)])) atomicOr(&s_bad_rows, 1u << (i / D));
+  for (std::uint32_t i = tid; i < kRows * D / 4; i += blockDim.x) {
+    const float4 v = *reinterpret_cast<const float4*>(qsm + QIndex(i / (D / 4), i % (D / 4) * 4));
+    if (!(isfinite(v.x) && isfinite(v.y) && isfinite(v.z) && isfinite(v.w))) {
+      atomicOr(&s_bad_rows, 1u << (i / (D / 4)));
+    }
   }
   __syncthreads();
   if (s_bad_rows != 0) {
-    for (std::uint32_t i = tid; i < kRows * D; i += blockDim.x) {
-      if ((s_bad_rows >> (i / D)) & 1u) qsm[QIndex(i / D, i % D)] = 0.0f;
+    for (std::uint32_t i = tid; i < kRows * D / 4; i += blockDim.x) {
+      if ((s_bad_rows >> (i / (D / 4))) & 1u) {
+        *reinterpret_cast<float4*>(qsm + QIndex(i / (D / 4), i % (D / 4) * 4)) =
+            make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
     }
     __syncthreads();
   }
@@ -775,11 +785,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     MbarInval(bar0 + 8);
   }
 
-  // CTA merge of the warps (shared memory reused: every warp is done with its stages).
+  // CTA merge of the warps (shared memory reused: every warp is done with its stages). Row g's
+  // thread computes the row's maximum, each warp's weight 2^(m_w - M) (0 for a warp that saw no
+  // key of the row) and the normaliser; then every thread sums four dims of a row at a time.
   __syncthreads();
-  float* mrg_m = reinterpret_cast<float*>(smem);           // [W][8]
-  float* mrg_l = mrg_m + W * kRows;                         // [W][8]
-  float* mrg_acc = mrg_l + W * kRows;                       // [W][8][D]
+  float* mrg_m = reinterpret_cast<float*>(smem);  // [W][8]: maxima, then weights
+  float* mrg_l = mrg_m + W * kRows;               // [W][8]
+  float* mrg_acc = mrg_l + W * kRows;             // [W][8][D], 16-byte aligned
   if (tq == 0) {
     mrg_m[warp * kRows + g] = ws.m;
     mrg_l[warp * kRows + g] = ws.lsum;
@@ -798,57 +810,61 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     float M = -INFINITY;
     for (std::uint32_t w = 0; w < W; ++w) M = fmaxf(M, mrg_m[w * kRows + tid]);
     float L = 0.0f;
-    if (M != -INFINITY) {
-      for (std::uint32_t w = 0; w < W; ++w) L += mrg_l[w * kRows + tid] * Exp2(mrg_m[w * kRows + tid] - M);
+    for (std::uint32_t w = 0; w < W; ++w) {
+      const float weight = M == -INFINITY ? 0.0f : Exp2(mrg_m[w * kRows + tid] - M);
+      mrg_m[w * kRows + tid] = weight;
+      L += mrg_l[w * kRows + tid] * weight;
     }
     s_row_m[tid] = M;
     s_row_l[tid] = L;
+    const std::uint32_t qi = q_first + tid / p.group, h = kvh * p.group + tid % p.group;
+    s_out_row[tid] = tid < q_count * p.group ? (std::uint64_t{qi} * p.q_heads + h) * D : kNoRow;
   }
   __syncthreads();
 
-  const std::uint32_t qh = p.q_heads;
-  auto write_out = [&](std::uint32_t r, std::uint32_t d, float a, float M, float L) {
-    if (!(r < q_count * p.group)) return;
-    const std::uint32_t qi = q_first + r / p.group;
-    const std::uint32_t h = kvh * p.group + r % p.group;
+  // Output dims d .. d + 3 of row r (a / L; NaN for a row with a non-finite query) and, with d = 0,
+  // the row's log-sum-exp.
+  auto write_out = [&](std::uint32_t r, std::uint32_t d, float4 a, float M, float L) {
+    const unsigned long long row = s_out_row[r];
+    if (row == kNoRow) return;
     const bool nan = ((s_bad_rows >> r) & 1u) != 0;
-    p.out[(std::uint64_t{qi} * qh + h) * D + d] = nan ? NAN : a / L;
+    float* o = p.out + row + d;
+    o[0] = nan ? NAN : a.x / L;
+    o[1] = nan ? NAN : a.y / L;
+    o[2] = nan ? NAN : a.z / L;
+    o[3] = nan ? NAN : a.w / L;
     if (d == 0 && p.lse != nullptr) {
-      p.lse[std::uint64_t{qi} * qh + h] = nan ? NAN : (M + log2f(L)) * 0.69314718055994531f;
+      p.lse[row / D] = nan ? NAN : (M + log2f(L)) * 0.69314718055994531f;
     }
   };
+  // Sum of four dims over the warps (or, below, the splits): a += weight * x, in order.
+  auto accumulate = [](float4& a, float weight, float4 x) {
+    a.x = fmaf(x.x, weight, a.x);
+    a.y = fmaf(x.y, weight, a.y);
+    a.z = fmaf(x.z, weight, a.z);
+    a.w = fmaf(x.w, weight, a.w);
+  };
 
-  if (p.splits == 1) {
-    for (std::uint32_t i = tid; i < kRows * D; i += blockDim.x) {
-      const std::uint32_t r = i / D, d = i % D;
-      const float M = s_row_m[r];
-      float a = 0.0f;
-      if (M != -INFINITY) {
-        for (std::uint32_t w = 0; w < W; ++w) {
-          a += mrg_acc[(w * kRows + r) * D + d] * Exp2(mrg_m[w * kRows + r] - M);
-        }
-      }
-      write_out(r, d, a, M, s_row_l[r]);
+  // Split partial: [slot] = accumulator [8][D], then the 8 maxima, then the 8 normalisers.
+  constexpr std::uint32_t kSlot = kRows * (D + 2);
+  float* part = p.partials + (std::uint64_t{pair} * p.splits + split) * kSlot;
+  for (std::uint32_t i = tid; i < kRows * D / 4; i += blockDim.x) {
+    const std::uint32_t r = i / (D / 4), d = i % (D / 4) * 4;
+    float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (std::uint32_t w = 0; w < W; ++w) {
+      accumulate(a, mrg_m[w * kRows + r],
+                 *reinterpret_cast<const float4*>(mrg_acc + (w * kRows + r) * D + d));
     }
-    return;
-  }
-
-  // Split partial: [slot][8][D + 2] = accumulator, max, normaliser.
-  float* part = p.partials + (std::uint64_t{pair} * p.splits + split) * kRows * (D + 2);
-  for (std::uint32_t i = tid; i < kRows * D; i += blockDim.x) {
-    const std::uint32_t r = i / D, d = i % D;
-    const float M = s_row_m[r];
-    float a = 0.0f;
-    if (M != -INFINITY) {
-      for (std::uint32_t w = 0; w < W; ++w) {
-        a += mrg_acc[(w * kRows + r) * D + d] * Exp2(mrg_m[w * kRows + r] - M);
-      }
+    if (p.splits == 1) {
+      write_out(r, d, a, s_row_m[r], s_row_l[r]);
+    } else {
+      __stcg(reinterpret_cast<float4*>(part + r * D + d), a);
     }
-    __stcg(part + r * (D + 2) + d, a);
   }
+  if (p.splits == 1) return;
   if (tid < kRows) {
-    __stcg(part + tid * (D + 2) + D, s_row_m[tid]);
-    __stcg(part + tid * (D + 2) + D + 1, s_row_l[tid]);
+    __stcg(part + kRows * D + tid, s_row_m[tid]);
+    __stcg(part + kRows * D + kRows + tid, s_row_l[tid]);
   }
   __threadfence();
   __syncthreads();
@@ -857,41 +873,37 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   if (s_last == 0) return;
   __threadfence();
 
-  // The last split to arrive merges all of them.
-  const float* parts = p.partials + std::uint64_t{pair} * p.splits * kRows * (D + 2);
+  // The last split to arrive merges all of them: row r's thread turns the splits' maxima into
+  // weights as above, then the loads of one element's splits are independent, so many are in
+  // flight at once (this merge is on the critical path of every split launch).
+  const float* parts = p.partials + std::uint64_t{pair} * p.splits * kSlot;
   for (std::uint32_t i = tid; i < p.splits * kRows; i += blockDim.x) {
     const std::uint32_t sp = i / kRows, r = i % kRows;
-    s_m[sp][r] = __ldcg(parts + (sp * kRows + r) * (D + 2) + D);
-    s_l[sp][r] = __ldcg(parts + (sp * kRows + r) * (D + 2) + D + 1);
+    s_m[sp][r] = __ldcg(parts + sp * kSlot + kRows * D + r);
+    s_l[sp][r] = __ldcg(parts + sp * kSlot + kRows * D + kRows + r);
   }
   __syncthreads();
   if (tid < kRows) {
     float M = -INFINITY;
     for (std::uint32_t sp = 0; sp < p.splits; ++sp) M = fmaxf(M, s_m[sp][tid]);
     float L = 0.0f;
-    if (M != -INFINITY) {
-      for (std::uint32_t sp = 0; sp < p.splits; ++sp) L += s_l[sp][tid] * Exp2(s_m[sp][tid] - M);
+    for (std::uint32_t sp = 0; sp < p.splits; ++sp) {
+      const float m = s_m[sp][tid];
+      const float weight = m == -INFINITY || M == -INFINITY ? 0.0f : Exp2(m - M);
+      s_m[sp][tid] = weight;
+      L += s_l[sp][tid] * weight;
     }
     s_row_m[tid] = M;
     s_row_l[tid] = L;
   }
   __syncthreads();
-  // Each split's weight per row (0 for a split that saw no key of the row), then the weighted
-  // sums: the loads of one element's splits are independent, so many are in flight at once (this
-  // merge is on the critical path of every split launch).
-  for (std::uint32_t i = tid; i < p.splits * kRows; i += blockDim.x) {
-    const std::uint32_t sp = i / kRows, r = i % kRows;
-    const float m = s_m[sp][r], M = s_row_m[r];
-    s_m[sp][r] = m == -INFINITY || M == -INFINITY ? 0.0f : Exp2(m - M);
-  }
-  __syncthreads();
-  for (std::uint32_t i = tid; i < kRows * D; i += blockDim.x) {
-    const std::uint32_t r = i / D, d = i % D;
-    const float* src = parts + r * (D + 2) + d;
-    float a = 0.0f;
+  for (std::uint32_t i = tid; i < kRows * D / 4; i += blockDim.x) {
+    const std::uint32_t r = i / (D / 4), d = i % (D / 4) * 4;
+    const float* src = parts + r * D + d;
+    float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 16
     for (std::uint32_t sp = 0; sp < p.splits; ++sp) {
-      a = fmaf(__ldcg(src + sp * kRows * (D + 2)), s_m[sp][r], a);
+      accumulate(a, s_m[sp][r], __ldcg(reinterpret_cast<const float4*>(src + sp * kSlot)));
     }
     write_out(r, d, a, s_row_m[r], s_row_l[r]);
   }

@@ -339,6 +339,20 @@ __device__ __forceinline__ BlockSrc LocateBlock(const HackAttentionParams& p,
   return s;
 }
 
+// Block j of a contiguous sequence: every section is linear in the block index, so its sources are
+// block 0's plus j times the per-block sizes (no layout arithmetic per block).
+template <int D>
+__device__ __forceinline__ BlockSrc ContiguousBlock(const BlockSrc& block0, std::uint32_t j) {
+  using G = Geo<D>;
+  BlockSrc s;
+  s.kcodes = block0.kcodes + std::uint64_t{j} * G::kCodes;
+  s.vcodes = block0.vcodes + std::uint64_t{j} * G::kCodes;
+  s.kscales = block0.kscales + std::uint64_t{j} * G::kScales;
+  s.vscales = block0.vscales + std::uint64_t{j} * G::kScales;
+  s.vsums = block0.vsums + std::uint64_t{j} * D;
+  return s;
+}
+
 template <int D>
 __device__ __forceinline__ void IssueBlock(const BlockSrc& src, std::uint8_t* stage,
                                            std::uint32_t bar) {
@@ -594,6 +608,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   __shared__ std::uint32_t s_bad_rows;
   __shared__ std::uint32_t s_last;
   __shared__ std::uint32_t s_next;  // next unclaimed quantized block
+  __shared__ BlockSrc s_block0;      // contiguous layout: block 0's sources (ContiguousBlock)
   __shared__ float s_m[kMaxSplits][kRows];
   __shared__ float s_l[kMaxSplits][kRows];
   __shared__ float s_row_m[kRows];
@@ -702,6 +717,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   if (tid == 0) {
     s_bad_rows = seq_ok ? 0u : 0xffu;
     s_next = ub + kStages * W;
+    if (p.page_blocks == 0 && qe > ub) s_block0 = LocateBlock<D>(p, seq, lay, seq_index, kvh, 0, false);
   }
   __syncthreads();
 
@@ -711,7 +727,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     const std::uint32_t u = ub + warp + k * W;
     unit[k] = u < qe ? u : kNoUnit;
     if (u < qe) {
-      const BlockSrc src = LocateBlock<D>(p, seq, lay, seq_index, kvh, u, lane == 0);
+      const BlockSrc src = p.page_blocks == 0
+                               ? ContiguousBlock<D>(s_block0, u)
+                               : LocateBlock<D>(p, seq, lay, seq_index, kvh, u, lane == 0);
       if (lane == 0) IssueBlock<D>(src, wbase + k * G::kStageBytes, bar0 + 8 * k);
     }
   }
@@ -765,7 +783,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     if (lane == 0) next = atomicAdd(&s_next, 1u);
     next = __shfl_sync(kFull, next, 0);
     if (next < qe) {
-      const BlockSrc src = LocateBlock<D>(p, seq, lay, seq_index, kvh, next, lane == 0);
+      const BlockSrc src = p.page_blocks == 0
+                               ? ContiguousBlock<D>(s_block0, next)
+                               : LocateBlock<D>(p, seq, lay, seq_index, kvh, next, lane == 0);
       if (lane == 0) IssueBlock<D>(src, stage, bar0 + 8 * k);
     }
     if (k == 0) {

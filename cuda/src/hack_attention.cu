@@ -608,7 +608,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   __shared__ std::uint32_t s_bad_rows;
   __shared__ std::uint32_t s_last;
   __shared__ std::uint32_t s_next;  // next unclaimed quantized block
-  __shared__ BlockSrc s_block0;      // contiguous layout: block 0's sources (ContiguousBlock)
+  __shared__ BlockSrc s_block0;     // contiguous layout: block 0's sources (ContiguousBlock)
   __shared__ float s_m[kMaxSplits][kRows];
   __shared__ float s_l[kMaxSplits][kRows];
   __shared__ float s_row_m[kRows];
@@ -717,7 +717,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   if (tid == 0) {
     s_bad_rows = seq_ok ? 0u : 0xffu;
     s_next = ub + kStages * W;
-    if (p.page_blocks == 0 && qe > ub) s_block0 = LocateBlock<D>(p, seq, lay, seq_index, kvh, 0, false);
+    if (p.page_blocks == 0 && qe > ub) {
+      s_block0 = LocateBlock<D>(p, seq, lay, seq_index, kvh, 0, false);
+    }
   }
   __syncthreads();
 

@@ -18,6 +18,7 @@
 #include "kvdepot/lm_value.h"
 #include "kvdepot/lm_wire.h"
 #include "listen_address.h"
+#include "registration_guard.h"
 
 namespace kvdepot::daemon {
 namespace asio = boost::asio;
@@ -76,9 +77,12 @@ class LmServer::Impl {
     ++counters_->total;
     return connections_.insert(connections_.end(), c);
   }
+  // Called by a connection's RegistrationGuard; the decrement is its last access to *this.
   void Unregister(Registration it) {
-    std::lock_guard lock(mu_);
-    connections_.erase(it);
+    {
+      std::lock_guard lock(mu_);
+      connections_.erase(it);
+    }
     --counters_->open;
   }
 
@@ -111,12 +115,12 @@ using Socket = asio::basic_stream_socket<asio::ip::tcp, asio::io_context::execut
 class LmConnection : public std::enable_shared_from_this<LmConnection> {
  public:
   LmConnection(Socket socket, LmServer::Impl& server)
-      : socket_(std::move(socket)),
+      : registration_(),
+        socket_(std::move(socket)),
         server_(server),
         counters_(server.shared_counters()),
         watchdog_(socket_.get_executor()) {}
-  ~LmConnection() { server_.Unregister(registration_); }
-  void set_registration(LmServer::Impl::Registration r) { registration_ = r; }
+  void set_registration(LmServer::Impl::Registration r) { registration_.Set(&server_, r); }
 
   void Start() {
     asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
@@ -355,10 +359,10 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
     socket_.close(ec);
   }
 
+  RegistrationGuard<LmServer::Impl> registration_;  // first: unregisters after the rest is gone
   Socket socket_;
   LmServer::Impl& server_;
   std::shared_ptr<Counters> counters_;
-  LmServer::Impl::Registration registration_{};
   std::array<std::byte, lm::kRequestHeaderBytes> header_{};
   std::array<std::byte, lm::kReplyHeaderBytes> reply_head_{};
   ValueRef value_;    // the value being sent
@@ -447,6 +451,9 @@ void LmServer::Impl::Stop() {
   for (auto& t : threads_) t.join();
   watcher.join();
   threads_.clear();
+  // A connection whose last reference is held off the I/O threads (a store callback on the SSD
+  // tier's thread) may still be going: *this must outlive it (RegistrationGuard).
+  while (counters_->open.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   timer.reset();  // before its io_context goes
   acceptor_.reset();
   guards_.clear();

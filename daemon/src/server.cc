@@ -5,6 +5,7 @@
 #include "kvdepot/daemon/log.h"
 #include "kvdepot/daemon/ssd_tier.h"
 #include "listen_address.h"
+#include "registration_guard.h"
 
 #include "kvdepot/byte_order.h"
 
@@ -136,9 +137,12 @@ class Server::Impl {
     ++total_;
     return connections_.insert(connections_.end(), c);
   }
+  // Called by a connection's RegistrationGuard; the decrement is its last access to *this.
   void Unregister(Registration it) {
-    std::lock_guard lock(mu_);
-    connections_.erase(it);
+    {
+      std::lock_guard lock(mu_);
+      connections_.erase(it);
+    }
     --open_;
   }
   std::atomic<std::uint64_t> requests_{0}, protocol_errors_{0}, bytes_in_{0}, bytes_out_{0},
@@ -195,14 +199,14 @@ class Connection : public ConnectionBase,
                    public std::enable_shared_from_this<Connection<Socket>> {
  public:
   Connection(Socket socket, Server::Impl& server)
-      : socket_(std::move(socket)),
+      : registration_(),
+        socket_(std::move(socket)),
         server_(server),
         limits_(server.options().limits),
         scope_(server.options().auth ? nullptr : &kEverything),
         small_(limits_.max_key_bytes + 8u),
         watchdog_(socket_.get_executor()) {}
-  ~Connection() override { server_.Unregister(registration_); }
-  void set_registration(Server::Impl::Registration r) { registration_ = r; }
+  void set_registration(Server::Impl::Registration r) { registration_.Set(&server_, r); }
 
   void Start() {
     if constexpr (kIsTls<Socket>) {
@@ -1147,9 +1151,9 @@ class Connection : public ConnectionBase,
     socket_.lowest_layer().close(ec);
   }
 
+  RegistrationGuard<Server::Impl> registration_;  // first: unregisters after the rest is gone
   Socket socket_;
   Server::Impl& server_;
-  Server::Impl::Registration registration_{};
   const protocol::Limits limits_;
   const AuthScope* scope_;  // null until a successful AUTH (auth on); owned by the Authenticator
   std::array<std::byte, protocol::kFrameHeaderBytes> header_{};
@@ -1344,6 +1348,9 @@ void Server::Impl::Stop() {
   for (auto& t : threads_) t.join();
   watcher.join();
   threads_.clear();
+  // A connection whose last reference is held off the I/O threads (a store callback on the SSD
+  // tier's thread) may still be going: *this must outlive it (RegistrationGuard).
+  while (open_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   if (!options_.unix_path.empty()) ::unlink(options_.unix_path.c_str());
 }
 

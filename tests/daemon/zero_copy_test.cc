@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -67,6 +68,7 @@ class ZeroCopyTest : public ::testing::Test {
     store_ = std::make_unique<Store>(*tier_, ssd_.get());
     TranscoderHooks hooks;
     hooks.observe = [this](const TranscodeTimings&, CodecId, std::string_view device) {
+      std::lock_guard lock(observed_mu_);  // the transcoder's threads call this concurrently
       observed_device_ = std::string(device);
       ++observed_;
     };
@@ -96,8 +98,9 @@ class ZeroCopyTest : public ::testing::Test {
   std::unique_ptr<SsdTier> ssd_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Server> server_;
+  std::mutex observed_mu_;
   std::atomic<int> observed_{0};
-  std::string observed_device_;
+  std::string observed_device_;  // guarded by observed_mu_
 };
 
 TEST_F(ZeroCopyTest, LeasedBytesAreByteExactAndReleaseEndsTheLease) {
@@ -520,6 +523,7 @@ TEST_F(ZeroCopyTest, GetAsTranscodesWithTheCpuReference) {
     EXPECT_EQ(got[3].second, want);
   }
   EXPECT_GE(observed_.load(), 4);
+  std::lock_guard lock(observed_mu_);
   EXPECT_EQ(observed_device_, "cpu");
   EXPECT_TRUE(c->Ping().ok());
 }

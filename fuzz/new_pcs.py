@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""When did a libFuzzer campaign find its new coverage, and where? (docs/fuzzing.md, "Plateau")
+"""When did a libFuzzer campaign find its new coverage, and where? (docs/fuzzing.md, "Eighth session")
 
 Reads the log of a run with -print_pcs=1 (each `NEW_PC: 0x... in FUNCTION FILE:LINE` line is
 followed by the `#N NEW cov: ...` line of the unit that found it) and prints one line per new PC:

@@ -206,7 +206,10 @@ Result<std::vector<std::string_view>> DecodeKeyList(std::span<const std::byte> b
   Reader r(body, "key list");
   KVD_ASSIGN_OR_RETURN(std::uint32_t count, r.Read<std::uint32_t>("count"));
   KVD_RETURN_IF_ERROR(CheckCount(count, limits, "key list"));
-  if (r.remaining() < std::uint64_t{count} * 3) return Malformed("key list: count " + std::to_string(count) + " exceeds the body");
+  // Each key takes at least its 2-byte length (a 0-byte key is a limit error, found below).
+  if (r.remaining() < std::uint64_t{count} * 2) {
+    return Malformed("key list: count " + std::to_string(count) + " exceeds the body");
+  }
   std::vector<std::string_view> keys;
   keys.reserve(count);
   for (std::uint32_t i = 0; i < count; ++i) {
@@ -233,7 +236,10 @@ Result<std::vector<PutItemView>> DecodePutBody(std::span<const std::byte> body,
   Reader r(body, "put");
   KVD_ASSIGN_OR_RETURN(std::uint32_t count, r.Read<std::uint32_t>("count"));
   KVD_RETURN_IF_ERROR(CheckCount(count, limits, "put"));
-  if (r.remaining() < std::uint64_t{count} * 11) return Malformed("put: count " + std::to_string(count) + " exceeds the body");
+  // Each item takes at least its key length and value length (10 bytes).
+  if (r.remaining() < std::uint64_t{count} * 10) {
+    return Malformed("put: count " + std::to_string(count) + " exceeds the body");
+  }
   std::vector<PutItemView> items;
   items.reserve(count);
   for (std::uint32_t i = 0; i < count; ++i) {

@@ -215,9 +215,15 @@ const std::vector<KeySpec>& Specs() {
          c.lm.io_threads = static_cast<std::uint32_t>(n);
          return Status::Ok();
        }},
-      {"lm.max_value_bytes", "largest lm:// PUT payload; a larger one closes the connection",
+      {"lm.max_value_bytes",
+       "largest lm:// PUT payload stored; a larger one is read and dropped (at most 2GiB-1)",
        [](std::string_view v, Config& c) -> Status {
          KVD_ASSIGN_OR_RETURN(c.lm.max_value_bytes, ParseSizeIn(v, 1, 0x7fffffffull));
+         return Status::Ok();
+       }},
+      {"lm.wire", "LMCache wire layouts served: auto (both), current (186-byte requests), legacy",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.lm.wire, ParseLmWireMode(v));
          return Status::Ok();
        }},
       {"limits.max_key_bytes", "longest key accepted (1-1024)",
@@ -516,6 +522,7 @@ std::vector<std::pair<std::string, std::string>> ConfigEntries(const Config& c) 
       {"lm.namespace", c.lm.namespace_name},
       {"lm.io_threads", n(c.lm.io_threads)},
       {"lm.max_value_bytes", n(c.lm.max_value_bytes)},
+      {"lm.wire", std::string(LmWireModeName(c.lm.wire))},
       {"limits.max_output_bytes", n(c.server.max_output_bytes)},
       {"auth.token_file", c.auth_token_file},
       {"tls.cert_file", c.server.tls.cert_file},

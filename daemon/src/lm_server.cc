@@ -4,17 +4,19 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <atomic>
 #include <boost/asio.hpp>
+#include <chrono>
 #include <cstring>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "kvdepot/byte_order.h"
+#include "kvdepot/daemon/log.h"
 #include "kvdepot/lm_value.h"
 #include "kvdepot/lm_wire.h"
 #include "listen_address.h"
@@ -22,6 +24,23 @@
 
 namespace kvdepot::daemon {
 namespace asio = boost::asio;
+
+Result<LmWireMode> ParseLmWireMode(std::string_view name) {
+  if (name == "auto") return LmWireMode::kAuto;
+  if (name == "current") return LmWireMode::kCurrent;
+  if (name == "legacy") return LmWireMode::kLegacy;
+  return InvalidArgument("unknown lm:// wire layout '" + std::string(name) +
+                         "' (expected auto, current or legacy)");
+}
+
+std::string_view LmWireModeName(LmWireMode mode) {
+  switch (mode) {
+    case LmWireMode::kAuto: return "auto";
+    case LmWireMode::kCurrent: return "current";
+    case LmWireMode::kLegacy: return "legacy";
+  }
+  return "auto";
+}
 
 namespace {
 
@@ -37,9 +56,25 @@ std::array<std::byte, lm::kReplyHeaderBytes> ServerHeader(std::int32_t code, std
 
 // Counters shared with store callbacks, which may outlive the server (SSD-thread completions).
 struct Counters {
-  std::atomic<std::uint64_t> open{0}, total{0}, puts{0}, puts_dropped{0}, gets{0}, get_hits{0},
-      exists{0}, exist_hits{0}, lists{0}, health{0}, protocol_errors{0}, bytes_in{0},
-      bytes_out{0}, request_timeouts{0}, idle_timeouts{0};
+  std::atomic<std::uint64_t> open{0}, total{0}, puts{0}, puts_dropped{0}, puts_oversized{0},
+      gets{0}, get_hits{0}, exists{0}, exist_hits{0}, lists{0}, health{0}, protocol_errors{0},
+      bytes_in{0}, bytes_out{0}, request_timeouts{0}, idle_timeouts{0}, legacy_connections{0},
+      wire_refused{0};
+};
+
+// Logs at most one line per `interval` per limiter (a client that keeps reconnecting with the
+// wrong layout must not flood the log).
+class LogLimiter {
+ public:
+  bool Allow(std::chrono::steady_clock::duration interval) {
+    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+    auto last = last_.load(std::memory_order_relaxed);
+    if (last != 0 && now - last < interval.count()) return false;
+    return last_.compare_exchange_strong(last, now, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<std::chrono::steady_clock::rep> last_{0};
 };
 
 class LmConnection;
@@ -68,6 +103,7 @@ class LmServer::Impl {
   Store& store() { return store_; }
   const std::string& prefix() const { return prefix_; }
   Counters& counters() { return *counters_; }
+  LogLimiter& wire_log_limiter() { return wire_log_limiter_; }
   const std::shared_ptr<Counters>& shared_counters() { return counters_; }
 
   using Registration = std::list<std::weak_ptr<LmConnection>>::iterator;
@@ -95,6 +131,7 @@ class LmServer::Impl {
   Store& store_;
   std::string prefix_;
   std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
+  LogLimiter wire_log_limiter_;
   std::vector<std::unique_ptr<asio::io_context>> contexts_;
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
   std::size_t next_context_ = 0;  // used by the accept handler only (contexts_[0])
@@ -142,28 +179,85 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
   }
 
  private:
+  // Reads the next request header. A connection's first read stops at lm::kWireProbeBytes, which
+  // tells the layout (OnProbe); later ones read the layout's whole header. Never more: a legacy
+  // PUT's payload follows its 182 bytes directly.
   void ReadHeader() {
     if (draining_ || closed_) return Close();
     idle_ = true;
     request_started_ = std::chrono::steady_clock::time_point::max();
+    const std::size_t want = wire_ ? lm::RequestHeaderBytes(*wire_) : lm::kWireProbeBytes;
     // What is there of the header (usually all of it); the request's clock starts with its first
     // byte.
     socket_.async_read_some(
-        asio::buffer(header_),
-        [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+        asio::buffer(header_.data(), want),
+        [self = shared_from_this(), want](boost::system::error_code ec, std::size_t n) {
           self->idle_ = false;
           self->Received(n);
           if (ec) return self->Close();  // EOF, reset, shutdown
           self->request_started_ = std::chrono::steady_clock::now();
-          if (n == self->header_.size()) return self->OnHeader();
-          asio::async_read(self->socket_,
-                           asio::buffer(self->header_.data() + n, self->header_.size() - n),
-                           [self](boost::system::error_code ec2, std::size_t m) {
-                             self->Received(m);
-                             if (ec2) return self->Close();  // a partial header
-                             self->OnHeader();
-                           });
+          self->ReadHeaderRest(n, want);
         });
+  }
+
+  // Reads header bytes [have, want), then goes on with the probe or the whole header.
+  void ReadHeaderRest(std::size_t have, std::size_t want) {
+    auto next = [self = shared_from_this()] {
+      if (self->wire_) return self->OnHeader();
+      self->OnProbe();
+    };
+    if (have == want) return next();
+    asio::async_read(
+        socket_, asio::buffer(header_.data() + have, want - have),
+        [self = shared_from_this(), next](boost::system::error_code ec, std::size_t m) {
+          self->Received(m);
+          if (ec) return self->Close();  // a partial header
+          next();
+        });
+  }
+
+  // The first kWireProbeBytes of the connection are in: fix its layout, then read the rest of
+  // the header. A layout that lm.wire excludes is refused in its own layout.
+  void OnProbe() {
+    const std::span<const std::byte, lm::kWireProbeBytes> probe(header_.data(),
+                                                                lm::kWireProbeBytes);
+    if (lm::IsVersion0Request(probe)) {
+      // LMCache's v0 protocol (pickled tensors) has no reply layout in common with v1: close
+      // at once, so that the client fails fast instead of waiting for a reply.
+      ++counters_->wire_refused;
+      ++counters_->protocol_errors;
+      if (server_.wire_log_limiter().Allow(std::chrono::seconds(10))) {
+        Log(LogLevel::kWarn,
+            "lm:// refused a client speaking LMCache's v0 remote protocol (lmcache/protocol.py, "
+            "pickled tensors), which kvdepot does not serve; use LMCache v1 (lmcache.v1)",
+            {{"peer", PeerAddress()}});
+      }
+      return Close();
+    }
+    const lm::Wire seen = lm::DetectWire(probe);
+    wire_ = seen;
+    if (seen == lm::Wire::kLegacy) ++counters_->legacy_connections;
+    const LmWireMode mode = server_.options().wire;
+    if ((mode == LmWireMode::kCurrent && seen == lm::Wire::kLegacy) ||
+        (mode == LmWireMode::kLegacy && seen == lm::Wire::kCurrent)) {
+      ++counters_->wire_refused;
+      if (server_.wire_log_limiter().Allow(std::chrono::seconds(10))) {
+        Log(LogLevel::kWarn,
+            "lm:// refused a client speaking LMCache's " + std::string(lm::WireName(seen)) +
+                " wire (" + std::to_string(lm::RequestHeaderBytes(seen)) +
+                "-byte requests) because lm.wire is " + std::string(LmWireModeName(mode)) +
+                "; set lm.wire: auto (--lm-wire auto) to serve both layouts",
+            {{"peer", PeerAddress()}, {"lm_wire", std::string(LmWireModeName(mode))}});
+      }
+      return ProtocolError();
+    }
+    ReadHeaderRest(lm::kWireProbeBytes, lm::RequestHeaderBytes(seen));
+  }
+
+  std::string PeerAddress() const {
+    boost::system::error_code ec;
+    const auto peer = socket_.remote_endpoint(ec);
+    return ec ? std::string("unknown") : peer.address().to_string();
   }
 
   void Received(std::size_t n) {
@@ -194,9 +288,10 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
   }
 
   void OnHeader() {
-    auto decoded = lm::DecodeRequestHeader(header_, server_.options().max_value_bytes);
+    auto decoded =
+        lm::DecodeRequestHeader(std::span(header_.data(), lm::RequestHeaderBytes(*wire_)), *wire_);
     if (!decoded.ok()) {
-      if (LoadLE<std::int32_t>(header_.data()) == lm::kCommandPut) ++counters_->puts;  // oversized
+      if (LoadLE<std::int32_t>(header_.data()) == lm::kCommandPut) ++counters_->puts;  // negative
       return ProtocolError();
     }
     lm::Request r = std::move(*decoded);
@@ -214,18 +309,28 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
         return Reply(ServerHeader(hit ? kReplySuccess : kReplyFail, 0));
       }
       case lm::kCommandList: return HandleList();
-      case lm::kCommandHealth:
-        ++counters_->health;
-        return Reply(ServerHeader(kReplySuccess, 0));
-      default:
-        return ProtocolError();
+      case lm::kCommandHealth: ++counters_->health; return Reply(ServerHeader(kReplySuccess, 0));
+      default: return ProtocolError();
     }
   }
 
   // ---- PUT: no reply; the payload is always consumed, stored when possible -------------------
-  void HandlePut(lm::Request r) {  // r.length was checked against max_value_bytes
+  void HandlePut(lm::Request r) {  // r.length >= 0
     ++counters_->puts;
     const auto length = static_cast<std::size_t>(r.length);
+    if (length > server_.options().max_value_bytes) {
+      // LMCache's client neither expects a reply to PUT nor reconnects after a broken pipe:
+      // reading the payload keeps the stream in step and the engine's remote backend alive.
+      ++counters_->puts_oversized;
+      if (server_.wire_log_limiter().Allow(std::chrono::seconds(10))) {
+        Log(LogLevel::kWarn,
+            "lm:// dropped a PUT of " + std::to_string(length) + " bytes over lm.max_value_bytes " +
+                std::to_string(server_.options().max_value_bytes) +
+                "; raise lm.max_value_bytes (--lm-max-value-bytes) to store such chunks",
+            {{"bytes", std::to_string(length)}});
+      }
+      return Discard(length, /*counted=*/false);
+    }
     if (r.key.empty()) return Discard(length, /*counted=*/false);
     std::string key = server_.prefix() + r.key;
     auto value = server_.store().Allocate(key, lm::kValueHeaderBytes + length);
@@ -266,14 +371,11 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
     ++counters_->gets;
     if (r.key.empty()) return Reply(ServerHeader(kReplyFail, 0));
     in_store_ = true;
-    server_.store().Get(server_.prefix() + r.key,
-                        [self = shared_from_this()](Result<Found> found) {
-                          auto finish = [self, found = std::move(found)]() mutable {
-                            self->OnFound(std::move(found));
-                          };
-                          if (self->socket_.get_executor().running_in_this_thread()) return finish();
-                          asio::post(self->socket_.get_executor(), std::move(finish));
-                        });
+    server_.store().Get(server_.prefix() + r.key, [self = shared_from_this()](Result<Found> found) {
+      auto finish = [self, found = std::move(found)]() mutable { self->OnFound(std::move(found)); };
+      if (self->socket_.get_executor().running_in_this_thread()) return finish();
+      asio::post(self->socket_.get_executor(), std::move(finish));
+    });
   }
 
   void OnFound(Result<Found> found) {
@@ -290,7 +392,7 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
     reply_head_ = ServerHeader(kReplySuccess, static_cast<std::int32_t>(payload), &*meta);
     value_ = std::move(found->value);
     const std::array<asio::const_buffer, 2> buffers = {
-        asio::buffer(reply_head_), asio::buffer(bytes.data() + lm::kValueHeaderBytes, payload)};
+        ReplyHead(), asio::buffer(bytes.data() + lm::kValueHeaderBytes, payload)};
     Write(buffers, /*then_close=*/false);
   }
 
@@ -316,38 +418,43 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
       cursor = page.next_cursor;
     }
     reply_head_ = ServerHeader(kReplySuccess, static_cast<std::int32_t>(body_.size()));
-    const std::array<asio::const_buffer, 2> buffers = {asio::buffer(reply_head_),
-                                                       asio::buffer(body_)};
+    const std::array<asio::const_buffer, 2> buffers = {ReplyHead(), asio::buffer(body_)};
     Write(buffers, /*then_close=*/false);
   }
 
   // ---- writing --------------------------------------------------------------------------------
+  // reply_head_ as the connection's layout sends it (a legacy reply lacks the last field).
+  asio::const_buffer ReplyHead() const {
+    return asio::buffer(reply_head_.data(),
+                        lm::ReplyHeaderBytes(wire_.value_or(lm::Wire::kCurrent)));
+  }
+
   void Reply(const std::array<std::byte, lm::kReplyHeaderBytes>& head) {
     reply_head_ = head;
-    const std::array<asio::const_buffer, 1> buffers = {asio::buffer(reply_head_)};
+    const std::array<asio::const_buffer, 1> buffers = {ReplyHead()};
     Write(buffers, /*then_close=*/false);
   }
 
-  // Unknown command or an impossible length: the stream cannot be resynchronised. One 400
-  // header, then the connection closes.
+  // Unknown command, a negative length or an excluded layout: the stream cannot be
+  // resynchronised. One 400 header, then the connection closes.
   void ProtocolError() {
     ++counters_->protocol_errors;
     reply_head_ = ServerHeader(kReplyFail, 0);
-    const std::array<asio::const_buffer, 1> buffers = {asio::buffer(reply_head_)};
+    const std::array<asio::const_buffer, 1> buffers = {ReplyHead()};
     Write(buffers, /*then_close=*/true);
   }
 
   template <typename Buffers>
   void Write(const Buffers& buffers, bool then_close) {
-    asio::async_write(socket_, buffers,
-                      [self = shared_from_this(), then_close](boost::system::error_code ec,
-                                                              std::size_t n) {
-                        self->counters_->bytes_out += n;
-                        self->value_.reset();
-                        if (ec || then_close) return self->Close();
-                        self->last_progress_ = std::chrono::steady_clock::now();
-                        self->ReadHeader();
-                      });
+    asio::async_write(
+        socket_, buffers,
+        [self = shared_from_this(), then_close](boost::system::error_code ec, std::size_t n) {
+          self->counters_->bytes_out += n;
+          self->value_.reset();
+          if (ec || then_close) return self->Close();
+          self->last_progress_ = std::chrono::steady_clock::now();
+          self->ReadHeader();
+        });
   }
 
   void Close() {
@@ -365,8 +472,9 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
   std::shared_ptr<Counters> counters_;
   std::array<std::byte, lm::kRequestHeaderBytes> header_{};
   std::array<std::byte, lm::kReplyHeaderBytes> reply_head_{};
-  ValueRef value_;    // the value being sent
-  std::string body_;  // a LIST reply being sent
+  std::optional<lm::Wire> wire_;  // the layout, fixed by the first request (OnProbe)
+  ValueRef value_;                // the value being sent
+  std::string body_;              // a LIST reply being sent
   std::vector<std::byte> discard_;
   bool idle_ = false;  // waiting for a request header
   bool draining_ = false;
@@ -467,6 +575,9 @@ LmServerStats LmServer::Impl::stats() const {
   s.connections_total = c.total.load();
   s.puts = c.puts.load();
   s.puts_dropped = c.puts_dropped.load();
+  s.puts_oversized = c.puts_oversized.load();
+  s.legacy_connections = c.legacy_connections.load();
+  s.wire_refused = c.wire_refused.load();
   s.gets = c.gets.load();
   s.get_hits = c.get_hits.load();
   s.exists = c.exists.load();
@@ -483,11 +594,21 @@ LmServerStats LmServer::Impl::stats() const {
 
 LmServer::LmServer(const LmServerOptions& options, Store& store)
     : impl_(std::make_unique<Impl>(options, store)) {}
-LmServer::~LmServer() { Stop(); }
-Status LmServer::Start() { return impl_->Start(); }
-std::uint16_t LmServer::port() const { return impl_->port(); }
-void LmServer::Stop() { impl_->Stop(); }
-LmServerStats LmServer::stats() const { return impl_->stats(); }
+LmServer::~LmServer() {
+  Stop();
+}
+Status LmServer::Start() {
+  return impl_->Start();
+}
+std::uint16_t LmServer::port() const {
+  return impl_->port();
+}
+void LmServer::Stop() {
+  impl_->Stop();
+}
+LmServerStats LmServer::stats() const {
+  return impl_->stats();
+}
 void LmServer::SetTimeouts(std::chrono::milliseconds request_timeout,
                            std::chrono::milliseconds idle_timeout) {
   impl_->SetTimeouts(request_timeout, idle_timeout);

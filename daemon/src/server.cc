@@ -310,7 +310,7 @@ class Connection : public ConnectionBase,
   void OnHeader() {
     auto h = protocol::DecodeFrameHeader(header_, limits_, /*expect_response=*/false);
     if (!h.ok()) {
-      ProtocolError(0, h.status());
+      ProtocolError(nullptr, h.status());
       return;
     }
     ++server_.requests_;
@@ -328,11 +328,10 @@ class Connection : public ConnectionBase,
       return;
     }
     if (h->body_length > protocol::MaxRequestBody(h->op(), limits_)) {
-      ProtocolError(h->request_id,
-                    Corruption(std::string(protocol::OpName(h->op())) + " body of " +
-                               std::to_string(h->body_length) + " bytes exceeds the " +
-                               std::to_string(protocol::MaxRequestBody(h->op(), limits_)) +
-                               " that any valid request can have"));
+      ProtocolError(&*h, Corruption(std::string(protocol::OpName(h->op())) + " body of " +
+                                    std::to_string(h->body_length) + " bytes exceeds the " +
+                                    std::to_string(protocol::MaxRequestBody(h->op(), limits_)) +
+                                    " that any valid request can have"));
       return;
     }
     body_.resize(h->body_length);
@@ -377,12 +376,28 @@ class Connection : public ConnectionBase,
     ReadSmall(4, [this] {
       put_.count = LoadLE<std::uint32_t>(small_.data());
       if (put_.count == 0 || put_.count > limits_.max_batch) {
-        return ProtocolError(put_.header.request_id,
-                             OutOfRange("put: count " + std::to_string(put_.count) +
-                                        " is out of range [1, " +
-                                        std::to_string(limits_.max_batch) + "]"));
+        // A well-formed request over a limit: answered as a whole, its body skipped, the
+        // connection kept (docs/protocol.md).
+        RequestError(
+            put_.header,
+            OutOfRange("put: count " + std::to_string(put_.count) + " is out of range [1, " +
+                       std::to_string(limits_.max_batch) + "] (limits.max_batch)"));
+        return Discard(std::exchange(put_.remaining, 0), [this] {
+          RequestRead();
+          ReadHeader();
+        });
       }
       put_.results->codes.reserve(put_.count);
+      PutNextItem();
+    });
+  }
+
+  // The item was refused with `code`; its bytes (already taken off put_.remaining) are read and
+  // dropped, then the next item follows.
+  void SkipItem(StatusCode code, std::uint64_t bytes) {
+    put_.results->codes.push_back(code);
+    Discard(bytes, [this] {
+      ++put_.index;
       PutNextItem();
     });
   }
@@ -390,9 +405,8 @@ class Connection : public ConnectionBase,
   void PutNextItem() {
     if (put_.index == put_.count) {
       if (put_.remaining != 0) {
-        return ProtocolError(put_.header.request_id,
-                             Corruption("put: " + std::to_string(put_.remaining) +
-                                        " trailing body bytes"));
+        return ProtocolError(&put_.header, Corruption("put: " + std::to_string(put_.remaining) +
+                                                      " trailing body bytes"));
       }
       RequestRead();
       put_.results->all_read = true;
@@ -403,33 +417,32 @@ class Connection : public ConnectionBase,
     ReadSmall(2, [this] {
       const auto key_len = LoadLE<std::uint16_t>(small_.data());
       if (key_len == 0 || key_len > limits_.max_key_bytes) {
-        return ProtocolError(put_.header.request_id,
-                             OutOfRange("put: key " + std::to_string(put_.index) + " length " +
-                                        std::to_string(key_len) + " is out of range [1, " +
-                                        std::to_string(limits_.max_key_bytes) + "]"));
+        // Over the key limit: this item is out_of_range, the others go on. Its key is skipped,
+        // then its value length read and its value skipped.
+        if (key_len > put_.remaining) return BodyEndsInsideItem();
+        put_.remaining -= key_len;
+        return Discard(key_len, [this] {
+          ReadSmall(8, [this] {
+            const auto value_length = LoadLE<std::uint64_t>(small_.data());
+            if (value_length > put_.remaining) return ValuePastBody();
+            put_.remaining -= value_length;
+            SkipItem(StatusCode::kOutOfRange, value_length);
+          });
+        });
       }
       ReadSmall(key_len + 8u, [this, key_len] {
         put_.key.assign(reinterpret_cast<const char*>(small_.data()), key_len);
         put_.value_length = LoadLE<std::uint64_t>(small_.data() + key_len);
-        if (put_.value_length > put_.remaining) {
-          return ProtocolError(put_.header.request_id,
-                               Corruption("put: value " + std::to_string(put_.index) +
-                                          " runs past the frame body"));
-        }
+        if (put_.value_length > put_.remaining) return ValuePastBody();
         put_.remaining -= put_.value_length;
         if (!scope_->AllowsKey(put_.key)) {  // decided before the store is touched
-          put_.results->codes.push_back(StatusCode::kPermissionDenied);
-          return Discard(put_.value_length);
+          return SkipItem(StatusCode::kPermissionDenied, put_.value_length);
         }
         if (put_.value_length > limits_.max_value_bytes) {
-          put_.results->codes.push_back(StatusCode::kOutOfRange);
-          return Discard(put_.value_length);
+          return SkipItem(StatusCode::kOutOfRange, put_.value_length);
         }
         auto value = server_.store().Allocate(put_.key, put_.value_length);
-        if (!value.ok()) {
-          put_.results->codes.push_back(value.status().code());
-          return Discard(put_.value_length);
-        }
+        if (!value.ok()) return SkipItem(value.status().code(), put_.value_length);
         put_.value = std::move(*value);
         asio::async_read(socket_, asio::buffer(put_.value->mutable_bytes().data(),
                                                put_.value_length),
@@ -442,6 +455,16 @@ class Connection : public ConnectionBase,
                          });
       });
     });
+  }
+
+  // Lengths that claim more than the frame's body holds: the frame is malformed.
+  void BodyEndsInsideItem() {
+    ProtocolError(&put_.header,
+                  Corruption("put: frame body ends inside item " + std::to_string(put_.index)));
+  }
+  void ValuePastBody() {
+    ProtocolError(&put_.header, Corruption("put: value " + std::to_string(put_.index) +
+                                           " runs past the frame body"));
   }
 
   // Hands the item just read to the store; its status arrives through the callback.
@@ -476,31 +499,26 @@ class Connection : public ConnectionBase,
     asio::post(socket_.get_executor(), std::move(fn));
   }
 
-  // Reads and drops the `n` bytes left of a refused value (already taken off put_.remaining),
-  // then continues with the next item.
-  void Discard(std::uint64_t n) {
-    if (n == 0) {
-      ++put_.index;
-      return PutNextItem();
-    }
+  // Reads and drops `n` body bytes of the current PUT (already taken off put_.remaining), then
+  // runs `next`.
+  template <typename Next>
+  void Discard(std::uint64_t n, Next next) {
+    if (n == 0) return next();
     discard_.resize(kDiscardChunk);
     const std::size_t step = static_cast<std::size_t>(std::min<std::uint64_t>(n, kDiscardChunk));
-    asio::async_read(socket_, asio::buffer(discard_.data(), step),
-                     [self = this->shared_from_this(), left = n - step](auto ec, std::size_t r) {
-                       self->Received(r);
-                       if (ec) return self->Close();
-                       self->Discard(left);
-                     });
+    asio::async_read(
+        socket_, asio::buffer(discard_.data(), step),
+        [self = this->shared_from_this(), left = n - step, next](auto ec, std::size_t r) {
+          self->Received(r);
+          if (ec) return self->Close();
+          self->Discard(left, next);
+        });
   }
 
   // Reads `n` (<= small_.size()) body bytes of the current PUT into small_, then runs `next`.
   template <typename Next>
   void ReadSmall(std::size_t n, Next next) {
-    if (n > put_.remaining) {
-      return ProtocolError(put_.header.request_id,
-                           Corruption("put: frame body ends inside item " +
-                                      std::to_string(put_.index)));
-    }
+    if (n > put_.remaining) return BodyEndsInsideItem();
     put_.remaining -= n;
     asio::async_read(socket_, asio::buffer(small_.data(), n),
                      [self = this->shared_from_this(), next](auto ec, std::size_t r) {
@@ -926,15 +944,18 @@ class Connection : public ConnectionBase,
   // A well-formed request the server refuses (over a limit, bad field): an error response; the
   // connection stays open. A malformed body (kCorruption) closes it like a malformed header.
   void RequestError(const FrameHeader& h, const Status& status) {
-    if (status.code() == StatusCode::kCorruption) return ProtocolError(h.request_id, status);
+    if (status.code() == StatusCode::kCorruption) return ProtocolError(&h, status);
     SendBody(h, status.code(), protocol::EncodeErrorBody(status.message()));
   }
 
-  void ProtocolError(std::uint64_t request_id, const Status& status) {
+  // A malformed frame: one `corruption` answer, then the connection closes. The answer carries
+  // the request's operation and id when its header was valid (`request`), else PING's type and
+  // id 0 (the connection as a whole).
+  void ProtocolError(const FrameHeader* request, const Status& status) {
     ++server_.protocol_errors_;
     FrameHeader h;
-    h.type = static_cast<std::uint8_t>(Op::kPing);  // any valid op; request id 0 = connection
-    h.request_id = request_id;
+    h.type = request != nullptr ? request->type : static_cast<std::uint8_t>(Op::kPing);
+    h.request_id = request != nullptr ? request->request_id : 0;
     SendBody(h, StatusCode::kCorruption, protocol::EncodeErrorBody(status.message()));
     stop_reading_ = true;
     MaybeClose();

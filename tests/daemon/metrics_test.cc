@@ -262,6 +262,9 @@ TEST(MetricsLmTest, LmListenerCountersAreExported) {
   EXPECT_EQ(Sample(text, R"(kvdepot_lm_hits_total{command="get"})"), 1);
   EXPECT_EQ(Sample(text, R"(kvdepot_lm_hits_total{command="exist"})"), 1);
   EXPECT_EQ(Sample(text, "kvdepot_lm_puts_dropped_total"), 1);
+  EXPECT_EQ(Sample(text, "kvdepot_lm_puts_oversized_total"), 0);
+  EXPECT_EQ(Sample(text, "kvdepot_lm_legacy_connections_total"), 0);
+  EXPECT_EQ(Sample(text, "kvdepot_lm_wire_refused_total"), 0);
   EXPECT_EQ(Sample(text, "kvdepot_lm_protocol_errors_total"), 1);
   EXPECT_EQ(Sample(text, "kvdepot_lm_connections_accepted_total"), 2);
   EXPECT_EQ(Sample(text, "kvdepot_lm_connections_open"), 1);

@@ -1,5 +1,6 @@
 """A client of LMCache's remote-server protocol written from its description (docs/lmcache.md),
-with nothing but `struct` and sockets."""
+with nothing but `struct` and sockets: the current layout (LmClient) and the legacy one without
+`location` (LegacyLmClient: 182-byte requests, 32-byte replies)."""
 import socket
 import struct
 
@@ -8,6 +9,9 @@ SUCCESS, FAIL = 200, 400
 CLIENT_FMT = "iiiiiiiii150s"  # command, length, fmt, dtype, location, shape[4], key
 SERVER_FMT = "iiiiiiiii"      # code, length, fmt, dtype, shape[4], location
 assert struct.calcsize(CLIENT_FMT) == 186 and struct.calcsize(SERVER_FMT) == 36
+LEGACY_CLIENT_FMT = "iiiiiiii150s"  # command, length, fmt, dtype, shape[4], key
+LEGACY_SERVER_FMT = "iiiiiiii"      # code, length, fmt, dtype, shape[4]
+assert struct.calcsize(LEGACY_CLIENT_FMT) == 182 and struct.calcsize(LEGACY_SERVER_FMT) == 32
 
 
 def client_header(command, key=b"", length=0, fmt=1, dtype=2, location=0, shape=(0, 0, 0, 0)):
@@ -15,6 +19,12 @@ def client_header(command, key=b"", length=0, fmt=1, dtype=2, location=0, shape=
         key = key.encode()
     return struct.pack(CLIENT_FMT, command, length, fmt, dtype, location, *shape,
                        key.ljust(150))
+
+
+def legacy_client_header(command, key=b"", length=0, fmt=1, dtype=2, shape=(0, 0, 0, 0)):
+    if isinstance(key, str):
+        key = key.encode()
+    return struct.pack(LEGACY_CLIENT_FMT, command, length, fmt, dtype, *shape, key.ljust(150))
 
 
 class LmClient:
@@ -62,6 +72,38 @@ class LmClient:
 
     def list(self):
         self.sock.sendall(client_header(LIST))
+        r = self.reply()
+        assert r["code"] == SUCCESS
+        body = bytes(self.recv_exact(r["length"]))
+        return body.split(b"\n") if body else []
+
+
+class LegacyLmClient(LmClient):
+    """LMCache before `location` joined its metadata messages (no HEALTH command)."""
+
+    def reply(self):
+        code, length, fmt, dtype, s0, s1, s2, s3 = struct.unpack(
+            LEGACY_SERVER_FMT, self.recv_exact(32))
+        return {"code": code, "length": length, "fmt": fmt, "dtype": dtype,
+                "shape": (s0, s1, s2, s3)}
+
+    def put(self, key, payload, fmt=1, dtype=2, location=0, shape=(0, 0, 0, 0)):
+        self.sock.sendall(legacy_client_header(PUT, key, len(payload), fmt, dtype, shape))
+        self.sock.sendall(payload)
+
+    def get(self, key, into=None):
+        self.sock.sendall(legacy_client_header(GET, key))
+        r = self.reply()
+        if r["code"] == SUCCESS:
+            r["data"] = self.recv_exact(r["length"], into)
+        return r
+
+    def exists(self, key):
+        self.sock.sendall(legacy_client_header(EXIST, key))
+        return self.reply()["code"] == SUCCESS
+
+    def list(self):
+        self.sock.sendall(legacy_client_header(LIST))
         r = self.reply()
         assert r["code"] == SUCCESS
         body = bytes(self.recv_exact(r["length"]))

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from lm_wire import (EXIST, FAIL, GET, HEALTH, PUT, SUCCESS, LmClient, client_header,
-                     native_stats)
+from lm_wire import (EXIST, FAIL, GET, HEALTH, PUT, SUCCESS, LegacyLmClient, LmClient,
+                     client_header, legacy_client_header, native_stats)
 
 
 def test_every_command_and_metadata_echo(daemon):
@@ -69,14 +69,99 @@ def test_unknown_command_gets_400_and_a_closed_connection(daemon):
     assert LmClient(daemon.lm_port).health()
 
 
-@pytest.mark.parametrize("length", [-1, -2**31, 2**31 - 1, 64 * 1024 * 1024 + 1])
-def test_impossible_put_length_closes_only_that_connection(daemon, length):
+@pytest.mark.parametrize("length", [-1, -2**31])
+def test_negative_put_length_closes_only_that_connection(daemon, length):
     bystander = LmClient(daemon.lm_port)
     c = LmClient(daemon.lm_port)
     c.sock.sendall(client_header(PUT, "k", length))
     assert c.reply()["code"] == FAIL
     assert c.sock.recv(1) == b""
     assert bystander.health() and daemon.alive()
+
+
+def test_put_over_the_limit_is_read_and_dropped_and_the_connection_kept(make_daemon):
+    # LMCache's client neither expects a reply to PUT nor reconnects after a broken pipe: an
+    # oversized chunk must cost that chunk only, never the engine's remote backend.
+    d = make_daemon("--lm-max-value-bytes", "1MiB")
+    for client in (LmClient(d.lm_port), LegacyLmClient(d.lm_port)):
+        client.put("big", os.urandom(1024 * 1024 + 1))
+        client.put("fits", b"f" * (1024 * 1024))
+        assert not client.exists("big")
+        assert client.exists("fits")
+        client.close()
+    assert LmClient(d.lm_port).health()
+    rc, err = d.stop()
+    assert rc == 0
+    assert "over lm.max_value_bytes" in err and "--lm-max-value-bytes" in err
+
+
+def test_the_default_limit_holds_a_70b_chunk(daemon):
+    c = LmClient(daemon.lm_port)
+    chunk = os.urandom(80 * 1024 * 1024)  # Llama-3.1-70B: 80 MiB of fp16 KV per 256 tokens
+    c.put("llama-70b-chunk", chunk, dtype=3, shape=(2, 80, 256, 1024))
+    r = c.get("llama-70b-chunk")
+    assert r["code"] == SUCCESS and bytes(r["data"]) == chunk
+    c.close()
+
+
+def test_legacy_wire_is_detected_and_shares_values_with_the_current_one(daemon):
+    old = LegacyLmClient(daemon.lm_port)
+    new = LmClient(daemon.lm_port)
+    key = "vllm@1@0@0123456789abcdef@bfloat16"
+    assert not old.exists(key)
+    assert old.get(key)["code"] == FAIL
+    payload = os.urandom(3 * 1024 * 1024 + 7)
+    old.put(key, payload, fmt=1, dtype=3, shape=(2, 32, 256, 1024))
+    r = old.get(key)
+    assert r["code"] == SUCCESS and bytes(r["data"]) == payload
+    assert (r["fmt"], r["dtype"], r["shape"]) == (1, 3, (2, 32, 256, 1024))
+    assert old.list() == [key.encode()]
+    # The same value through the current layout: location 0 (the legacy layout has none).
+    r = new.get(key)
+    assert r["code"] == SUCCESS and bytes(r["data"]) == payload and r["location"] == 0
+    new.put("from-new", b"n" * 100, dtype=4, location=1, shape=(100, 0, 0, 0))
+    assert new.exists("from-new")  # orders the reply-less PUT before the GET on `old`
+    r = old.get("from-new")
+    assert (r["dtype"], r["shape"], bytes(r["data"])) == (4, (100, 0, 0, 0), b"n" * 100)
+    old.put("k", b"1")
+    assert old.exists("k")  # stored before the fresh connections ask for it
+    # Detection reads bytes 32..35 of a connection's first request, key bytes in the legacy
+    # layout: a one-byte key (then space padding) and an empty key are detected too.
+    for first_key in ("k", ""):
+        fresh = LegacyLmClient(daemon.lm_port)
+        assert fresh.exists(first_key) == (first_key == "k")
+        assert bytes(fresh.get("k")["data"]) == b"1"
+        fresh.close()
+    assert new.exists("k")
+    assert native_stats(daemon.port)["tiers"]["host"]["chunks"] == 3
+    old.close()
+    new.close()
+
+
+def test_the_v0_protocol_is_refused_at_once(daemon):
+    # LMCache's v0 remote protocol: "ii150s" (command, length, key), pickled tensors.
+    c = LmClient(daemon.lm_port)
+    start = time.monotonic()
+    c.sock.sendall(struct.pack("ii150s", EXIST, 0, b"vllm@1@0@abc".ljust(150)))
+    assert c.sock.recv(1) == b""  # closed, not left waiting for 28 more bytes
+    assert time.monotonic() - start < 5
+    assert LmClient(daemon.lm_port).health() and daemon.alive()
+
+
+@pytest.mark.parametrize("mode", ["current", "legacy"])
+def test_an_excluded_wire_is_refused_at_once_with_a_logged_reason(make_daemon, mode):
+    d = make_daemon("--lm-wire", mode)
+    excluded = LegacyLmClient(d.lm_port) if mode == "current" else LmClient(d.lm_port)
+    served = LmClient(d.lm_port) if mode == "current" else LegacyLmClient(d.lm_port)
+    start = time.monotonic()
+    assert not excluded.exists("k")  # a 400 in the client's own layout, not a 30 s hang
+    assert time.monotonic() - start < 5
+    assert excluded.sock.recv(1) == b""
+    served.put("k", b"v")
+    assert served.exists("k")
+    rc, err = d.stop()
+    assert rc == 0
+    assert "lm.wire is " + mode in err and "lm.wire: auto" in err
 
 
 def test_partial_header_and_partial_payload_close_quietly(daemon):

@@ -8,9 +8,10 @@
 //
 // Unlike LMCache's own server: many clients are served concurrently on Asio I/O threads; the host
 // tier's capacity holds (a PUT that cannot be stored is read and dropped, and the connection keeps
-// working — the protocol has no reply to PUT); a client that breaks the protocol (unknown command,
-// negative or oversized length) gets one header with code 400 and its connection closed; a client
-// that disconnects mid-message is closed. No client can stop or crash the daemon.
+// working — the protocol has no reply to PUT, so a payload over max_value_bytes is read and dropped
+// too); a client that breaks the protocol (unknown command, negative length) gets one header with
+// code 400 and its connection closed; a client that disconnects mid-message is closed. No client
+// can stop or crash the daemon. Both of LMCache's wire layouts are served (LmWireMode).
 //
 // Per connection, requests are handled one at a time in the order read (LMCache's client waits
 // for each reply anyway); a GET's value is written straight from the stored buffer.
@@ -23,18 +24,32 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "kvdepot/daemon/store.h"
 #include "kvdepot/status.h"
 
 namespace kvdepot::daemon {
 
+// Which of LMCache's two wire layouts (kvdepot/lm_wire.h) the listener speaks. kAuto tells them
+// apart by each connection's first request (lm::DetectWire); kCurrent / kLegacy accept only that
+// layout and refuse a client of the other at its first request (a 400 in its own layout, the
+// connection closed, a warning logged) instead of letting it hang.
+enum class LmWireMode { kAuto, kCurrent, kLegacy };
+Result<LmWireMode> ParseLmWireMode(std::string_view name);  // "auto", "current", "legacy"
+std::string_view LmWireModeName(LmWireMode mode);
+
 struct LmServerOptions {
-  std::string listen;                       // HOST:PORT; empty = off; port 0 = ephemeral
-  std::string namespace_name = "lmcache";   // selects the 16-byte key prefix (lm_value.h)
-  std::uint32_t io_threads = 2;  // as many as the native listener: 8 clients on one thread halve PUT throughput
-  std::uint64_t max_value_bytes = 64ull << 20;  // a PUT claiming more closes its connection
-  std::uint32_t max_list_keys = 65536;          // LIST answers at most this many keys
+  std::string listen;                      // HOST:PORT; empty = off; port 0 = ephemeral
+  std::string namespace_name = "lmcache";  // selects the 16-byte key prefix (lm_value.h)
+  // As many as the native listener: 8 clients on one thread halve PUT throughput.
+  std::uint32_t io_threads = 2;
+  // A PUT payload over this is read and dropped (counted in puts_dropped and puts_oversized);
+  // the connection keeps working. 128 MiB holds a 405B-class chunk (Llama-3.1-405B: 126 MiB of
+  // fp16 KV per 256 tokens). At most 2^31 - 1 (LMCache's length field is an int32).
+  std::uint64_t max_value_bytes = 128ull << 20;
+  LmWireMode wire = LmWireMode::kAuto;
+  std::uint32_t max_list_keys = 65536;  // LIST answers at most this many keys
   std::chrono::milliseconds drain_timeout{10000};
   // A request (header and PUT payload) not fully received this long after its first byte closes
   // the connection. 0 = no limit.
@@ -47,15 +62,18 @@ struct LmServerOptions {
 struct LmServerStats {
   std::uint64_t connections_open = 0;
   std::uint64_t connections_total = 0;
-  std::uint64_t puts = 0;          // PUT headers read
-  std::uint64_t puts_dropped = 0;  // PUT payloads read but not stored (no room, empty key, ...)
+  std::uint64_t puts = 0;            // PUT headers read
+  std::uint64_t puts_dropped = 0;    // PUT payloads read but not stored (no room, empty key, ...)
+  std::uint64_t puts_oversized = 0;  // of those, payloads over max_value_bytes
+  std::uint64_t legacy_connections = 0;  // connections that spoke the legacy layout
+  std::uint64_t wire_refused = 0;        // connections refused for the layout lm.wire excludes
   std::uint64_t gets = 0;
   std::uint64_t get_hits = 0;
   std::uint64_t exists = 0;
   std::uint64_t exist_hits = 0;
   std::uint64_t lists = 0;
   std::uint64_t health = 0;
-  std::uint64_t protocol_errors = 0;  // connections closed for breaking the protocol
+  std::uint64_t protocol_errors = 0;   // connections closed for breaking the protocol
   std::uint64_t request_timeouts = 0;  // connections closed by request_timeout
   std::uint64_t idle_timeouts = 0;     // connections closed by idle_timeout
   std::uint64_t bytes_in = 0;

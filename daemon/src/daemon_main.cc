@@ -513,14 +513,15 @@ int Run(int argc, char** argv) {
 }  // namespace
 
 int DaemonMain(int argc, char** argv) {
-  // Every expected failure is a Status; an exception reaching here is a bug, reported as one error
-  // line and exit 1 instead of std::terminate's abort.
+  // Every expected failure is a Status with its own message; an exception reaching here (a bug,
+  // or the system refusing a thread or memory) is reported as one error line and exit 1 instead
+  // of std::terminate's abort.
   try {
     return Run(argc, argv);
   } catch (const std::exception& e) {
-    return Fail(1, std::string("unexpected exception (a bug; please report it): ") + e.what());
+    return Fail(1, std::string("unexpected exception: ") + e.what() + " (please report it)");
   } catch (...) {
-    return Fail(1, "unexpected exception of unknown type (a bug; please report it)");
+    return Fail(1, "unexpected exception of unknown type (please report it)");
   }
 }
 

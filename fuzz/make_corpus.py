@@ -137,12 +137,23 @@ put("ssd_record", "index", bytes([1]) + struct.pack("<H6xQQQQ", 1, 3, 8192, 1000
 put("ssd_record", "segname", bytes([2]) + b"seg-00000000000000ff.kvs")
 
 # ---- config ----------------------------------------------------------------------------------
-put("config", "kvdepot.yaml", open(os.path.join(ROOT, "config", "kvdepot.yaml"), "rb").read())
-put("config", "small.yaml", b"listen: 127.0.0.1:0\nhost:\n  capacity: 64MiB\n  eviction: lru\n"
-    b"limits:\n  max_key_bytes: 512\n  max_value_bytes: 1MiB\nssd:\n  dir: /tmp/x\n"
-    b"  capacity: 64MiB\n  segment_size: 8MiB\nlm:\n  listen: 127.0.0.1:0\n  namespace: ns\n")
-put("config", "quota.yaml", b"host:\n  quotas:\n    00112233445566778899aabbccddeeff: 2GiB\n")
-put("config", "empty.yaml", b"")
+# The first byte picks the file-system shape (fuzz/targets/config_fuzz.cc): 0 a regular file
+# holding the rest, 10 a symlink to it, 11 a directory, 12 a dangling symlink, 13 a FIFO, 14 a path
+# through a regular file, 15 an over-long name.
+SMALL_CONFIG = (b"listen: 127.0.0.1:0\nhost:\n  capacity: 64MiB\n  eviction: lru\n"
+                b"limits:\n  max_key_bytes: 512\n  max_value_bytes: 1MiB\nssd:\n  dir: /tmp/x\n"
+                b"  capacity: 64MiB\n  segment_size: 8MiB\nlm:\n  listen: 127.0.0.1:0\n"
+                b"  namespace: ns\n")
+put("config", "kvdepot.yaml",
+    b"\0" + open(os.path.join(ROOT, "config", "kvdepot.yaml"), "rb").read())
+put("config", "small.yaml", b"\0" + SMALL_CONFIG)
+put("config", "quota.yaml", b"\0host:\n  quotas:\n    00112233445566778899aabbccddeeff: 2GiB\n")
+put("config", "empty.yaml", b"\0")
+put("config", "bad-size.yaml", b"\0host:\n  capacity: 64 MiB\n")
+put("config", "symlink.yaml", b"\x0a" + SMALL_CONFIG)
+for _shape, _name in ((11, "directory"), (12, "dangling-symlink"), (13, "fifo"),
+                      (14, "not-a-directory"), (15, "name-too-long")):
+    put("config", _name, bytes([_shape]) + SMALL_CONFIG)
 
 # ---- server: GET_AS over real containers (the test vectors) -----------------------------------
 _vec = os.path.join(ROOT, "tests", "vectors")

@@ -1,21 +1,45 @@
 #include "kvdepot/daemon/config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <map>
 #include <string>
 
 #include "kvdepot/daemon/log.h"
+#include "kvdepot/file_io.h"
+#include "listen_address.h"
 
 namespace kvdepot::daemon {
 namespace {
 
-// One configuration key: its dotted path, help and a setter from text.
+// The longest Unix socket path: sockaddr_un's sun_path holds it and a terminating NUL.
+constexpr std::size_t kMaxUnixPathBytes = sizeof(sockaddr_un::sun_path) - 1;
+
+// An empty address (the listener is off) or one the listeners accept (ParseListenAddress: an IP
+// literal and a port), so that a bad address stops the daemon before anything starts.
+Status CheckListenAddress(std::string_view v) {
+  if (v.empty()) return Status::Ok();
+  auto endpoint = ParseListenAddress("address", std::string(v));
+  if (!endpoint.ok()) {
+    return InvalidArgument(endpoint.status().message() +
+                           " (e.g. 127.0.0.1:7600, [::1]:7600, 0.0.0.0:7600)");
+  }
+  return Status::Ok();
+}
+
+// One configuration key: its dotted path, help and a setter from text. A setter that fails
+// leaves the configuration as it was.
 struct KeySpec {
   const char* key;
   const char* help;
@@ -55,27 +79,41 @@ Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
   }
   const std::string_view unit = text.substr(digits);
   std::uint64_t ms_per = 0;
-  if (unit.empty() || unit == "ms") ms_per = 1;
-  else if (unit == "s") ms_per = 1000;
-  else if (unit == "m") ms_per = 60 * 1000;
-  else if (unit == "h") ms_per = 3600 * 1000;
-  else return InvalidArgument("'" + std::string(text) + "': unknown duration unit (ms, s, m, h)");
+  if (unit.empty() || unit == "ms")
+    ms_per = 1;
+  else if (unit == "s")
+    ms_per = 1000;
+  else if (unit == "m")
+    ms_per = 60 * 1000;
+  else if (unit == "h")
+    ms_per = 3600 * 1000;
+  else
+    return InvalidArgument("'" + std::string(text) + "': unknown duration unit (ms, s, m, h)");
   constexpr std::uint64_t kMaxMs = 24ull * 3600 * 1000;
   if (n > kMaxMs / ms_per) return OutOfRange("'" + std::string(text) + "' is longer than 24h");
   return std::chrono::milliseconds(n * ms_per);
 }
 
-std::string DurationText(std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; }
+std::string DurationText(std::chrono::milliseconds d) {
+  return std::to_string(d.count()) + "ms";
+}
 
 const std::vector<KeySpec>& Specs() {
   static const std::vector<KeySpec> specs = {
       {"listen", "TCP listen address HOST:PORT (empty: no TCP)",
-       [](std::string_view v, Config& c) {
+       [](std::string_view v, Config& c) -> Status {
+         KVD_RETURN_IF_ERROR(CheckListenAddress(v));
          c.server.listen = std::string(v);
          return Status::Ok();
        }},
       {"unix", "Unix domain socket path (empty: none)",
-       [](std::string_view v, Config& c) {
+       [](std::string_view v, Config& c) -> Status {
+         if (v.size() > kMaxUnixPathBytes) {
+           return InvalidArgument("'" + std::string(v) + "' is " + std::to_string(v.size()) +
+                                  " bytes; a Unix socket path is at most " +
+                                  std::to_string(kMaxUnixPathBytes) +
+                                  " (sun_path): use a shorter one, e.g. under /run");
+         }
          c.server.unix_path = std::string(v);
          return Status::Ok();
        }},
@@ -133,10 +171,11 @@ const std::vector<KeySpec>& Specs() {
        }},
       {"gpu.capacity", "GPU tier device-memory pool, e.g. 8GiB (0: no GPU tier)",
        [](std::string_view v, Config& c) -> Status {
-         KVD_ASSIGN_OR_RETURN(c.gpu_capacity, ParseSizeIn(v, 0, 1ull << 50));
-         if (c.gpu_capacity != 0 && c.gpu_capacity < (2u << 20)) {
+         KVD_ASSIGN_OR_RETURN(const std::uint64_t bytes, ParseSizeIn(v, 0, 1ull << 50));
+         if (bytes != 0 && bytes < (2u << 20)) {
            return OutOfRange(std::string(v) + " is below the minimum of 2 MiB (or 0: off)");
          }
+         c.gpu_capacity = bytes;
          return Status::Ok();
        }},
       {"gpu.device", "CUDA device ordinal of the GPU tier (0-63)",
@@ -177,8 +216,11 @@ const std::vector<KeySpec>& Specs() {
        }},
       {"ssd.segment_size", "SSD segment file size, e.g. 256MiB",
        [](std::string_view v, Config& c) -> Status {
-         KVD_ASSIGN_OR_RETURN(c.ssd.segment_bytes, ParseSizeIn(v, 1 << 20, 1ull << 40));
-         if (c.ssd.segment_bytes % 4096 != 0) return InvalidArgument("must be a multiple of 4096");
+         KVD_ASSIGN_OR_RETURN(const std::uint64_t bytes, ParseSizeIn(v, 1 << 20, 1ull << 40));
+         if (bytes % 4096 != 0) {
+           return InvalidArgument(std::string(v) + " is not a multiple of 4096");
+         }
+         c.ssd.segment_bytes = bytes;
          return Status::Ok();
        }},
       {"ssd.write_buffer", "memory for evicted values waiting for their SSD write, e.g. 256MiB",
@@ -199,7 +241,8 @@ const std::vector<KeySpec>& Specs() {
          return Status::Ok();
        }},
       {"lm.listen", "lm:// listener (LMCache's remote-server protocol) HOST:PORT (empty: off)",
-       [](std::string_view v, Config& c) {
+       [](std::string_view v, Config& c) -> Status {
+         KVD_RETURN_IF_ERROR(CheckListenAddress(v));
          c.lm.listen = std::string(v);
          return Status::Ok();
        }},
@@ -245,8 +288,7 @@ const std::vector<KeySpec>& Specs() {
        }},
       {"limits.max_body_bytes", "largest request body (a whole multi-item PUT), e.g. 256MiB",
        [](std::string_view v, Config& c) -> Status {
-         KVD_ASSIGN_OR_RETURN(c.server.limits.max_body_bytes,
-                              ParseSizeIn(v, 1024, 0xffffffffull));
+         KVD_ASSIGN_OR_RETURN(c.server.limits.max_body_bytes, ParseSizeIn(v, 1024, 0xffffffffull));
          return Status::Ok();
        }},
       {"limits.max_lease_bytes",
@@ -258,9 +300,9 @@ const std::vector<KeySpec>& Specs() {
       {"metrics.listen", "HTTP address of /metrics and /healthz, HOST:PORT (empty: none)",
        [](std::string_view v, Config& c) -> Status {
          const auto colon = v.rfind(':');
-         if (!v.empty() && (colon == std::string_view::npos || colon == 0 ||
-                            ParseUint(v.substr(colon + 1), 0, 65535).status().code() !=
-                                StatusCode::kOk)) {
+         if (!v.empty() &&
+             (colon == std::string_view::npos || colon == 0 ||
+              ParseUint(v.substr(colon + 1), 0, 65535).status().code() != StatusCode::kOk)) {
            return InvalidArgument("'" + std::string(v) + "' is not HOST:PORT");
          }
          c.metrics_listen = std::string(v);
@@ -338,8 +380,9 @@ const KeySpec* FindKey(std::string_view key) {
 
 // host.quotas.<NSID>: SIZE — a namespace id is 32 hex digits (the first 16 bytes of its keys).
 Status SetQuota(std::string_view nsid, std::string_view size, Config& c) {
-  if (nsid.size() != 32 ||
-      !std::all_of(nsid.begin(), nsid.end(), [](char ch) { return std::isxdigit(static_cast<unsigned char>(ch)) != 0; })) {
+  if (nsid.size() != 32 || !std::all_of(nsid.begin(), nsid.end(), [](char ch) {
+        return std::isxdigit(static_cast<unsigned char>(ch)) != 0;
+      })) {
     return InvalidArgument("namespace id '" + std::string(nsid) + "' is not 32 hex digits");
   }
   KVD_ASSIGN_OR_RETURN(std::uint64_t bytes, ParseSizeIn(size, 1 << 20, 1ull << 50));
@@ -358,24 +401,24 @@ Status ApplyNode(const std::string& path, const std::string& prefix, const YAML:
   for (const auto& kv : node) {
     const std::string name = kv.first.as<std::string>();
     const std::string key = prefix.empty() ? name : prefix + "." + name;
-    const std::string where = path + ":" + std::to_string(kv.first.Mark().line + 1) + ": key '" +
-                              key + "'";
+    const bool quota = key.rfind(kQuotaPrefix, 0) == 0;
+    const KeySpec* spec = FindKey(key);
+    // "FILE:LINE: key 'KEY'", and the key's flag when it has one.
+    std::string where =
+        path + ":" + std::to_string(kv.first.Mark().line + 1) + ": key '" + key + "'";
+    if (quota || spec != nullptr) where += " (" + (quota ? "--host-quota" : FlagOf(key)) + ")";
     if (kv.second.IsMap()) {
       KVD_RETURN_IF_ERROR(ApplyNode(path, key, kv.second, config));
       continue;
     }
+    if (!quota && spec == nullptr) return InvalidArgument(where + ": unknown key");
     if (!kv.second.IsScalar() && !kv.second.IsNull()) {
       return InvalidArgument(where + ": expected a single value");
     }
     const std::string value = kv.second.IsNull() ? "" : kv.second.as<std::string>();
-    Status s;
-    if (key.rfind(kQuotaPrefix, 0) == 0) {
-      s = SetQuota(std::string_view(key).substr(kQuotaPrefix.size()), value, config);
-    } else if (const KeySpec* spec = FindKey(key); spec != nullptr) {
-      s = spec->set(value, config);
-    } else {
-      return InvalidArgument(where + ": unknown key");
-    }
+    const Status s =
+        quota ? SetQuota(std::string_view(key).substr(kQuotaPrefix.size()), value, config)
+              : spec->set(value, config);
     if (!s.ok()) return Status(s.code(), where + ": " + s.message());
   }
   return Status::Ok();
@@ -384,48 +427,111 @@ Status ApplyNode(const std::string& path, const std::string& prefix, const YAML:
 }  // namespace
 
 Result<std::uint64_t> ParseSize(std::string_view text) {
+  static constexpr const char* kGrammar =
+      "a size is digits followed directly by B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, "
+      "GB, TB (powers of 1000), or digits alone for bytes: e.g. 64MiB, 8GiB";
+  const std::string quoted = "'" + std::string(text) + "'";
   std::size_t digits = 0;
   while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  if (digits == 0) return InvalidArgument("'" + std::string(text) + "' is not a size (e.g. 64MiB)");
+  if (digits == 0) return InvalidArgument(quoted + " is not a size: " + kGrammar);
   std::uint64_t n = 0;
   const auto [p, ec] = std::from_chars(text.data(), text.data() + digits, n);
-  if (ec != std::errc()) return OutOfRange("'" + std::string(text) + "' is too large");
-  std::string_view unit = text.substr(digits);
-  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
-  std::uint64_t mul = 1;
-  if (unit.empty() || unit == "B") mul = 1;
-  else if (unit == "KiB" || unit == "K") mul = 1ull << 10;
-  else if (unit == "MiB" || unit == "M") mul = 1ull << 20;
-  else if (unit == "GiB" || unit == "G") mul = 1ull << 30;
-  else if (unit == "TiB" || unit == "T") mul = 1ull << 40;
-  else if (unit == "KB") mul = 1000;
-  else if (unit == "MB") mul = 1000 * 1000;
-  else if (unit == "GB") mul = 1000ull * 1000 * 1000;
-  else if (unit == "TB") mul = 1000ull * 1000 * 1000 * 1000;
-  else {
-    return InvalidArgument("'" + std::string(text) + "': unknown size unit '" + std::string(unit) +
-                           "' (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+  if (ec != std::errc()) return OutOfRange(quoted + " is too large (at most 2^64-1 bytes)");
+  static constexpr std::pair<std::string_view, std::uint64_t> kUnits[] = {
+      {"", 1},
+      {"B", 1},
+      {"KiB", 1ull << 10},
+      {"MiB", 1ull << 20},
+      {"GiB", 1ull << 30},
+      {"TiB", 1ull << 40},
+      {"KB", 1000},
+      {"MB", 1000ull * 1000},
+      {"GB", 1000ull * 1000 * 1000},
+      {"TB", 1000ull * 1000 * 1000 * 1000},
+  };
+  const std::string_view unit = text.substr(digits);
+  const auto* found = std::find_if(std::begin(kUnits), std::end(kUnits),
+                                   [unit](const auto& u) { return u.first == unit; });
+  if (found == std::end(kUnits)) {
+    return InvalidArgument(quoted + " is not a size (unit '" + std::string(unit) +
+                           "'): " + kGrammar);
   }
-  if (n > UINT64_MAX / mul) return OutOfRange("'" + std::string(text) + "' is too large");
-  return n * mul;
+  if (n > UINT64_MAX / found->second) {
+    return OutOfRange(quoted + " is too large (at most 2^64-1 bytes)");
+  }
+  return n * found->second;
+}
+
+Status CheckReadableFile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return StatusFromErrno(errno, "cannot open");
+  if (S_ISDIR(st.st_mode)) return InvalidArgument("is a directory, not a file");
+  if (!S_ISREG(st.st_mode)) {
+    const char* kind = S_ISFIFO(st.st_mode)   ? "a FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a file";
+    return InvalidArgument(std::string("is ") + kind + ", not a regular file");
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return StatusFromErrno(errno, "cannot open");
+  ::close(fd);
+  return Status::Ok();
 }
 
 Status ApplyConfigFile(const std::string& path, Config& config) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    return NotFound(path + ": cannot read the config file");
-  } catch (const YAML::Exception& e) {
-    return InvalidArgument(path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  const auto file_error = [&path](const Status& s) {
+    return Status(s.code(), "--config " + path + ": " + s.message());
+  };
+  // Checked before ReadFile opens it: opening a FIFO for reading would wait for a writer.
+  if (Status s = CheckReadableFile(path); !s.ok()) return file_error(s);
+  auto bytes = ReadFile(path, kMaxConfigFileBytes);
+  if (!bytes.ok()) {
+    // ReadFile's messages start with the path; the cause follows it.
+    std::string cause = bytes.status().message();
+    if (cause.rfind(path + ": ", 0) == 0) cause.erase(0, path.size() + 2);
+    return file_error(Status(bytes.status().code(), cause));
   }
-  if (root.IsNull()) return Status::Ok();  // an empty file: defaults
-  if (!root.IsMap()) return InvalidArgument(path + ": the top level must be a mapping of keys");
   try {
+    const YAML::Node root =
+        YAML::Load(std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+    if (root.IsNull()) return Status::Ok();  // an empty file: defaults
+    if (!root.IsMap()) return InvalidArgument(path + ": the top level must be a mapping of keys");
     return ApplyNode(path, "", root, config);
   } catch (const YAML::Exception& e) {
     return InvalidArgument(path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  } catch (const std::exception& e) {  // std::bad_alloc and the like from yaml-cpp
+    return Internal(path + ": cannot be parsed: " + e.what());
   }
+}
+
+Status LoadConfig(const std::string& config_file, const std::vector<std::string_view>& flags,
+                  Config& config) {
+  config = Config{};
+  if (!config_file.empty()) KVD_RETURN_IF_ERROR(ApplyConfigFile(config_file, config));
+  for (std::size_t i = 0; i < flags.size(); ++i) {
+    std::string_view a = flags[i];
+    if (a.substr(0, 2) != "--") {
+      return InvalidArgument("unexpected argument '" + std::string(a) +
+                             "' (flags are --KEY VALUE)");
+    }
+    a.remove_prefix(2);
+    std::string_view value;
+    if (const auto eq = a.find('='); eq != std::string_view::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    } else if (i + 1 < flags.size()) {
+      value = flags[++i];
+    } else {
+      return InvalidArgument("flag --" + std::string(a) + " needs a value");
+    }
+    KVD_RETURN_IF_ERROR(ApplyConfigFlag(a, value, config));
+  }
+  if (Status s = ValidateConfig(config); !s.ok()) {
+    return Status(s.code(), (config_file.empty() ? "" : config_file + ": ") + s.message());
+  }
+  return Status::Ok();
 }
 
 Status ApplyConfigFlag(std::string_view name, std::string_view value, Config& config) {
@@ -434,18 +540,19 @@ Status ApplyConfigFlag(std::string_view name, std::string_view value, Config& co
     Status s = eq == std::string_view::npos
                    ? InvalidArgument("expected NSID=SIZE, got '" + std::string(value) + "'")
                    : SetQuota(value.substr(0, eq), value.substr(eq + 1), config);
-    if (!s.ok()) return Status(s.code(), "flag --host-quota: " + s.message());
+    if (!s.ok()) return Status(s.code(), "flag --host-quota (host.quotas.NSID): " + s.message());
     return Status::Ok();
   }
   for (const KeySpec& s : Specs()) {
     if (FlagName(s.key) == name) {
       if (Status st = s.set(value, config); !st.ok()) {
-        return Status(st.code(), "flag --" + std::string(name) + ": " + st.message());
+        return Status(st.code(),
+                      "flag --" + std::string(name) + " (" + s.key + "): " + st.message());
       }
       return Status::Ok();
     }
   }
-  return InvalidArgument("unknown flag --" + std::string(name));
+  return InvalidArgument("unknown flag --" + std::string(name) + " (kvdepotd --help lists them)");
 }
 
 Status ValidateConfig(const Config& config) {
@@ -457,8 +564,9 @@ Status ValidateConfig(const Config& config) {
     return InvalidArgument("limits.max_body_bytes must exceed limits.max_value_bytes");
   }
   if (config.server.limits.max_value_bytes > config.host.capacity_bytes) {
-    return InvalidArgument("limits.max_value_bytes exceeds host.capacity: such values could "
-                           "never be stored");
+    return InvalidArgument(
+        "limits.max_value_bytes exceeds host.capacity: such values could "
+        "never be stored");
   }
   if (config.server.tls.enabled() != !config.server.tls.key_file.empty()) {
     return InvalidArgument("tls.cert_file and tls.key_file go together");
@@ -471,17 +579,19 @@ Status ValidateConfig(const Config& config) {
   }
   if (!config.auth_token_file.empty() && !config.lm.listen.empty() &&
       !config.lm_allow_unauthenticated) {
-    return InvalidArgument("lm.listen is set with auth.token_file, but LMCache's protocol has no "
-                           "authentication: set lm.allow_unauthenticated: true to serve lm:// "
-                           "unauthenticated anyway (docs/security.md)");
+    return InvalidArgument(
+        "lm.listen is set with auth.token_file, but LMCache's protocol has no "
+        "authentication: set lm.allow_unauthenticated: true to serve lm:// "
+        "unauthenticated anyway (docs/security.md)");
   }
   if (!config.ssd.dir.empty()) {
     if (config.ssd.capacity_bytes < 2 * config.ssd.segment_bytes) {
       return InvalidArgument("ssd.capacity must hold at least two segments of ssd.segment_size");
     }
     if (config.server.limits.max_value_bytes + 4096 > config.ssd.segment_bytes) {
-      return InvalidArgument("ssd.segment_size must exceed limits.max_value_bytes by 4 KiB: "
-                             "every value must fit one segment");
+      return InvalidArgument(
+          "ssd.segment_size must exceed limits.max_value_bytes by 4 KiB: "
+          "every value must fit one segment");
     }
   }
   return Status::Ok();
@@ -556,9 +666,18 @@ std::vector<std::string> ChangedKeys(const Config& a, const Config& b) {
   return changed;
 }
 
+std::string FlagOf(std::string_view key) {
+  return "--" + FlagName(key);
+}
+
+std::string SettingError(std::string_view key, std::string_view value, std::string_view cause) {
+  return std::string(key) + " " + std::string(value) + ": " + std::string(cause) + "; change " +
+         std::string(key) + " or " + FlagOf(key);
+}
+
 std::vector<ConfigKeyHelp> ConfigKeys() {
   std::vector<ConfigKeyHelp> out;
-  for (const KeySpec& s : Specs()) out.push_back({s.key, "--" + FlagName(s.key), s.help});
+  for (const KeySpec& s : Specs()) out.push_back({s.key, FlagOf(s.key), s.help});
   out.push_back({"host.quotas.NSID", "--host-quota NSID=SIZE",
                  "byte quota of a namespace (NSID: 32 hex digits); repeatable"});
   return out;

@@ -4,13 +4,19 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 #include "kvdepot/daemon/auth.h"
@@ -27,6 +33,7 @@
 #include "kvdepot/daemon/ssd_tier.h"
 #include "kvdepot/daemon/store.h"
 #include "kvdepot/daemon/transcoder.h"
+#include "listen_address.h"
 #if defined(KVDEPOT_WITH_CUDA)
 #include "gpu_device_tier.h"
 #include "kvdepot/cuda/device.h"
@@ -49,44 +56,90 @@ void PrintHelp() {
     std::printf("  %-28s %-26s %s\n", k.flag.c_str(), k.key.c_str(), k.help.c_str());
   }
   std::printf(
+      "\nSizes: digits followed directly by B, KiB, MiB, GiB, TiB or KB, MB, GB, TB (10^n), or\n"
+      "digits alone (bytes): 64MiB. Durations: 30s, 500ms, 10m, 1h.\n"
+      "Exit status: 0 after a clean stop; 2 for a wrong command line or configuration; 1 when a\n"
+      "valid configuration cannot start here (busy port, missing file, ...).\n"
       "\nSIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.\n"
       "SIGHUP: re-read --config FILE (flags still override it) and apply what can change at run\n"
       "time (log_level, host.capacity, existing namespace quotas, limits.request_timeout,\n"
       "limits.idle_timeout); other changes are logged.\n");
 }
 
+// The one error line of a failed start (docs/operations.md): "kvdepotd: error: ...", exit `code`
+// (2: the command line or config file is wrong; 1: the environment refuses a valid one).
 int Fail(int code, const std::string& message) {
   std::fprintf(stderr, "kvdepotd: error: %s\n", message.c_str());
   return code;
 }
 
-// Defaults, then `config_file` (when given), then `flags` (--KEY VALUE or --KEY=VALUE pairs,
-// --config/--check-config already taken out), then the cross-field checks.
-Status LoadConfig(const std::string& config_file, const std::vector<std::string_view>& flags,
-                  Config& config) {
-  config = Config{};
-  if (!config_file.empty()) KVD_RETURN_IF_ERROR(ApplyConfigFile(config_file, config));
-  for (std::size_t i = 0; i < flags.size(); ++i) {
-    std::string_view a = flags[i];
-    if (a.substr(0, 2) != "--") {
-      return InvalidArgument("unexpected argument '" + std::string(a) + "'");
-    }
-    a.remove_prefix(2);
-    std::string_view value;
-    if (const auto eq = a.find('='); eq != std::string_view::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-    } else if (i + 1 < flags.size()) {
-      value = flags[++i];
-    } else {
-      return InvalidArgument("flag --" + std::string(a) + " needs a value");
-    }
-    KVD_RETURN_IF_ERROR(ApplyConfigFlag(a, value, config));
+// Makes `path`, the value of directory setting `key`, an existing directory this process can
+// write to, creating it (and its parents) when missing.
+Status PrepareDirectory(std::string_view key, const std::string& path) {
+  const auto fail = [&](const std::string& cause) {
+    return Status(StatusCode::kIOError, SettingError(key, path, cause));
+  };
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    return fail("exists and is not a directory");
   }
-  if (Status s = ValidateConfig(config); !s.ok()) {
-    return Status(s.code(), (config_file.empty() ? "" : config_file + ": ") + s.message());
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) return fail("cannot create the directory: " + ec.message());
+  if (::access(path.c_str(), W_OK | X_OK) != 0) {
+    return fail("the directory is not writable: " + std::system_category().message(errno));
   }
   return Status::Ok();
+}
+
+// The file a file setting names (`key`, e.g. tls.cert_file) is a regular file we can read.
+Status CheckFileSetting(std::string_view key, const std::string& path) {
+  if (Status s = CheckReadableFile(path); !s.ok()) {
+    return Status(s.code(), SettingError(key, path, s.message()));
+  }
+  return Status::Ok();
+}
+
+// What keeps a Unix socket from being created at `path`, or empty when nothing obvious does.
+std::string UnixListenCause(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    return errno == ENOENT ? "directory " + dir + " does not exist"
+                           : "directory " + dir + ": " + std::system_category().message(errno);
+  }
+  if (!S_ISDIR(st.st_mode)) return dir + " is not a directory";
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {
+    return "a file that is not a socket is in the way (only a stale socket is replaced)";
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return "directory " + dir + " is not writable: " + std::system_category().message(errno);
+  }
+  return "";
+}
+
+// The error line for a TCP listener (`key`: listen or lm.listen) that failed to start with
+// `status`: the cause a probe bind finds, else the listener's own message.
+std::string ListenError(std::string_view key, const std::string& listen, const Status& status) {
+  auto endpoint = ParseListenAddress(key, listen);
+  std::string cause = endpoint.ok() ? ListenFailureCause(*endpoint) : "";
+  return SettingError(key, listen, cause.empty() ? status.message() : cause);
+}
+
+// The error line for a failed Server::Start: its TLS messages start with the tls.* key they
+// concern; otherwise the TCP listener failed when it has no port yet, else the Unix one.
+std::string ServerStartError(const Config& config, const Server& server, const Status& status) {
+  const std::string& message = status.message();
+  if (message.rfind("tls.", 0) == 0) {
+    const std::string key = message.substr(0, message.find(' '));
+    return message + "; change " + key + " or " + FlagOf(key);
+  }
+  if (!config.server.listen.empty() && server.tcp_port() == 0) {
+    return ListenError("listen", config.server.listen, status);
+  }
+  const std::string cause = UnixListenCause(config.server.unix_path);
+  return SettingError("unix", config.server.unix_path, cause.empty() ? message : cause);
 }
 
 // Raises the soft open-file limit to the hard limit (each connection is a descriptor; the default
@@ -100,7 +153,8 @@ void RaiseFileLimit() {
     if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) lim.rlim_cur = before;
   }
   Log(LogLevel::kInfo, "open file limit",
-      {{"soft_before", std::to_string(before)}, {"soft", std::to_string(lim.rlim_cur)},
+      {{"soft_before", std::to_string(before)},
+       {"soft", std::to_string(lim.rlim_cur)},
        {"hard", std::to_string(lim.rlim_max)}});
 }
 
@@ -115,18 +169,21 @@ bool IsLoopback(const std::string& listen) {
 void WarnExposedListeners(const Config& config) {
   const bool auth = config.server.auth != nullptr;
   if (!config.server.listen.empty() && !IsLoopback(config.server.listen) && !auth) {
-    Log(LogLevel::kWarn, "listening on a non-loopback address without authentication: any host "
+    Log(LogLevel::kWarn,
+        "listening on a non-loopback address without authentication: any host "
         "that can reach it can read and write every key (set auth.token_file, docs/security.md)",
         {{"listen", config.server.listen}});
   }
   if (!config.server.listen.empty() && !IsLoopback(config.server.listen) &&
       !config.server.tls.enabled()) {
-    Log(LogLevel::kWarn, "listening on a non-loopback address without TLS: tokens and values "
+    Log(LogLevel::kWarn,
+        "listening on a non-loopback address without TLS: tokens and values "
         "cross the network in clear (set tls.cert_file, docs/security.md)",
         {{"listen", config.server.listen}});
   }
   if (!config.lm.listen.empty() && !IsLoopback(config.lm.listen)) {
-    Log(LogLevel::kWarn, "lm:// listens on a non-loopback address; LMCache's protocol has no "
+    Log(LogLevel::kWarn,
+        "lm:// listens on a non-loopback address; LMCache's protocol has no "
         "authentication: any host that can reach it can read and write the LMCache namespace",
         {{"lm_listen", config.lm.listen}});
   } else if (!config.lm.listen.empty() && auth) {
@@ -134,7 +191,8 @@ void WarnExposedListeners(const Config& config) {
         {{"lm_listen", config.lm.listen}});
   }
   if (!config.metrics_listen.empty() && !IsLoopback(config.metrics_listen)) {
-    Log(LogLevel::kWarn, "metrics listen on a non-loopback address; /metrics has no "
+    Log(LogLevel::kWarn,
+        "metrics listen on a non-loopback address; /metrics has no "
         "authentication (it shows counters and namespace ids, never keys or values)",
         {{"metrics_listen", config.metrics_listen}});
   }
@@ -146,29 +204,37 @@ std::string Join(const std::vector<std::string>& items) {
   return out.empty() ? "none" : out;
 }
 
-// SIGHUP: re-reads the configuration and applies what can change at run time.
+// SIGHUP: re-reads the configuration and applies what can change at run time. A file that
+// cannot be read, parsed or validated changes nothing: the running configuration stays and the
+// reason is logged. Never throws (an exception, a bug, is logged the same way).
 void Reload(const std::string& config_file, const std::vector<std::string_view>& flags,
             Config& running, HostTier& host, const ReloadTargets& listeners, Metrics& metrics) {
   NotifyReloading();
-  Config next;
-  if (Status s = LoadConfig(config_file, flags, next); !s.ok()) {
+  const auto failed = [&](const std::string& why) {
     Log(LogLevel::kError, "config reload failed; keeping the running configuration",
-        {{"file", config_file}, {"error", s.message()}});
+        {{"file", config_file}, {"error", why}});
     metrics.OnReload(false);
-  } else {
-    const ReloadResult r = ApplyReload(next, running, host, listeners);
-    Log(LogLevel::kInfo, "config reloaded",
-        {{"file", config_file.empty() ? "(none: flags only)" : config_file},
-         {"applied", Join(r.applied)},
-         {"restart_needed", Join(r.restart_needed)}});
-    metrics.OnReload(true);
+  };
+  try {
+    Config next;
+    if (Status s = LoadConfig(config_file, flags, next); !s.ok()) {
+      failed(s.message());
+    } else {
+      const ReloadResult r = ApplyReload(next, running, host, listeners);
+      Log(LogLevel::kInfo, "config reloaded",
+          {{"file", config_file.empty() ? "(none: flags only)" : config_file},
+           {"applied", Join(r.applied)},
+           {"restart_needed", Join(r.restart_needed)}});
+      metrics.OnReload(true);
+    }
+  } catch (const std::exception& e) {
+    failed(std::string("unexpected exception: ") + e.what());
   }
   NotifyReady("serving");
 }
 
-}  // namespace
-
-int DaemonMain(int argc, char** argv) {
+// kvdepotd itself (DaemonMain without its last-resort exception handler).
+int Run(int argc, char** argv) {
   std::vector<std::string_view> args(argv + 1, argv + argc);
   std::string config_file;
   bool check_only = false;
@@ -203,11 +269,26 @@ int DaemonMain(int argc, char** argv) {
   // keep freed memory instead of trimming it: faulting pages back in costs ~0.5 ms per MiB on
   // the dev VM (docs/benchmarks.md), and the host tier's capacity bounds the heap anyway.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, static_cast<int>(std::min<std::uint64_t>(config.host.capacity_bytes,
-                                                                    1u << 30)));
-  std::error_code fs_ec;
-  std::filesystem::create_directories(config.data_dir, fs_ec);
-  if (fs_ec) return Fail(1, "data_dir " + config.data_dir + ": " + fs_ec.message());
+  mallopt(M_TRIM_THRESHOLD,
+          static_cast<int>(std::min<std::uint64_t>(config.host.capacity_bytes, 1u << 30)));
+  if (Status s = PrepareDirectory("data_dir", config.data_dir); !s.ok()) {
+    return Fail(1, s.message());
+  }
+  if (!config.ssd.dir.empty()) {
+    if (Status s = PrepareDirectory("ssd.dir", config.ssd.dir); !s.ok()) {
+      return Fail(1, s.message());
+    }
+  }
+  // Files named by settings, checked before anything starts so that a missing or unreadable one
+  // is reported as such (OpenSSL's own errors for a missing file say little).
+  for (const auto& [key, path] :
+       {std::pair<const char*, const std::string&>{"auth.token_file", config.auth_token_file},
+        {"tls.cert_file", config.server.tls.cert_file},
+        {"tls.key_file", config.server.tls.key_file},
+        {"tls.client_ca_file", config.server.tls.client_ca_file}}) {
+    if (path.empty()) continue;
+    if (Status s = CheckFileSetting(key, path); !s.ok()) return Fail(1, s.message());
+  }
 
   // Block the control signals in every thread (before any is started); the main thread waits for
   // them with sigwait.
@@ -236,8 +317,8 @@ int DaemonMain(int argc, char** argv) {
   if (!config.auth_token_file.empty()) {
     auto auth = Authenticator::LoadFile(config.auth_token_file);
     if (!auth.ok()) {
-      Log(LogLevel::kError, "cannot start", {{"error", auth.status().message()}});
-      return Fail(1, auth.status().message());
+      return Fail(1,
+                  SettingError("auth.token_file", config.auth_token_file, auth.status().message()));
     }
     config.server.auth = std::move(*auth);
     Log(LogLevel::kInfo, "authentication on",
@@ -250,10 +331,8 @@ int DaemonMain(int argc, char** argv) {
   std::unique_ptr<SsdTier> ssd;
   if (!config.ssd.dir.empty()) {
     auto opened = SsdTier::Open(config.ssd);
-    if (!opened.ok()) {
-      Log(LogLevel::kError, "cannot start", {{"error", opened.status().message()}});
-      return Fail(1, opened.status().message());
-    }
+    if (!opened.ok())
+      return Fail(1, SettingError("ssd.dir", config.ssd.dir, opened.status().message()));
     ssd = std::move(*opened);
   }
   if (config.host.shared_memory) {
@@ -263,8 +342,7 @@ int DaemonMain(int argc, char** argv) {
             ? config.ssd.write_buffer_bytes
             : 0;
     if (Status s = host.EnableSharedArena(headroom); !s.ok()) {
-      Log(LogLevel::kError, "cannot start", {{"error", s.message()}});
-      return Fail(1, "host.shared_memory: " + s.message());
+      return Fail(1, SettingError("host.shared_memory", "true", s.message()));
     }
   }
   Store store(host, ssd.get());
@@ -287,9 +365,7 @@ int DaemonMain(int argc, char** argv) {
     if (!created.ok()) {
       const std::string why = "gpu.capacity is " + std::to_string(config.gpu_capacity) +
                               " but the GPU tier cannot start on device " +
-                              std::to_string(config.gpu_device) + ": " +
-                              created.status().message();
-      Log(LogLevel::kError, "cannot start", {{"error", why}});
+                              std::to_string(config.gpu_device) + ": " + created.status().message();
       return Fail(1, why);
     }
     gpu = std::move(*created);
@@ -301,8 +377,8 @@ int DaemonMain(int argc, char** argv) {
       if (cudaSetDevice(device) != cudaSuccess) return Unavailable("cudaSetDevice failed");
       return cuda::TranscodeGpu(in, target, {}, t);
     };
-    Log(LogLevel::kInfo, "gpu tier on", {{"device", DescribeGpu(device)},
-                                         {"gpu_capacity", std::to_string(config.gpu_capacity)}});
+    Log(LogLevel::kInfo, "gpu tier on",
+        {{"device", DescribeGpu(device)}, {"gpu_capacity", std::to_string(config.gpu_capacity)}});
   } else {
     // Not probed: touching CUDA would create a context (device memory) for nothing.
     Log(LogLevel::kInfo, "gpu tier off (gpu.capacity 0): serving host + SSD tiers");
@@ -311,7 +387,6 @@ int DaemonMain(int argc, char** argv) {
   if (config.gpu_capacity > 0) {
     const std::string why = "gpu.capacity is " + std::to_string(config.gpu_capacity) +
                             " but this kvdepotd was built without CUDA (-DKVDEPOT_CUDA=ON)";
-    Log(LogLevel::kError, "cannot start", {{"error", why}});
     return Fail(1, why);
   }
   Log(LogLevel::kInfo, "gpu tier off: built without CUDA; serving host + SSD tiers");
@@ -347,15 +422,12 @@ int DaemonMain(int argc, char** argv) {
     metrics.SetSsdSource([&ssd] { return ssd->stats(); });
   }
   metrics.SetServerSource([&server] { return server.stats(); });
-  if (Status s = server.Start(); !s.ok()) {
-    Log(LogLevel::kError, "cannot start", {{"error", s.message()}});
-    return Fail(1, s.message());
-  }
+  if (Status s = server.Start(); !s.ok()) return Fail(1, ServerStartError(config, server, s));
   LmServer lm_server(config.lm, store);  // LMCache's lm:// protocol (docs/lmcache.md)
   if (!config.lm.listen.empty()) {
     if (Status s = lm_server.Start(); !s.ok()) {
-      Log(LogLevel::kError, "cannot start", {{"error", s.message()}});
-      return Fail(1, s.message());
+      server.Stop();
+      return Fail(1, ListenError("lm.listen", config.lm.listen, s));
     }
     metrics.SetLmSource([&lm_server] { return lm_server.stats(); });
   }
@@ -363,9 +435,10 @@ int DaemonMain(int argc, char** argv) {
   if (!config.metrics_listen.empty()) {
     auto started = MetricsHttp::Start(config.metrics_listen, metrics);
     if (!started.ok()) {
-      Log(LogLevel::kError, "cannot start", {{"error", started.status().message()}});
+      lm_server.Stop();
       server.Stop();
-      return Fail(1, started.status().message());
+      return Fail(
+          1, SettingError("metrics.listen", config.metrics_listen, started.status().message()));
     }
     http = std::move(*started);
   }
@@ -435,6 +508,21 @@ int DaemonMain(int argc, char** argv) {
       {{"requests", std::to_string(st.requests)},
        {"connections", std::to_string(st.connections_total)}});
   return 0;
+}
+
+}  // namespace
+
+int DaemonMain(int argc, char** argv) {
+  // Every expected failure is a Status with its own message; an exception reaching here (a bug,
+  // or the system refusing a thread or memory) is reported as one error line and exit 1 instead
+  // of std::terminate's abort.
+  try {
+    return Run(argc, argv);
+  } catch (const std::exception& e) {
+    return Fail(1, std::string("unexpected exception: ") + e.what() + " (please report it)");
+  } catch (...) {
+    return Fail(1, "unexpected exception of unknown type (please report it)");
+  }
 }
 
 }  // namespace kvdepot::daemon

@@ -20,6 +20,14 @@ namespace kvdepot::daemon {
 Result<boost::asio::ip::tcp::endpoint> ParseListenAddress(std::string_view what,
                                                           const std::string& listen);
 
+// Why a TCP listener cannot listen on `endpoint`, found by binding and listening on a probe
+// socket the way the listeners do (SO_REUSEADDR), then closing it: "address already in use
+// (another process listens there)", "address not available (no interface of this host has it)",
+// "permission denied (ports below 1024 need CAP_NET_BIND_SERVICE)" or the system's text for
+// another errno. Empty when the probe succeeds (the failure had another cause, or is gone). For
+// error messages after a listener failed; never throws.
+std::string ListenFailureCause(const boost::asio::ip::tcp::endpoint& endpoint);
+
 // The watchdog period for a connection's request and idle timeouts (0 = off): a quarter of the
 // shortest enabled one, within 10 ms .. 1 s, so a timeout fires at most a tick late; 0 when
 // both are off.

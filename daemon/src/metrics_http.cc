@@ -16,6 +16,9 @@
 #include <mutex>
 #include <thread>
 
+#include "kvdepot/daemon/log.h"
+#include "listen_address.h"
+
 namespace kvdepot::daemon {
 
 // CivetWeb's begin_request callback carries no user pointer of ours (the context's user data is
@@ -71,6 +74,23 @@ void Poke(const std::string& host, int port) {
   freeaddrinfo(found);
 }
 
+// CivetWeb's own error lines go to the daemon's log at debug level instead of raw to stderr: at
+// start a failed bind would otherwise be a second, unlabelled line next to kvdepotd's error line
+// (Start reports every failure in its Status).
+int LogCivetWebMessage(const mg_connection*, const char* message) {
+  Log(LogLevel::kDebug, "civetweb", {{"message", message == nullptr ? "" : message}});
+  return 1;  // handled: CivetWeb prints nothing itself
+}
+
+// Why CivetWeb could not serve on `listen`: the cause a probe bind finds (listen_address.h), or
+// CivetWeb's `what` when the probe binds.
+std::string BindFailure(const std::string& listen, const std::string& what) {
+  auto endpoint = ParseListenAddress("metrics.listen", listen);
+  if (!endpoint.ok()) return "cannot serve HTTP there (" + what + ")";
+  std::string cause = ListenFailureCause(*endpoint);
+  return cause.empty() ? "cannot serve HTTP there (" + what + ")" : cause;
+}
+
 }  // namespace
 
 class MetricsHttp::Impl {
@@ -102,14 +122,16 @@ Result<std::unique_ptr<MetricsHttp>> MetricsHttp::Start(const std::string& liste
   http->impl_ = std::make_unique<Impl>();
   CivetCallbacks callbacks;
   callbacks.begin_request = &BeginRequest;
+  callbacks.log_message = &LogCivetWebMessage;
   try {
     http->impl_->exposer = std::make_unique<prometheus::Exposer>(listen, 2, &callbacks);
+    for (const auto& c : metrics.Collectables()) http->impl_->exposer->RegisterCollectable(c);
+    http->impl_->ports = http->impl_->exposer->GetListeningPorts();
   } catch (const std::exception& e) {
-    return Unavailable("cannot serve metrics on " + listen + ": " + e.what());
+    // CivetWeb reports a failed bind only as "null context when constructing CivetServer".
+    return Unavailable(BindFailure(listen, e.what()));
   }
-  for (const auto& c : metrics.Collectables()) http->impl_->exposer->RegisterCollectable(c);
-  http->impl_->ports = http->impl_->exposer->GetListeningPorts();
-  if (http->impl_->ports.empty()) return Unavailable("metrics: no listening port on " + listen);
+  if (http->impl_->ports.empty()) return Unavailable(BindFailure(listen, "no listening port"));
   http->port_ = static_cast<std::uint16_t>(http->impl_->ports.front());
   std::string host = listen.substr(0, listen.rfind(':'));
   if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);

@@ -2,8 +2,10 @@
 // every key), then command-line flags — each later source overriding the earlier ones. Every key
 // has a flag: the key path with dots turned into dashes (`host.capacity` -> `--host-capacity`).
 //
-// Validation errors name where the value came from: "FILE:LINE: key 'host.capacity': ..." or
-// "flag --host-capacity: ...".
+// Validation errors name where the value came from and both spellings of the setting:
+// "FILE:LINE: key 'host.capacity' (--host-capacity): ..." or "flag --host-capacity
+// (host.capacity): ...". Nothing here throws: every failure is a Status (docs/operations.md lists
+// the grammar of sizes and durations and the daemon's exit statuses).
 #pragma once
 
 #include <cstdint>
@@ -26,7 +28,7 @@ struct Config {
   ServerOptions server;  // listen, unix, io_threads, limits, max_output_bytes
   HostTierOptions host;
   SsdTierOptions ssd;  // ssd.dir empty: no SSD tier
-  LmServerOptions lm;    // the lm:// listener (LMCache's protocol); off unless lm.listen is set
+  LmServerOptions lm;  // the lm:// listener (LMCache's protocol); off unless lm.listen is set
   std::string data_dir = "kvdepot-data";
   LogLevel log_level = LogLevel::kInfo;
   // HTTP address of /metrics and /healthz (HOST:PORT; port 0 = ephemeral); empty = none.
@@ -41,11 +43,28 @@ struct Config {
   std::int32_t gpu_device = 0;
 };
 
-// "64MiB", "1GiB", "512KiB", "1000000" (bytes), "2GB" (10^9). Errors name the text.
+// The one size grammar of every size setting, flag and YAML alike: decimal digits followed
+// directly (no space) by an optional unit, B, KiB, MiB, GiB or TiB (powers of 1024) or KB, MB, GB
+// or TB (powers of 1000), case as written; no unit means bytes. "64MiB", "1GiB", "1000000",
+// "2GB". Anything else ("64 MiB", "64M", "64mib", "-1", "1.5GiB") is kInvalidArgument and a value
+// past 2^64-1 kOutOfRange; messages quote the text and state the grammar.
 Result<std::uint64_t> ParseSize(std::string_view text);
 
-// Applies a YAML file on top of `config`. Unknown keys are errors (a typo must not be ignored).
+// The largest config file read (a bigger one is refused, not allocated).
+inline constexpr std::uint64_t kMaxConfigFileBytes = 1 << 20;
+
+// Applies a YAML file on top of `config`. The file must be a regular file (a symlink to one is
+// fine) of at most kMaxConfigFileBytes: a directory, FIFO or device is refused without being
+// opened for reading (a FIFO would block). Unknown keys are errors (a typo must not be ignored).
+// Errors start with "--config PATH: " (file-system errors, with the cause from errno) or
+// "PATH:LINE: " (YAML and value errors).
 Status ApplyConfigFile(const std::string& path, Config& config);
+
+// Everything kvdepotd (start and SIGHUP alike) and the fuzz target load a configuration with:
+// `config` is reset to the defaults, then `config_file` (when not empty) is applied, then `flags`
+// (--KEY VALUE or --KEY=VALUE, --config/--check-config already taken out), then ValidateConfig.
+Status LoadConfig(const std::string& config_file, const std::vector<std::string_view>& flags,
+                  Config& config);
 
 // Applies one flag (`name` without the leading dashes, e.g. "host-capacity") on top of `config`.
 Status ApplyConfigFlag(std::string_view name, std::string_view value, Config& config);
@@ -61,6 +80,19 @@ std::vector<std::pair<std::string, std::string>> ConfigEntries(const Config& con
 // Keys whose values differ between `a` and `b` (per ConfigEntries; a quota present in only one of
 // them counts as changed).
 std::vector<std::string> ChangedKeys(const Config& a, const Config& b);
+
+// The flag of a key: "host.capacity" -> "--host-capacity".
+std::string FlagOf(std::string_view key);
+
+// A start-up error line's text for setting `key` holding `value` that failed because of `cause`:
+// "KEY VALUE: CAUSE; change KEY or --FLAG" (docs/operations.md).
+std::string SettingError(std::string_view key, std::string_view value, std::string_view cause);
+
+// OK when `path` is a regular file (or a symlink to one) that this process can open for reading;
+// otherwise the cause, without the path: "No such file or directory (errno 2)", "is a directory,
+// not a file", "is a FIFO, not a regular file", "Permission denied (errno 13)". Never blocks
+// (a FIFO is not opened).
+Status CheckReadableFile(const std::string& path);
 
 // Every key with its flag and one-line help, for `kvdepotd --help`.
 struct ConfigKeyHelp {

@@ -25,7 +25,10 @@ enum class Health { kStarting, kServing, kDraining };
 class MetricsHttp {
  public:
   // Starts serving on `listen` (HOST:PORT, port 0 = ephemeral; IPv6 as [::1]:PORT). `metrics`
-  // must outlive the returned object. kUnavailable when the address cannot be bound.
+  // must outlive the returned object. kUnavailable when the address cannot be bound, its message
+  // the cause alone (e.g. "address already in use (another process listens there)"): the caller
+  // names the setting and the address. CivetWeb's own messages go to the log at
+  // debug level.
   static Result<std::unique_ptr<MetricsHttp>> Start(const std::string& listen,
                                                     const Metrics& metrics);
   // Stops serving; returns once in-flight requests have finished.

@@ -1,0 +1,271 @@
+"""kvdepotd's start-up errors, run on the real binary (issue 19): every bad command line or
+configuration makes it exit at once, with status 2 when a value on the command line or in the
+config file is wrong (the file itself included: missing, a directory, not a regular file, a value
+that can never work) and 1 when the environment refuses a valid configuration (a busy port, a
+file a setting names is missing or unreadable, a directory it cannot write). Never by a signal,
+and with exactly one `kvdepotd: error: ...` line on stderr that names the setting (YAML key and
+flag), its value and the cause; every other stderr line is a logfmt info line. A SIGHUP whose
+file cannot be read keeps the daemon serving its running configuration and logs why.
+docs/operations.md documents the exit statuses and the size grammar."""
+import os
+import signal
+import socket
+import subprocess
+
+import pytest
+
+from kvd import KVDEPOTD, Daemon, http_get, logfmt
+
+ERROR_PREFIX = "kvdepotd: error: "
+
+
+def base_flags(tmp_path):
+    """Flags of a daemon that would start: TCP on an ephemeral port, no unix socket, no metrics."""
+    return ["--listen", "127.0.0.1:0", "--unix", "", "--metrics-listen", "",
+            "--data-dir", str(tmp_path / "data"), "--host-capacity", "64MiB"]
+
+
+def run_failing(args, expected_rc, *needles):
+    """Runs kvdepotd with `args`, which must make it exit within 20 s with `expected_rc`, never by
+    a signal, writing exactly one error line that contains every needle. Returns that line."""
+    p = subprocess.run([KVDEPOTD, *map(str, args)], capture_output=True, text=True, timeout=20,
+                       stdin=subprocess.DEVNULL)
+    lines = p.stderr.splitlines()
+    assert p.returncode >= 0, f"killed by signal {-p.returncode}:\n{p.stderr}"
+    assert p.returncode == expected_rc, p.stderr
+    errors = [l for l in lines if l.startswith(ERROR_PREFIX)]
+    assert len(errors) == 1, p.stderr
+    others = [l for l in lines if not l.startswith(ERROR_PREFIX)]
+    assert all(l.startswith("ts=") and " level=info " in l for l in others), p.stderr
+    for needle in needles:
+        assert str(needle) in errors[0], (needle, errors[0])
+    return errors[0]
+
+
+def listening_socket():
+    """A TCP socket listening on an ephemeral loopback port, and that port."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    return s, s.getsockname()[1]
+
+
+# ---- the config file (exit 2) -------------------------------------------------------------------
+
+@pytest.mark.parametrize("option", ["--config", "--check-config"])
+def test_config_path_is_a_directory(tmp_path, option):
+    run_failing([option, tmp_path], 2, f"--config {tmp_path}", "is a directory")
+
+
+def test_config_file_missing(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    run_failing(["--config", missing], 2, f"--config {missing}", "No such file or directory")
+
+
+def test_config_file_is_a_dangling_symlink(tmp_path):
+    link = tmp_path / "kvdepot.yaml"
+    link.symlink_to(tmp_path / "gone.yaml")
+    run_failing(["--config", link], 2, f"--config {link}", "No such file or directory")
+
+
+def test_config_file_is_a_fifo(tmp_path):
+    # Opening a FIFO for reading would wait for a writer: the daemon must refuse it at once.
+    fifo = tmp_path / "kvdepot.yaml"
+    os.mkfifo(fifo)
+    run_failing(["--config", fifo], 2, f"--config {fifo}", "not a regular file")
+
+
+def test_config_file_is_a_device(tmp_path):
+    run_failing(["--config", "/dev/zero"], 2, "--config /dev/zero", "not a regular file")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a mode-000 file anyway; the FIFO, "
+                    "device and dangling-symlink cases cover unreadable config paths")
+def test_config_file_unreadable(tmp_path):
+    config = tmp_path / "kvdepot.yaml"
+    config.write_text("listen: 127.0.0.1:0\n")
+    config.chmod(0)
+    run_failing(["--config", config], 2, f"--config {config}", "Permission denied")
+
+
+# ---- values (exit 2) ----------------------------------------------------------------------------
+
+BAD_SIZES = ["64 MiB", "-1", "1XB", "99999999999TiB", "64M", "64mib", ""]
+
+
+@pytest.mark.parametrize("size", BAD_SIZES)
+def test_bad_size_flag(tmp_path, size):
+    run_failing(base_flags(tmp_path) + ["--host-capacity", size], 2, "--host-capacity",
+                "host.capacity", f"'{size}'")
+
+
+@pytest.mark.parametrize("size", BAD_SIZES)
+def test_bad_size_in_config_file(tmp_path, size):
+    config = tmp_path / "kvdepot.yaml"
+    config.write_text(f'listen: 127.0.0.1:0\nunix: ""\nssd:\n  capacity: "{size}"\n')
+    run_failing(["--config", config], 2, f"{config}:4", "ssd.capacity", "--ssd-capacity",
+                f"'{size}'")
+
+
+def test_unix_path_longer_than_sun_path(tmp_path):
+    path = tmp_path / ("s" * 200)
+    run_failing(base_flags(tmp_path) + ["--unix", path], 2, "--unix", str(path), "at most 107")
+
+
+def test_listen_address_not_host_port(tmp_path):
+    run_failing(base_flags(tmp_path) + ["--listen", "localhost:7600"], 2, "--listen",
+                "localhost:7600")
+
+
+def test_unknown_flag(tmp_path):
+    run_failing(base_flags(tmp_path) + ["--host-capacty", "1GiB"], 2, "--host-capacty")
+
+
+# ---- the environment (exit 1) -------------------------------------------------------------------
+
+def test_busy_native_port(tmp_path):
+    s, port = listening_socket()
+    with s:
+        run_failing(base_flags(tmp_path) + ["--listen", f"127.0.0.1:{port}"], 1,
+                    f"listen 127.0.0.1:{port}", "address already in use", "--listen")
+
+
+def test_busy_metrics_port(tmp_path):
+    s, port = listening_socket()
+    with s:
+        run_failing(base_flags(tmp_path) + ["--metrics-listen", f"127.0.0.1:{port}"], 1,
+                    f"metrics.listen 127.0.0.1:{port}", "address already in use",
+                    "--metrics-listen")
+
+
+def test_busy_lm_port(tmp_path):
+    s, port = listening_socket()
+    with s:
+        run_failing(base_flags(tmp_path) + ["--lm-listen", f"127.0.0.1:{port}"], 1,
+                    f"lm.listen 127.0.0.1:{port}", "address already in use", "--lm-listen")
+
+
+def test_unix_socket_directory_missing(tmp_path):
+    path = tmp_path / "no-such-dir" / "kvdepotd.sock"
+    run_failing(base_flags(tmp_path) + ["--unix", path], 1, f"unix {path}", "--unix",
+                "does not exist")
+
+
+def test_unix_socket_path_taken_by_a_file(tmp_path):
+    path = tmp_path / "kvdepotd.sock"
+    path.write_text("not a socket")
+    run_failing(base_flags(tmp_path) + ["--unix", path], 1, f"unix {path}", "--unix",
+                "not a socket")
+
+
+def test_missing_tls_certificate(tmp_path):
+    run_failing(base_flags(tmp_path) + ["--tls-cert-file", tmp_path / "server.crt",
+                                        "--tls-key-file", tmp_path / "server.key"], 1,
+                f"tls.cert_file {tmp_path / 'server.crt'}", "--tls-cert-file",
+                "No such file or directory")
+
+
+def make_cert(tmp_path):
+    """A self-signed certificate and its key (server.crt, server.key) made by openssl(1)."""
+    crt, key = tmp_path / "server.crt", tmp_path / "server.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-keyout", key, "-out", crt], check=True, capture_output=True, timeout=30)
+    return crt, key
+
+
+def test_bad_tls_key(tmp_path):
+    crt, _ = make_cert(tmp_path)
+    bad = tmp_path / "bad.key"
+    bad.write_text("-----BEGIN PRIVATE KEY-----\nnot base64 at all\n-----END PRIVATE KEY-----\n")
+    line = run_failing(base_flags(tmp_path) + ["--tls-cert-file", crt, "--tls-key-file", bad], 1,
+                       f"tls.key_file {bad}", "--tls-key-file")
+    assert "asio.ssl error" not in line
+
+
+def test_tls_key_of_another_certificate(tmp_path):
+    crt, _ = make_cert(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    _, other_key = make_cert(other)
+    line = run_failing(base_flags(tmp_path) + ["--tls-cert-file", crt, "--tls-key-file",
+                                               other_key], 1,
+                       f"tls.key_file {other_key}", "--tls-key-file")
+    assert "asio.ssl error" not in line
+
+
+def test_missing_token_file(tmp_path):
+    missing = tmp_path / "tokens"
+    run_failing(base_flags(tmp_path) + ["--auth-token-file", missing], 1,
+                f"auth.token_file {missing}", "--auth-token-file", "No such file or directory")
+
+
+def test_token_file_is_a_directory(tmp_path):
+    run_failing(base_flags(tmp_path) + ["--auth-token-file", tmp_path], 1,
+                f"auth.token_file {tmp_path}", "--auth-token-file", "is a directory")
+
+
+def test_data_dir_cannot_be_created(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    run_failing(base_flags(tmp_path) + ["--data-dir", blocker / "data"], 1,
+                f"data_dir {blocker / 'data'}", "--data-dir", "Not a directory")
+
+
+def test_data_dir_is_a_file(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    run_failing(base_flags(tmp_path) + ["--data-dir", blocker], 1, f"data_dir {blocker}",
+                "--data-dir", "not a directory")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes a mode-500 directory anyway; the "
+                    "file-in-the-way cases cover directories that cannot be used")
+def test_data_dir_not_writable(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    data.chmod(0o500)
+    run_failing(base_flags(tmp_path) + ["--data-dir", data], 1, f"data_dir {data}", "--data-dir",
+                "Permission denied")
+
+
+def test_ssd_dir_cannot_be_created(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    run_failing(base_flags(tmp_path) + ["--ssd-dir", blocker / "ssd", "--ssd-capacity", "64MiB",
+                                        "--ssd-segment-size", "8MiB",
+                                        "--limits-max-value-bytes", "1MiB"], 1,
+                f"ssd.dir {blocker / 'ssd'}", "--ssd-dir", "Not a directory")
+
+
+# ---- SIGHUP whose file cannot be read ----------------------------------------------------------
+
+def test_sighup_with_the_config_replaced_by_a_directory_keeps_serving(tmp_path):
+    config = tmp_path / "kvdepot.yaml"
+    text = (f'listen: 127.0.0.1:0\nunix: ""\ndata_dir: {tmp_path / "data"}\n'
+            f"metrics:\n  listen: 127.0.0.1:0\nhost:\n  capacity: 128MiB\n")
+    config.write_text(text)
+    d = Daemon(tmp_path, config=config)
+    try:
+        config.unlink()
+        config.mkdir()  # a mis-mounted ConfigMap
+        for _ in range(2):  # a second reload finds the same directory: still no harm
+            mark = len(d.lines)
+            d.proc.send_signal(signal.SIGHUP)
+            failed = logfmt(d.wait_for_line(r'msg="config reload failed', start=mark))
+            assert failed["level"] == "error", failed
+            assert str(config) in failed["error"] and "is a directory" in failed["error"], failed
+        assert d.proc.poll() is None, "\n".join(d.lines)
+        assert b"pong" in d.cli("ping").stdout
+        assert http_get(d.base + "/healthz") == (200, "ok\n")
+
+        # A readable file again: the next SIGHUP applies it.
+        config.rmdir()
+        config.write_text(text.replace("128MiB", "64MiB"))
+        mark = len(d.lines)
+        d.proc.send_signal(signal.SIGHUP)
+        done = logfmt(d.wait_for_line(r'msg="config reloaded"', start=mark))
+        assert done["applied"] == "host.capacity", done
+        assert d.stop() == 0
+    finally:
+        d.kill()

@@ -22,6 +22,7 @@
 #include "kvdepot/daemon/metrics_http.h"
 #include "kvdepot/daemon/platform_probe.h"
 #include "kvdepot/daemon/reload.h"
+#include "kvdepot/daemon/resp_server.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/service_notify.h"
 #include "kvdepot/daemon/ssd_tier.h"
@@ -132,6 +133,11 @@ void WarnExposedListeners(const Config& config) {
   } else if (!config.lm.listen.empty() && auth) {
     Log(LogLevel::kWarn, "lm:// serves without authentication (lm.allow_unauthenticated)",
         {{"lm_listen", config.lm.listen}});
+  }
+  if (!config.resp.listen.empty() && !IsLoopback(config.resp.listen) && !auth) {
+    Log(LogLevel::kWarn, "resp:// listens on a non-loopback address without authentication: any "
+        "host that can reach it can read and write every key (set auth.token_file)",
+        {{"resp_listen", config.resp.listen}});
   }
   if (!config.metrics_listen.empty() && !IsLoopback(config.metrics_listen)) {
     Log(LogLevel::kWarn, "metrics listen on a non-loopback address; /metrics has no "
@@ -359,6 +365,19 @@ int DaemonMain(int argc, char** argv) {
     }
     metrics.SetLmSource([&lm_server] { return lm_server.stats(); });
   }
+  // The Redis protocol (docs/resp.md), with the native listener's limits and tokens.
+  config.resp.max_value_bytes = config.server.limits.max_value_bytes;
+  config.resp.max_key_bytes = config.server.limits.max_key_bytes;
+  config.resp.auth = config.server.auth;
+  config.resp.version = kVersion;
+  RespServer resp_server(config.resp, store);
+  if (!config.resp.listen.empty()) {
+    if (Status s = resp_server.Start(); !s.ok()) {
+      Log(LogLevel::kError, "cannot start", {{"error", s.message()}});
+      return Fail(1, s.message());
+    }
+    metrics.SetRespSource([&resp_server] { return resp_server.stats(); });
+  }
   std::unique_ptr<MetricsHttp> http;
   if (!config.metrics_listen.empty()) {
     auto started = MetricsHttp::Start(config.metrics_listen, metrics);
@@ -405,6 +424,11 @@ int DaemonMain(int argc, char** argv) {
                                  std::to_string(lm_server.port());
     Log(LogLevel::kInfo, "lm:// (LMCache protocol) on " + lm_where, {{"lm", lm_where}});
   }
+  if (!config.resp.listen.empty()) {
+    const std::string resp_where = config.resp.listen.substr(0, config.resp.listen.rfind(':')) +
+                                   ":" + std::to_string(resp_server.port());
+    Log(LogLevel::kInfo, "resp:// (Redis protocol) on " + resp_where, {{"resp", resp_where}});
+  }
   if (http) http->SetHealth(Health::kServing);
   NotifyReady("serving on " + where);
 
@@ -419,12 +443,13 @@ int DaemonMain(int argc, char** argv) {
       sigwait(&signals, &signo);
       if (signo != SIGHUP) break;
       Log(LogLevel::kInfo, "received SIGHUP: reloading the configuration");
-      Reload(config_file, flags, config, host, ReloadTargets{&server, &lm_server}, metrics);
+      Reload(config_file, flags, config, host, ReloadTargets{&server, &lm_server, &resp_server}, metrics);
     }
     if (http) http->SetHealth(Health::kDraining);
     NotifyStopping();
     Log(LogLevel::kInfo, std::string("received ") + (signo == SIGTERM ? "SIGTERM" : "SIGINT") +
                              ": draining in-flight requests");
+    resp_server.Stop();
     lm_server.Stop();
     server.Stop();
     if (ssd) ssd->Close();  // completes queued writes; the server has answered every request

@@ -116,6 +116,14 @@ std::string HumanBytes(std::uint64_t bytes) {
   return buf;
 }
 
+// The parser's limits: Redis's defaults, with bulk strings up to the value limit when that is
+// larger than Redis's 512 MiB.
+resp::ParserLimits ParserLimitsFor(const RespServerOptions& options) {
+  resp::ParserLimits limits;
+  limits.max_bulk_bytes = std::max<std::uint64_t>(limits.max_bulk_bytes, options.max_value_bytes);
+  return limits;
+}
+
 class RespConnection;
 
 }  // namespace
@@ -199,6 +207,7 @@ class RespConnection : public std::enable_shared_from_this<RespConnection> {
         scope_(server.options().auth ? nullptr : &kEverything),
         id_(counters_->next_client_id++),
         in_(kReadBufferBytes),
+        parser_(ParserLimitsFor(server.options())),
         watchdog_(socket_.get_executor()) {}
   void set_registration(RespServer::Impl::Registration r) { registration_.Set(&server_, r); }
 

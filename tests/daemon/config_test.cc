@@ -104,10 +104,33 @@ TEST(ConfigTest, NamespaceQuotas) {
   ASSERT_TRUE(ApplyConfigFlag("host-quota", "ffeeddccbbaa99887766554433221100=2GiB", c).ok());
   EXPECT_EQ(c.host.namespace_quotas.size(), 2u);
   const Status bad = ApplyConfigFile(WriteTemp("host:\n  quotas:\n    xyz: 1GiB\n"), c);
-  EXPECT_NE(bad.message().find(":3: key 'host.quotas.xyz': namespace id 'xyz'"),
-            std::string::npos)
+  EXPECT_NE(bad.message().find(":3: key 'host.quotas.xyz': namespace id 'xyz'"), std::string::npos)
       << bad.message();
   EXPECT_FALSE(ApplyConfigFlag("host-quota", "nonsense", c).ok());
+}
+
+}  // namespace
+}  // namespace kvdepot::daemon
+
+namespace kvdepot::daemon {
+namespace {
+
+TEST(ConfigTest, RespListener) {
+  Config c;
+  EXPECT_TRUE(c.resp.listen.empty());  // off by default
+  ASSERT_TRUE(ApplyConfigFile(WriteTemp("resp:\n  listen: 127.0.0.1:6379\n  io_threads: 4\n"
+                                        "limits:\n  idle_timeout: 5s\n  request_timeout: 2s\n"),
+                              c)
+                  .ok());
+  EXPECT_EQ(c.resp.listen, "127.0.0.1:6379");
+  EXPECT_EQ(c.resp.io_threads, 4u);
+  EXPECT_EQ(c.resp.idle_timeout, std::chrono::milliseconds(5000));
+  EXPECT_EQ(c.resp.request_timeout, std::chrono::milliseconds(2000));
+  EXPECT_TRUE(ApplyConfigFlag("resp-io-threads", "2", c).ok());
+  EXPECT_EQ(c.resp.io_threads, 2u);
+  EXPECT_FALSE(ApplyConfigFlag("resp-io-threads", "0", c).ok());
+  EXPECT_TRUE(ApplyConfigFlag("resp-listen", "", c).ok());
+  EXPECT_TRUE(c.resp.listen.empty());
 }
 
 }  // namespace

@@ -99,6 +99,28 @@ def test_redis_cli_round_trips(daemon):
     assert b"server redis" in hello and b"proto 3" in hello
 
 
+def test_resp3_and_introspection(daemon):
+    s = socket.create_connection(("127.0.0.1", daemon.resp_port), timeout=10)
+    s.sendall(b"HELLO 3\r\nGET nothing\r\nMGET nothing\r\nCONFIG GET save\r\nHELLO 2\r\n"
+              b"GET nothing\r\n")
+    expected = (b"%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.0.0\r\n"
+                b"$5\r\nproto\r\n:3\r\n")
+    assert recv_exactly(s, len(expected)) == expected
+    rest = b""
+    while not rest.endswith(b"$-1\r\n"):
+        chunk = s.recv(4096)
+        assert chunk
+        rest += chunk
+    # RESP3 nulls and maps, then RESP2 again after HELLO 2.
+    assert b"_\r\n*1\r\n_\r\n%1\r\n$4\r\nsave\r\n$0\r\n\r\n*14\r\n" in rest
+    s.close()
+    p = daemon.resp_port
+    assert b"summary" in cli(p, "COMMAND", "DOCS", "get")
+    assert cli(p, "COMMAND", "INFO", "get").split(b"\n")[:2] == [b"get", b"2"]
+    assert cli(p, "CONFIG", "GET", "appendonly") == b"appendonly\nno\n"
+    assert b"not supported" in cli(p, "CONFIG", "SET", "save", "")
+
+
 def test_redis_cli_pipe(daemon):
     lines = []
     for i in range(2000):

@@ -104,7 +104,8 @@ TEST(ConfigTest, NamespaceQuotas) {
   ASSERT_TRUE(ApplyConfigFlag("host-quota", "ffeeddccbbaa99887766554433221100=2GiB", c).ok());
   EXPECT_EQ(c.host.namespace_quotas.size(), 2u);
   const Status bad = ApplyConfigFile(WriteTemp("host:\n  quotas:\n    xyz: 1GiB\n"), c);
-  EXPECT_NE(bad.message().find(":3: key 'host.quotas.xyz': namespace id 'xyz'"), std::string::npos)
+  EXPECT_NE(bad.message().find(":3: key 'host.quotas.xyz': namespace id 'xyz'"),
+            std::string::npos)
       << bad.message();
   EXPECT_FALSE(ApplyConfigFlag("host-quota", "nonsense", c).ok());
 }

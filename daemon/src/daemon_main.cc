@@ -439,11 +439,14 @@ int DaemonMain(int argc, char** argv) {
       Log(LogLevel::kInfo, "systemd watchdog enabled",
           {{"interval_ms", std::to_string(watchdog.interval().count() / 1000)}});
     }
+    // resp:// takes timeout changes only when it runs (the log names the listeners reached).
+    const ReloadTargets reload_targets{&server, &lm_server,
+                                       config.resp.listen.empty() ? nullptr : &resp_server};
     while (true) {
       sigwait(&signals, &signo);
       if (signo != SIGHUP) break;
       Log(LogLevel::kInfo, "received SIGHUP: reloading the configuration");
-      Reload(config_file, flags, config, host, ReloadTargets{&server, &lm_server, &resp_server}, metrics);
+      Reload(config_file, flags, config, host, reload_targets, metrics);
     }
     if (http) http->SetHealth(Health::kDraining);
     NotifyStopping();

@@ -342,3 +342,23 @@ def test_stop_drains(make_daemon):
     assert r.set("k", "v")
     rc, log = d.stop()
     assert rc == 0, log
+
+
+def test_sighup_timeouts_reach_resp_connections(make_daemon, tmp_path):
+    import select
+    import signal
+    import time
+    config = tmp_path / "kvdepot.yaml"
+    config.write_text("limits:\n  idle_timeout: 10m\n")
+    d = make_daemon("--config", str(config), "--host-capacity", "64MiB")
+    s = socket.create_connection(("127.0.0.1", d.resp_port), timeout=10)
+    s.sendall(b"PING\r\n")
+    assert recv_reply_line(s) == b"+PONG\r\n"
+    config.write_text("limits:\n  idle_timeout: 300ms\n")
+    d.proc.send_signal(signal.SIGHUP)
+    deadline, line = time.time() + 10, ""
+    while "connection timeout changed" not in line and time.time() < deadline:
+        if select.select([d.proc.stderr], [], [], 1)[0]:
+            line = d.proc.stderr.readline()
+    assert "listeners=native,lm,resp" in line, line
+    assert closed_by_peer(s), "the idle resp:// connection was closed under the new timeout"

@@ -8,6 +8,7 @@
 #   make bench       build and run the CPU benchmarks and the eviction trace study
 #   make bench-loopback  kvdepotd vs Redis vs iperf3 over loopback (docs/benchmarks.md)
 #   make bench-lm    lm:// (LMCache's protocol) vs kvdepot's protocol, 8 and 32 MiB chunks, 1 and 8 clients
+#   make bench-resp  redis-benchmark against kvdepotd's resp:// listener and redis-server, 1 and 8 MiB
 #   make soak        1,000 connections of mixed PUT/GET/LOOKUP for 150 s: errors, RSS, p50/p99/p999
 #   make test-asan   build with AddressSanitizer + UBSan into build-asan/ and run every test
 #   make test-tsan   build with ThreadSanitizer into build-tsan/ and run the concurrency tests
@@ -31,7 +32,7 @@ SOAK_SECONDS ?= 150
 WERROR := $(if $(filter true 1,$(CI)),ON,OFF)
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVDEPOT_CUDA=$(CUDA) -DKVDEPOT_WERROR=$(WERROR)
 
-.PHONY: all deps configure build run demo test bench bench-loopback bench-lm soak test-asan \
+.PHONY: all deps configure build run demo test bench bench-loopback bench-lm bench-resp soak test-asan \
 	test-tsan fuzz fuzz-smoke install gpu format clean
 
 all: build
@@ -64,6 +65,9 @@ bench-loopback: build
 
 bench-lm: build
 	@/usr/bin/python3 bench/lmcache/lm_bench.py --build $(BUILD_DIR)
+
+bench-resp: build
+	@bash scripts/bench-resp.sh $(BUILD_DIR)
 
 soak: build
 	@/usr/bin/python3 scripts/soak.py --build $(BUILD_DIR) --connections $(SOAK_CONNECTIONS) \

@@ -15,6 +15,8 @@ packages=(
   python3 python3-numpy python3-pytest python3-xxhash
   python3-dev pybind11-dev python3-pybind11 python3-setuptools
   redis-server iperf3 fio
+  # The resp:// listener's tests: redis-cli, redis-benchmark (redis-tools) and python3-redis.
+  redis-tools python3-redis
   # Operability tests: a real Prometheus scraping kvdepotd (run directly with a temporary config;
   # the package's own service is not used), systemd-analyze verify of the unit.
   prometheus systemd

@@ -269,6 +269,18 @@ const std::vector<KeySpec>& Specs() {
          KVD_ASSIGN_OR_RETURN(c.lm.wire, ParseLmWireMode(v));
          return Status::Ok();
        }},
+      {"resp.listen", "resp:// listener (the Redis protocol, docs/resp.md) HOST:PORT (empty: off)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_RETURN_IF_ERROR(CheckListenAddress(v));
+         c.resp.listen = std::string(v);
+         return Status::Ok();
+       }},
+      {"resp.io_threads", "I/O threads of the resp:// listener (1-64)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 1, 64));
+         c.resp.io_threads = static_cast<std::uint32_t>(n);
+         return Status::Ok();
+       }},
       {"limits.max_key_bytes", "longest key accepted (1-1024)",
        [](std::string_view v, Config& c) -> Status {
          KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 1, 1024));
@@ -340,18 +352,18 @@ const std::vector<KeySpec>& Specs() {
        }},
       {"limits.request_timeout",
        "a request not fully received this long after its first byte closes its connection "
-       "(native and lm://), e.g. 30s; 0 = no limit",
+       "(native, lm:// and resp://), e.g. 30s; 0 = no limit",
        [](std::string_view v, Config& c) -> Status {
          KVD_ASSIGN_OR_RETURN(c.server.request_timeout, ParseDuration(v));
-         c.lm.request_timeout = c.server.request_timeout;
+         c.lm.request_timeout = c.resp.request_timeout = c.server.request_timeout;
          return Status::Ok();
        }},
       {"limits.idle_timeout",
-       "a connection moving no byte either way this long is closed (native and lm://), e.g. 10m; "
-       "0 = no limit",
+       "a connection moving no byte either way this long is closed (native, lm://, resp://), "
+       "e.g. 10m; 0 = no limit",
        [](std::string_view v, Config& c) -> Status {
          KVD_ASSIGN_OR_RETURN(c.server.idle_timeout, ParseDuration(v));
-         c.lm.idle_timeout = c.server.idle_timeout;
+         c.lm.idle_timeout = c.resp.idle_timeout = c.server.idle_timeout;
          return Status::Ok();
        }},
       {"limits.max_output_bytes", "queued response bytes per connection before reading pauses",
@@ -633,6 +645,8 @@ std::vector<std::pair<std::string, std::string>> ConfigEntries(const Config& c) 
       {"lm.io_threads", n(c.lm.io_threads)},
       {"lm.max_value_bytes", n(c.lm.max_value_bytes)},
       {"lm.wire", std::string(LmWireModeName(c.lm.wire))},
+      {"resp.listen", c.resp.listen},
+      {"resp.io_threads", n(c.resp.io_threads)},
       {"limits.max_output_bytes", n(c.server.max_output_bytes)},
       {"auth.token_file", c.auth_token_file},
       {"tls.cert_file", c.server.tls.cert_file},

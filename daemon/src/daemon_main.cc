@@ -28,6 +28,7 @@
 #include "kvdepot/daemon/metrics_http.h"
 #include "kvdepot/daemon/platform_probe.h"
 #include "kvdepot/daemon/reload.h"
+#include "kvdepot/daemon/resp_server.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/service_notify.h"
 #include "kvdepot/daemon/ssd_tier.h"
@@ -119,7 +120,7 @@ std::string UnixListenCause(const std::string& path) {
   return "";
 }
 
-// The error line for a TCP listener (`key`: listen or lm.listen) that failed to start with
+// The error line for a TCP listener (`key`: listen, lm.listen or resp.listen) that failed to start with
 // `status`: the cause a probe bind finds, else the listener's own message.
 std::string ListenError(std::string_view key, const std::string& listen, const Status& status) {
   auto endpoint = ParseListenAddress(key, listen);
@@ -189,6 +190,11 @@ void WarnExposedListeners(const Config& config) {
   } else if (!config.lm.listen.empty() && auth) {
     Log(LogLevel::kWarn, "lm:// serves without authentication (lm.allow_unauthenticated)",
         {{"lm_listen", config.lm.listen}});
+  }
+  if (!config.resp.listen.empty() && !IsLoopback(config.resp.listen) && !auth) {
+    Log(LogLevel::kWarn, "resp:// listens on a non-loopback address without authentication: any "
+        "host that can reach it can read and write every key (set auth.token_file)",
+        {{"resp_listen", config.resp.listen}});
   }
   if (!config.metrics_listen.empty() && !IsLoopback(config.metrics_listen)) {
     Log(LogLevel::kWarn,
@@ -431,6 +437,20 @@ int Run(int argc, char** argv) {
     }
     metrics.SetLmSource([&lm_server] { return lm_server.stats(); });
   }
+  // The Redis protocol (docs/resp.md), with the native listener's limits and tokens.
+  config.resp.max_value_bytes = config.server.limits.max_value_bytes;
+  config.resp.max_key_bytes = config.server.limits.max_key_bytes;
+  config.resp.auth = config.server.auth;
+  config.resp.version = kVersion;
+  RespServer resp_server(config.resp, store);
+  if (!config.resp.listen.empty()) {
+    if (Status s = resp_server.Start(); !s.ok()) {
+      lm_server.Stop();
+      server.Stop();
+      return Fail(1, ListenError("resp.listen", config.resp.listen, s));
+    }
+    metrics.SetRespSource([&resp_server] { return resp_server.stats(); });
+  }
   std::unique_ptr<MetricsHttp> http;
   if (!config.metrics_listen.empty()) {
     auto started = MetricsHttp::Start(config.metrics_listen, metrics);
@@ -478,6 +498,11 @@ int Run(int argc, char** argv) {
                                  std::to_string(lm_server.port());
     Log(LogLevel::kInfo, "lm:// (LMCache protocol) on " + lm_where, {{"lm", lm_where}});
   }
+  if (!config.resp.listen.empty()) {
+    const std::string resp_where = config.resp.listen.substr(0, config.resp.listen.rfind(':')) +
+                                   ":" + std::to_string(resp_server.port());
+    Log(LogLevel::kInfo, "resp:// (Redis protocol) on " + resp_where, {{"resp", resp_where}});
+  }
   if (http) http->SetHealth(Health::kServing);
   NotifyReady("serving on " + where);
 
@@ -488,16 +513,20 @@ int Run(int argc, char** argv) {
       Log(LogLevel::kInfo, "systemd watchdog enabled",
           {{"interval_ms", std::to_string(watchdog.interval().count() / 1000)}});
     }
+    // resp:// takes timeout changes only when it runs (the log names the listeners reached).
+    const ReloadTargets reload_targets{&server, &lm_server,
+                                       config.resp.listen.empty() ? nullptr : &resp_server};
     while (true) {
       sigwait(&signals, &signo);
       if (signo != SIGHUP) break;
       Log(LogLevel::kInfo, "received SIGHUP: reloading the configuration");
-      Reload(config_file, flags, config, host, ReloadTargets{&server, &lm_server}, metrics);
+      Reload(config_file, flags, config, host, reload_targets, metrics);
     }
     if (http) http->SetHealth(Health::kDraining);
     NotifyStopping();
     Log(LogLevel::kInfo, std::string("received ") + (signo == SIGTERM ? "SIGTERM" : "SIGINT") +
                              ": draining in-flight requests");
+    resp_server.Stop();
     lm_server.Stop();
     server.Stop();
     if (ssd) ssd->Close();  // completes queued writes; the server has answered every request

@@ -219,6 +219,10 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     std::lock_guard lock(mu_);
     lm_ = std::move(source);
   }
+  void SetResp(std::function<RespServerStats()> source) {
+    std::lock_guard lock(mu_);
+    resp_ = std::move(source);
+  }
 
   std::vector<MetricFamily> Collect() const override {
     std::lock_guard lock(mu_);
@@ -236,6 +240,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     CollectTiers(out);
     if (ssd_) CollectSsd(ssd_(), out);
     if (lm_) CollectLm(lm_(), out);
+    if (resp_) CollectResp(resp_(), out);
     return out;
   }
 
@@ -317,6 +322,46 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
         {"kvdepot_lm_network_receive_bytes_total", "Bytes read from lm:// clients",
          MetricType::Counter, s.bytes_in},
         {"kvdepot_lm_network_transmit_bytes_total", "Bytes written to lm:// clients",
+         MetricType::Counter, s.bytes_out},
+    };
+    AddRows(rows, out);
+  }
+
+  static void CollectResp(const RespServerStats& s, std::vector<MetricFamily>& out) {
+    const UnlabelledRow rows[] = {
+        {"kvdepot_resp_commands_total", "resp:// (Redis protocol) commands executed",
+         MetricType::Counter, s.commands},
+        {"kvdepot_resp_command_errors_total", "resp:// commands answered with an error reply",
+         MetricType::Counter, s.command_errors},
+        {"kvdepot_resp_keys_read_total", "Keys read by resp:// GET, MGET, STRLEN and SET ... GET",
+         MetricType::Counter, s.gets},
+        {"kvdepot_resp_hits_total", "Keys read over resp:// that were found", MetricType::Counter,
+         s.get_hits},
+        {"kvdepot_resp_keys_written_total", "Keys written by resp:// SET and MSET",
+         MetricType::Counter, s.sets},
+        {"kvdepot_resp_values_oversized_total",
+         "resp:// SET values over limits.max_value_bytes (refused, their bytes dropped)",
+         MetricType::Counter, s.values_oversized},
+        {"kvdepot_resp_auth_failures_total",
+         "resp:// AUTH/HELLO with a wrong token, and commands refused before AUTH",
+         MetricType::Counter, s.auth_failures},
+        {"kvdepot_resp_connections_open", "resp:// connections open now", MetricType::Gauge,
+         s.connections_open},
+        {"kvdepot_resp_connections_accepted_total", "resp:// connections accepted",
+         MetricType::Counter, s.connections_total},
+        {"kvdepot_resp_protocol_errors_total",
+         "resp:// connections closed for breaking the protocol", MetricType::Counter,
+         s.protocol_errors},
+        {"kvdepot_resp_request_timeouts_total",
+         "resp:// connections closed because a request did not arrive whole within "
+         "limits.request_timeout",
+         MetricType::Counter, s.request_timeouts},
+        {"kvdepot_resp_idle_timeouts_total",
+         "resp:// connections closed after moving nothing for limits.idle_timeout",
+         MetricType::Counter, s.idle_timeouts},
+        {"kvdepot_resp_network_receive_bytes_total", "Bytes read from resp:// clients",
+         MetricType::Counter, s.bytes_in},
+        {"kvdepot_resp_network_transmit_bytes_total", "Bytes written to resp:// clients",
          MetricType::Counter, s.bytes_out},
     };
     AddRows(rows, out);
@@ -423,6 +468,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
   std::function<ServerStats()> server_;
   std::function<SsdTierStats()> ssd_;
   std::function<LmServerStats()> lm_;
+  std::function<RespServerStats()> resp_;
 };
 
 Metrics::Metrics(std::string version)
@@ -463,6 +509,10 @@ void Metrics::SetSsdSource(std::function<SsdTierStats()> source) {
 
 void Metrics::SetLmSource(std::function<LmServerStats()> source) {
   collector_->SetLm(std::move(source));
+}
+
+void Metrics::SetRespSource(std::function<RespServerStats()> source) {
+  collector_->SetResp(std::move(source));
 }
 
 void Metrics::OnRequest(protocol::Op op, StatusCode status,

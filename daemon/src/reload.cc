@@ -60,7 +60,7 @@ ReloadResult ApplyReload(const Config& next, Config& running, HostTier& host,
       }
     }
     if (key == "limits.request_timeout" || key == "limits.idle_timeout") {
-      // One key for both listeners (config.cc sets server and lm alike); each listener's
+      // One key for every listener (config.cc sets server, lm and resp alike); each listener's
       // watchdogs read the pair at their next tick.
       running.server.request_timeout = running.lm.request_timeout = next.server.request_timeout;
       running.server.idle_timeout = running.lm.idle_timeout = next.server.idle_timeout;
@@ -72,6 +72,12 @@ ReloadResult ApplyReload(const Config& next, Config& running, HostTier& host,
       if (listeners.lm != nullptr) {
         listeners.lm->SetTimeouts(running.lm.request_timeout, running.lm.idle_timeout);
         reached += reached.empty() ? "lm" : ",lm";
+      }
+      running.resp.request_timeout = next.server.request_timeout;
+      running.resp.idle_timeout = next.server.idle_timeout;
+      if (listeners.resp != nullptr) {
+        listeners.resp->SetTimeouts(running.resp.request_timeout, running.resp.idle_timeout);
+        reached += reached.empty() ? "resp" : ",resp";
       }
       Log(LogLevel::kInfo, "connection timeout changed",
           {{"key", key},

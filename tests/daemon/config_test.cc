@@ -268,3 +268,27 @@ TEST(ConfigTest, NamespaceQuotas) {
 
 }  // namespace
 }  // namespace kvdepot::daemon
+
+namespace kvdepot::daemon {
+namespace {
+
+TEST(ConfigTest, RespListener) {
+  Config c;
+  EXPECT_TRUE(c.resp.listen.empty());  // off by default
+  ASSERT_TRUE(ApplyConfigFile(WriteTemp("resp:\n  listen: 127.0.0.1:6379\n  io_threads: 4\n"
+                                        "limits:\n  idle_timeout: 5s\n  request_timeout: 2s\n"),
+                              c)
+                  .ok());
+  EXPECT_EQ(c.resp.listen, "127.0.0.1:6379");
+  EXPECT_EQ(c.resp.io_threads, 4u);
+  EXPECT_EQ(c.resp.idle_timeout, std::chrono::milliseconds(5000));
+  EXPECT_EQ(c.resp.request_timeout, std::chrono::milliseconds(2000));
+  EXPECT_TRUE(ApplyConfigFlag("resp-io-threads", "2", c).ok());
+  EXPECT_EQ(c.resp.io_threads, 2u);
+  EXPECT_FALSE(ApplyConfigFlag("resp-io-threads", "0", c).ok());
+  EXPECT_TRUE(ApplyConfigFlag("resp-listen", "", c).ok());
+  EXPECT_TRUE(c.resp.listen.empty());
+}
+
+}  // namespace
+}  // namespace kvdepot::daemon

@@ -145,6 +145,13 @@ def test_busy_lm_port(tmp_path):
                     f"lm.listen 127.0.0.1:{port}", "address already in use", "--lm-listen")
 
 
+def test_busy_resp_port(tmp_path):
+    s, port = listening_socket()
+    with s:
+        run_failing(base_flags(tmp_path) + ["--resp-listen", f"127.0.0.1:{port}"], 1,
+                    f"resp.listen 127.0.0.1:{port}", "address already in use", "--resp-listen")
+
+
 def test_unix_socket_directory_missing(tmp_path):
     path = tmp_path / "no-such-dir" / "kvdepotd.sock"
     run_failing(base_flags(tmp_path) + ["--unix", path], 1, f"unix {path}", "--unix",

@@ -16,6 +16,7 @@
 
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/lm_server.h"
+#include "kvdepot/daemon/resp_server.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/ssd_tier.h"
 #include "kvdepot/status.h"
@@ -28,7 +29,10 @@ struct Config {
   ServerOptions server;  // listen, unix, io_threads, limits, max_output_bytes
   HostTierOptions host;
   SsdTierOptions ssd;  // ssd.dir empty: no SSD tier
-  LmServerOptions lm;  // the lm:// listener (LMCache's protocol); off unless lm.listen is set
+  LmServerOptions lm;    // the lm:// listener (LMCache's protocol); off unless lm.listen is set
+  // The resp:// listener (the Redis protocol, docs/resp.md); off unless resp.listen is set. Its
+  // value and key limits and its tokens are the native listener's (set at start).
+  RespServerOptions resp;
   std::string data_dir = "kvdepot-data";
   LogLevel log_level = LogLevel::kInfo;
   // HTTP address of /metrics and /healthz (HOST:PORT; port 0 = ephemeral); empty = none.

@@ -29,6 +29,7 @@
 
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/lm_server.h"
+#include "kvdepot/daemon/resp_server.h"
 #include "kvdepot/daemon/request_observer.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/ssd_tier.h"
@@ -79,6 +80,10 @@ class Metrics final : public RequestObserver {
   // connections, timeouts, bytes); read at every scrape. Without it the kvdepot_lm_* families
   // are absent (no lm:// listener).
   void SetLmSource(std::function<LmServerStats()> source);
+  // The resp:// listener's counters (kvdepot_resp_*: commands, errors, keys read and written,
+  // hits, refusals, connections, timeouts, bytes); read at every scrape. Without it the
+  // kvdepot_resp_* families are absent (no resp:// listener).
+  void SetRespSource(std::function<RespServerStats()> source);
   // The SSD tier's own counters (kvdepot_ssd_*: I/O, errors, checksum failures, the I/O path);
   // read at every scrape. Its generic tier series come through AddTier("ssd", ...).
   void SetSsdSource(std::function<SsdTierStats()> source);

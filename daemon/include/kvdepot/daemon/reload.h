@@ -2,7 +2,7 @@
 //
 // What changes at run time: log_level, host.capacity (the host tier evicts down to a lowered
 // capacity), the quotas of namespaces that already have one, and limits.request_timeout and
-// limits.idle_timeout (both listeners, new and open connections, within a watchdog tick).
+// limits.idle_timeout (every listener, new and open connections, within a watchdog tick).
 // Everything else (listen addresses, threads, data_dir, the other limits, the eviction policy,
 // adding or removing a quota) needs a restart: the running value is kept and the key is
 // reported.
@@ -17,6 +17,7 @@
 #include "kvdepot/daemon/config.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/lm_server.h"
+#include "kvdepot/daemon/resp_server.h"
 #include "kvdepot/daemon/server.h"
 
 namespace kvdepot::daemon {
@@ -31,6 +32,7 @@ struct ReloadResult {
 struct ReloadTargets {
   Server* server = nullptr;
   LmServer* lm = nullptr;
+  RespServer* resp = nullptr;
 };
 
 // Applies what can change of `next` (a validated configuration) and updates `running` to what is

@@ -208,8 +208,13 @@ class SsdTier::Impl {
   bool EvictOldestSegment();
   // fdatasync of the given segments; the first error, if any.
   Status SyncSegments(const std::set<std::uint64_t>& ids);
-  // fdatasync of the segments written since the last call, then RocksDB's log.
-  void SyncDirty();
+  // durability async: every sync_interval_ms, fdatasync of the segments written since the last
+  // turn, then RocksDB's log — on its own thread, so the writer's window keeps the device busy
+  // while the drive flushes.
+  void SyncerLoop();
+  // RocksDB's log has changes not yet synced (called after an Apply outside the writer's commit);
+  // under `sync` the writer syncs it at once.
+  void NoteLogged();
 
   void Enqueue(WriteJob job);
   // Removes `key`'s index entry, in memory and in RocksDB, if it still points to `at`.
@@ -242,13 +247,17 @@ class SsdTier::Impl {
   std::mutex wmu_;
   std::condition_variable wcv_;
   std::deque<WriteJob> jobs_;
-  JobList completed_;                  // written (or failed) by the engine, not yet committed
-  std::uint64_t pending_bytes_ = 0;    // write-through bytes queued
-  std::uint64_t unfinished_jobs_ = 0;  // queued, in the window or waiting to be committed
-  std::uint64_t next_ticket_ = 0;      // Erase reads it under mu_+wmu_
-  bool log_unsynced_ = false;          // durability sync: an Erase wrote to RocksDB's log
+  JobList completed_;                       // written (or failed) by the engine, not yet committed
+  std::uint64_t pending_bytes_ = 0;         // write-through bytes queued
+  std::uint64_t unfinished_jobs_ = 0;       // queued, in the window or waiting to be committed
+  std::uint64_t next_ticket_ = 0;           // Erase reads it under mu_+wmu_
+  bool log_unsynced_ = false;               // RocksDB's log has changes not yet synced
+  std::set<std::uint64_t> dirty_segments_;  // async: written since the syncer's last turn
   bool closing_ = false;
+  bool syncer_stop_ = false;
+  std::condition_variable syncer_cv_;
   std::thread writer_;
+  std::thread syncer_;  // durability async only
 
   // Writer thread only.
   std::shared_ptr<Segment> active_;
@@ -257,7 +266,6 @@ class SsdTier::Impl {
   std::uint32_t window_records_ = 0;
   std::set<std::uint64_t> uncommitted_tickets_;  // taken from jobs_, not yet committed
   JobList finished_;                             // done with the device (or not placed), to commit
-  std::set<std::uint64_t> dirty_segments_;       // written since the last sync
   bool enospc_logged_ = false;
 
   std::shared_ptr<std::atomic<std::uint64_t>> write_buffer_used_;
@@ -306,6 +314,7 @@ Status SsdTier::Impl::Open() {
     engine_ = ssd::MakeThreadEngine(std::max(options_.queue_depth / 8, 2u), options_.fault);
   KVD_RETURN_IF_ERROR(Recover());
   writer_ = std::thread([this] { WriterLoop(); });
+  if (options_.durability == SsdDurability::kAsync) syncer_ = std::thread([this] { SyncerLoop(); });
   return Status::Ok();
 }
 
@@ -407,6 +416,14 @@ void SsdTier::Impl::Close() {
   }
   wcv_.notify_all();
   writer_.join();
+  if (syncer_.joinable()) {  // its last turn syncs what the writer finished
+    {
+      std::lock_guard lock(wmu_);
+      syncer_stop_ = true;
+    }
+    syncer_cv_.notify_all();
+    syncer_.join();
+  }
   engine_->Stop();
   if (Status s = index_store_->Flush(); !s.ok()) Log(LogLevel::kError, s.message());
   index_store_.reset();  // releases the index's lock: another process may open the tier now
@@ -492,24 +509,17 @@ void SsdTier::Impl::LeaveWindow(const WriteJob& job) {
 // Each turn hands the device the records that fit the window first, then commits those that
 // completed, so the device works while this thread syncs, indexes and reports.
 void SsdTier::Impl::WriterLoop() {
-  const auto interval =
-      std::chrono::milliseconds(std::max<std::uint32_t>(options_.sync_interval_ms, 1));
-  auto next_sync = std::chrono::steady_clock::now() + interval;
+  const bool sync = options_.durability == SsdDurability::kSync;
   while (true) {
     JobList admitted;
     bool sync_log = false, last = false;
     {
       std::unique_lock lock(wmu_);
-      const auto ready = [this] {
-        return !completed_.empty() || log_unsynced_ ||
+      wcv_.wait(lock, [this, sync] {
+        return !completed_.empty() || (sync && log_unsynced_) ||
                (!jobs_.empty() && WindowHasRoom(jobs_.front())) ||
                (closing_ && jobs_.empty() && window_records_ == 0);
-      };
-      if (options_.durability == SsdDurability::kAsync) {
-        wcv_.wait_until(lock, next_sync, ready);
-      } else {
-        wcv_.wait(lock, ready);
-      }
+      });
       for (auto& job : completed_) {
         LeaveWindow(*job);
         finished_.push_back(std::move(job));
@@ -523,7 +533,8 @@ void SsdTier::Impl::WriterLoop() {
         uncommitted_tickets_.insert(job->ticket);
         admitted.push_back(std::move(job));
       }
-      sync_log = std::exchange(log_unsynced_, false);
+      // Under `sync`, an erase (or an eviction) logged since the last sync is synced now.
+      if (sync) sync_log = std::exchange(log_unsynced_, false);
       last = closing_ && jobs_.empty() && window_records_ == 0 && admitted.empty();
     }
     for (auto& job : admitted) PlaceAndSubmit(std::move(job));
@@ -531,14 +542,37 @@ void SsdTier::Impl::WriterLoop() {
     if (sync_log) {
       if (Status s = index_store_->SyncLog(); !s.ok()) Log(LogLevel::kError, s.message());
     }
-    if (options_.durability == SsdDurability::kAsync &&
-        (std::chrono::steady_clock::now() >= next_sync || last)) {
-      SyncDirty();
-      next_sync = std::chrono::steady_clock::now() + interval;
-    }
     if (last) break;
   }
-  if (options_.durability != SsdDurability::kNone) SyncDirty();
+}
+
+void SsdTier::Impl::SyncerLoop() {
+  const auto interval =
+      std::chrono::milliseconds(std::max<std::uint32_t>(options_.sync_interval_ms, 1));
+  std::unique_lock lock(wmu_);
+  while (true) {
+    const bool stop = syncer_cv_.wait_for(lock, interval, [this] { return syncer_stop_; });
+    const std::set<std::uint64_t> dirty = std::exchange(dirty_segments_, {});
+    const bool logged = std::exchange(log_unsynced_, false);
+    lock.unlock();
+    // The segments first: an entry the log sync makes durable points to data already on stable
+    // storage, unless it was committed after this turn began (its data is synced by the next
+    // turn; a power loss in between makes it a miss, never wrong bytes).
+    (void)SyncSegments(dirty);  // errors are logged and counted
+    if (logged || !dirty.empty()) {
+      if (Status s = index_store_->SyncLog(); !s.ok()) Log(LogLevel::kError, s.message());
+    }
+    lock.lock();
+    if (stop) return;
+  }
+}
+
+void SsdTier::Impl::NoteLogged() {
+  {
+    std::lock_guard lock(wmu_);
+    log_unsynced_ = true;
+  }
+  if (options_.durability == SsdDurability::kSync) wcv_.notify_one();
 }
 
 // Places the record at the active segment's end (rolling over when it does not fit), computes its
@@ -621,12 +655,8 @@ void SsdTier::Impl::CommitFinished() {
     if (job->placed) --job->segment->uncommitted;
     if (job->placed && job->result > 0) written.insert(job->location.segment);
   }
-  Status synced = Status::Ok();
-  if (options_.durability == SsdDurability::kSync) {
-    synced = SyncSegments(written);
-  } else {
-    dirty_segments_.insert(written.begin(), written.end());
-  }
+  const Status synced =
+      options_.durability == SsdDurability::kSync ? SyncSegments(written) : Status::Ok();
 
   // 2. Index the values that were written and are still wanted (not erased or overwritten since
   // they were queued), in memory and in RocksDB's log, in one step for other index changes.
@@ -667,13 +697,22 @@ void SsdTier::Impl::CommitFinished() {
     indexed = index_store_->Apply(changes);
   }
   if (indexed.ok() && options_.durability == SsdDurability::kSync && !changes.empty()) {
+    {
+      std::lock_guard lock(wmu_);
+      log_unsynced_ = false;  // this sync covers every change applied so far
+    }
     indexed = index_store_->SyncLog();
   }
   if (!indexed.ok()) Log(LogLevel::kError, indexed.message());
 
-  // 3. Bookkeeping: erase markers older than every unfinished write can go.
+  // 3. Bookkeeping: what the syncer syncs next (async); erase markers older than every
+  // unfinished write can go.
   {
     std::lock_guard lock(wmu_);
+    if (options_.durability == SsdDurability::kAsync) {
+      dirty_segments_.insert(written.begin(), written.end());
+      log_unsynced_ = log_unsynced_ || !changes.empty();
+    }
     for (const auto& job : jobs) {
       if (job->buffered) pending_bytes_ -= job->value->bytes().size();
       uncommitted_tickets_.erase(job->ticket);
@@ -735,11 +774,6 @@ Status SsdTier::Impl::SyncSegments(const std::set<std::uint64_t>& ids) {
   return first_error;
 }
 
-void SsdTier::Impl::SyncDirty() {
-  (void)SyncSegments(std::exchange(dirty_segments_, {}));  // errors are logged and counted
-  if (Status s = index_store_->SyncLog(); !s.ok()) Log(LogLevel::kError, s.message());
-}
-
 // Drops the oldest segment and every chunk whose latest copy is in it, once its records still
 // being written are committed (an index entry never points to a dropped segment). False when
 // there is none to drop (only the active segment is left).
@@ -768,9 +802,13 @@ bool SsdTier::Impl::EvictOldestSegment() {
     }
     if (Status s = index_store_->Apply(deletes); !s.ok()) Log(LogLevel::kError, s.message());
   }
+  if (!deletes.empty()) NoteLogged();
   evictions_ += deletes.size();
   ++segments_evicted_;
-  dirty_segments_.erase(victim->id);
+  {
+    std::lock_guard lock(wmu_);
+    dirty_segments_.erase(victim->id);
+  }
   ::unlink(SegmentPath(victim->id).c_str());  // the data stays readable for reads in flight
   return true;
 }
@@ -915,6 +953,7 @@ bool SsdTier::Impl::RemoveIfAt(std::string_view key, const Location& at) {
                               " (removing the SSD index entry of a chunk: a restart may "
                               "find the entry again)");
   }
+  NoteLogged();
   return true;
 }
 
@@ -943,13 +982,8 @@ bool SsdTier::Impl::Erase(std::string_view key) {
   }
   // Nothing indexed: no RocksDB entry to remove (a write committed from now on is either void by
   // the marker or newer than this erase). An entry replaced in between by a newer write stays.
-  if (indexed && RemoveIfAt(key, *indexed) && options_.durability == SsdDurability::kSync) {
-    {
-      std::lock_guard lock(wmu_);
-      log_unsynced_ = true;  // the writer syncs the log at once, as it does for writes
-    }
-    wcv_.notify_one();
-  }
+  // Under `sync`, the writer then syncs the log at once (RemoveIfAt notes it).
+  if (indexed) RemoveIfAt(key, *indexed);
   return queued || indexed.has_value();
 }
 

@@ -208,9 +208,11 @@ class SsdTier::Impl {
   bool EvictOldestSegment();
   // fdatasync of the given segments; the first error, if any.
   Status SyncSegments(const std::set<std::uint64_t>& ids);
+  // fsync of the segments directory if a segment was created since the last call.
+  void SyncDirectory();
   // durability async: every sync_interval_ms, fdatasync of the segments written since the last
-  // turn, then RocksDB's log — on its own thread, so the writer's window keeps the device busy
-  // while the drive flushes.
+  // turn, the directory, then RocksDB's log — on its own thread, so the writer's window keeps the
+  // device busy while the drive flushes.
   void SyncerLoop();
   // RocksDB's log has changes not yet synced (called after an Apply outside the writer's commit);
   // under `sync` the writer syncs it at once.
@@ -253,6 +255,7 @@ class SsdTier::Impl {
   std::uint64_t next_ticket_ = 0;           // Erase reads it under mu_+wmu_
   bool log_unsynced_ = false;               // RocksDB's log has changes not yet synced
   std::set<std::uint64_t> dirty_segments_;  // async: written since the syncer's last turn
+  bool directory_unsynced_ = false;         // a segment was created since the last sync
   bool closing_ = false;
   bool syncer_stop_ = false;
   std::condition_variable syncer_cv_;
@@ -559,12 +562,28 @@ void SsdTier::Impl::SyncerLoop() {
     // storage, unless it was committed after this turn began (its data is synced by the next
     // turn; a power loss in between makes it a miss, never wrong bytes).
     (void)SyncSegments(dirty);  // errors are logged and counted
+    SyncDirectory();
     if (logged || !dirty.empty()) {
       if (Status s = index_store_->SyncLog(); !s.ok()) Log(LogLevel::kError, s.message());
     }
     lock.lock();
     if (stop) return;
   }
+}
+
+void SsdTier::Impl::SyncDirectory() {
+  {
+    std::lock_guard lock(wmu_);
+    if (!std::exchange(directory_unsynced_, false)) return;
+  }
+  const std::string path = (fs::path(options_.dir) / "segments").string();
+  const int dir = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0 || ::fsync(dir) != 0) {
+    ++write_errors_;
+    Log(LogLevel::kError, "ssd tier: syncing the directory " + path + ": " + std::strerror(errno) +
+                              "; a new segment may be lost by a power loss");
+  }
+  if (dir >= 0) ::close(dir);
 }
 
 void SsdTier::Impl::NoteLogged() {
@@ -655,8 +674,11 @@ void SsdTier::Impl::CommitFinished() {
     if (job->placed) --job->segment->uncommitted;
     if (job->placed && job->result > 0) written.insert(job->location.segment);
   }
-  const Status synced =
-      options_.durability == SsdDurability::kSync ? SyncSegments(written) : Status::Ok();
+  Status synced = Status::Ok();
+  if (options_.durability == SsdDurability::kSync && !written.empty()) {
+    synced = SyncSegments(written);
+    SyncDirectory();
+  }
 
   // 2. Index the values that were written and are still wanted (not erased or overwritten since
   // they were queued), in memory and in RocksDB's log, in one step for other index changes.
@@ -853,13 +875,11 @@ Status SsdTier::Impl::Rollover() {
                                                           std::to_string(options_.segment_bytes) +
                                                           " bytes for segment " + SegmentPath(id));
   }
-  if (options_.durability != SsdDurability::kNone) {
-    // The new file's directory entry must survive a crash before any index entry points to it.
-    const int dir = ::open((fs::path(options_.dir) / "segments").c_str(), O_RDONLY | O_DIRECTORY);
-    if (dir >= 0) {
-      ::fsync(dir);
-      ::close(dir);
-    }
+  {
+    // The new file's directory entry is synced before any index entry pointing to it is (by the
+    // next sync, not here: a directory fsync can take longer than the window's writes).
+    std::lock_guard lock(wmu_);
+    directory_unsynced_ = options_.durability != SsdDurability::kNone;
   }
   {
     std::lock_guard lock(mu_);

@@ -313,8 +313,9 @@ Status SsdTier::Impl::Open() {
                                "); using the pread/pwrite thread pool");
     }
   }
-  if (!engine_)
+  if (!engine_) {
     engine_ = ssd::MakeThreadEngine(std::max(options_.queue_depth / 8, 2u), options_.fault);
+  }
   KVD_RETURN_IF_ERROR(Recover());
   writer_ = std::thread([this] { WriterLoop(); });
   if (options_.durability == SsdDurability::kAsync) syncer_ = std::thread([this] { SyncerLoop(); });

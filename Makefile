@@ -10,6 +10,7 @@
 #   make bench-lm    lm:// (LMCache's protocol) vs kvdepot's protocol, 8 and 32 MiB chunks, 1 and 8 clients
 #   make bench-resp  redis-benchmark against kvdepotd's resp:// listener and redis-server, 1 and 8 MiB
 #   make soak        1,000 connections of mixed PUT/GET/LOOKUP for 150 s: errors, RSS, p50/p99/p999
+#   make crash-loop  100 restarts of kvdepotd (half SIGKILL) on its SSD tier (ctest label crash-loop)
 #   make test-asan   build with AddressSanitizer + UBSan into build-asan/ and run every test
 #   make test-tsan   build with ThreadSanitizer into build-tsan/ and run the concurrency tests
 #   make fuzz-smoke  build the libFuzzer targets with clang (build-fuzz/), run each for 3 s
@@ -32,8 +33,8 @@ SOAK_SECONDS ?= 150
 WERROR := $(if $(filter true 1,$(CI)),ON,OFF)
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVDEPOT_CUDA=$(CUDA) -DKVDEPOT_WERROR=$(WERROR)
 
-.PHONY: all deps configure build run demo test bench bench-loopback bench-lm bench-resp soak test-asan \
-	test-tsan fuzz fuzz-smoke install gpu format clean
+.PHONY: all deps configure build run demo test bench bench-loopback bench-lm bench-resp soak \
+	test-asan crash-loop test-tsan fuzz fuzz-smoke install gpu format clean
 
 all: build
 
@@ -53,8 +54,9 @@ run: build
 demo: build
 	@bash scripts/demo.sh $(BUILD_DIR)
 
+# Tests labelled crash-loop are long; `make crash-loop` runs them.
 test: build
-	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) -LE crash-loop
 
 bench: build
 	@$(BUILD_DIR)/bin/kvdepot_bench --benchmark_counters_tabular=true
@@ -73,11 +75,14 @@ soak: build
 	@/usr/bin/python3 scripts/soak.py --build $(BUILD_DIR) --connections $(SOAK_CONNECTIONS) \
 	  --duration $(SOAK_SECONDS)
 
+crash-loop: build
+	@ctest --test-dir $(BUILD_DIR) --output-on-failure -L crash-loop
+
 test-asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVDEPOT_CUDA=OFF \
 	  -DKVDEPOT_SANITIZE=address,undefined -DKVDEPOT_WERROR=$(WERROR) >/dev/null
 	@cmake --build build-asan -j $(JOBS)
-	@ctest --test-dir build-asan --output-on-failure -j $(JOBS)
+	@ctest --test-dir build-asan --output-on-failure -j $(JOBS) -LE crash-loop
 
 # The daemon's concurrency tests under ThreadSanitizer (docs/fuzzing.md, "Sanitizers"). Only the
 # daemon, lm:// and fuzz-replay test binaries are built (the replay drives in-process servers with

@@ -2,10 +2,10 @@
 // the same file system (scripts/bench-ssd.sh runs both; docs/benchmarks.md records them).
 //
 //   kvdepot_ssd_bench DIR [--chunk-mib 4] [--total-mib 2048] [--io auto|io_uring|pread]
-//                         [--durability none|async|sync] [--reads-in-flight 8]
+//                         [--durability none|async|sync] [--reads-in-flight 8] [--write-only 1]
 //
-// write: --total-mib of chunks queued to the tier as fast as it takes them (its writer keeps up
-//   to 64 writes in flight), timed until all are indexed;
+// write: --total-mib of chunks queued to the tier as fast as it takes them (its writer keeps a
+//   window of up to 64 records / 64 MiB in flight), timed until all are indexed;
 // read: every chunk read back through Store::Get (host miss -> SSD read -> checksum verify), with
 //   --reads-in-flight reads outstanding, without promotion (buffers are recycled);
 // latency: single SSD-hit GETs one at a time (p50/p99), i.e. what a GET adds when it misses the
@@ -36,22 +36,30 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 
 int Main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: kvdepot_ssd_bench DIR [--chunk-mib N] [--total-mib N] [--io P] "
-                         "[--durability D] [--reads-in-flight N]\n");
+    std::fprintf(stderr,
+                 "usage: kvdepot_ssd_bench DIR [--chunk-mib N] [--total-mib N] [--io P] "
+                 "[--durability D] [--reads-in-flight N] [--write-only 1]\n");
     return 2;
   }
   SsdTierOptions o;
   o.dir = std::string(argv[1]) + "/kvdepot-ssd-bench";
-  std::uint64_t chunk_mib = 4, total_mib = 2048, in_flight = 8;
+  std::uint64_t chunk_mib = 4, total_mib = 2048, in_flight = 8, write_only = 0;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--chunk-mib") chunk_mib = std::stoull(value);
-    else if (flag == "--total-mib") total_mib = std::stoull(value);
-    else if (flag == "--reads-in-flight") in_flight = std::stoull(value);
-    else if (flag == "--io") o.io_path = *ParseSsdIoPath(value);
-    else if (flag == "--durability") o.durability = *ParseSsdDurability(value);
-    else {
-      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+    if (flag == "--chunk-mib") {
+      chunk_mib = std::stoull(value);
+    } else if (flag == "--total-mib") {
+      total_mib = std::stoull(value);
+    } else if (flag == "--reads-in-flight") {
+      in_flight = std::stoull(value);
+    } else if (flag == "--write-only") {
+      write_only = std::stoull(value);
+    } else if (flag == "--io" && ParseSsdIoPath(value).ok()) {
+      o.io_path = *ParseSsdIoPath(value);
+    } else if (flag == "--durability" && ParseSsdDurability(value).ok()) {
+      o.durability = *ParseSsdDurability(value);
+    } else {
+      std::fprintf(stderr, "unknown flag or value: %s %s\n", flag.c_str(), value.c_str());
       return 2;
     }
   }
@@ -107,6 +115,18 @@ int Main(int argc, char** argv) {
   const double write_s = Seconds(w0, Clock::now());
   values.clear();
   if (failed) std::fprintf(stderr, "%zu writes failed\n", failed);
+  const double mb = static_cast<double>(count * chunk) / 1e6;
+  const SsdTierStats st = ssd.stats();
+  std::printf("ssd tier (%s, durability %s, O_DIRECT %s): %zu chunks of %llu MiB\n",
+              st.io_path.c_str(), std::string(SsdDurabilityName(o.durability)).c_str(),
+              st.direct_io ? "on" : "off", count, static_cast<unsigned long long>(chunk_mib));
+  std::printf("  write  %8.0f MB/s\n", mb / write_s);
+  std::fflush(stdout);
+  if (write_only != 0) {
+    ssd.Close();
+    std::filesystem::remove_all(o.dir);
+    return failed == 0 ? 0 : 1;
+  }
 
   // Read through the Store (host misses: nothing was inserted there), `in_flight` at a time.
   std::size_t issued = 0, completed = 0, bad = 0;
@@ -146,12 +166,6 @@ int Main(int argc, char** argv) {
     lat_us.push_back(Seconds(t0, Clock::now()) * 1e6);
   }
   std::sort(lat_us.begin(), lat_us.end());
-  const double mb = static_cast<double>(count * chunk) / 1e6;
-  const SsdTierStats st = ssd.stats();
-  std::printf("ssd tier (%s, durability %s, O_DIRECT %s): %zu chunks of %llu MiB\n",
-              st.io_path.c_str(), std::string(SsdDurabilityName(o.durability)).c_str(),
-              st.direct_io ? "on" : "off", count, static_cast<unsigned long long>(chunk_mib));
-  std::printf("  write  %8.0f MB/s\n", mb / write_s);
   std::printf("  read   %8.0f MB/s (%llu in flight, checksum verified, %zu bad)\n", mb / read_s,
               static_cast<unsigned long long>(in_flight), bad);
   std::printf("  SSD-hit GET latency: p50 %.0f us, p99 %.0f us (%zu GETs)\n",
@@ -164,4 +178,6 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace kvdepot::daemon
 
-int main(int argc, char** argv) { return kvdepot::daemon::Main(argc, argv); }
+int main(int argc, char** argv) {
+  return kvdepot::daemon::Main(argc, argv);
+}

@@ -5,85 +5,33 @@
 //
 // Values are a pure function of their key, so any served value can be checked.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <iterator>
-#include <chrono>
-#include <filesystem>
 #include <mutex>
-#include <random>
 #include <set>
-#include <thread>
 
-#include "kvdepot/client/client.h"
+#include "kvdepotd_child.h"
 
 namespace kvdepot {
 namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
+constexpr std::size_t kMaxValueBytes = 4096 + 192 * 1024;
+
 std::vector<std::byte> ValueFor(const std::string& key) {
-  std::seed_seq seed(key.begin(), key.end());
-  std::mt19937_64 rng(seed);
-  const std::size_t size = 4096 + rng() % (192 * 1024);
-  std::vector<std::byte> v(size);
-  for (std::size_t i = 0; i < size; i += 8) {
-    const std::uint64_t word = rng();
-    std::memcpy(v.data() + i, &word, std::min<std::size_t>(8, size - i));
-  }
-  return v;
+  return test::ValueFor(key, kMaxValueBytes);
 }
 
-class Daemon {
+class Daemon : public test::KvdepotdChild {
  public:
-  Daemon(const fs::path& dir, const std::string& socket) : socket_(socket) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      const std::string log = (dir / "daemon.log").string();
-      FILE* f = std::freopen(log.c_str(), "a", stderr);
-      (void)f;
-      const std::string ssd = (dir / "ssd").string();
-      execl(KVDEPOTD_PATH, "kvdepotd", "--listen", "", "--metrics-listen", "", "--unix", socket.c_str(),
-            "--data-dir", dir.c_str(), "--ssd-dir", ssd.c_str(), "--ssd-durability", "sync",
-            "--ssd-capacity", "1GiB", "--ssd-segment-size", "8MiB", "--host-capacity", "4MiB",
-            "--limits-max-value-bytes", "1MiB", "--io-threads", "2", nullptr);
-      _exit(127);
-    }
-  }
-  ~Daemon() { Kill(); }
-
-  // Waits until the daemon answers PING.
-  bool WaitReady() {
-    for (int i = 0; i < 500; ++i) {
-      client::ClientOptions o;
-      o.address = "unix:" + socket_;
-      o.timeout = 2000ms;
-      if (auto c = client::Connection::Connect(o); c.ok() && (*c)->Ping().ok()) return true;
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return false;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    return false;
-  }
-
-  void Kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-
- private:
-  std::string socket_;
-  pid_t pid_ = -1;
+  Daemon(const fs::path& dir, const std::string& socket)
+      : KvdepotdChild(dir, socket,
+                      {"--ssd-dir", (dir / "ssd").string(), "--ssd-durability", "sync",
+                       "--ssd-capacity", "1GiB", "--ssd-segment-size", "8MiB", "--host-capacity",
+                       "4MiB", "--limits-max-value-bytes", "1MiB", "--io-threads", "2"}) {}
 };
 
 TEST(SsdCrashTest, AcknowledgedSyncPutsSurviveSigkillAndNothingCorruptIsServed) {
@@ -101,8 +49,8 @@ TEST(SsdCrashTest, AcknowledgedSyncPutsSurviveSigkillAndNothingCorruptIsServed) 
 
   for (int cycle = 0; cycle < kCycles; ++cycle) {
     Daemon daemon(dir, socket);
-    ASSERT_TRUE(daemon.WaitReady()) << "cycle " << cycle << ": kvdepotd did not start; see "
-                                    << (dir / "daemon.log");
+    ASSERT_TRUE(daemon.WaitReady())
+        << "cycle " << cycle << ": kvdepotd did not start; see " << (dir / "daemon.log");
     // After the restart: what the last cycle acknowledged, and a sample of older keys, read back
     // exactly (every key is checked after the last cycle).
     {
@@ -116,10 +64,10 @@ TEST(SsdCrashTest, AcknowledgedSyncPutsSurviveSigkillAndNothingCorruptIsServed) 
       for (const std::string& key : check) {
         auto got = (*c)->Get(key);
         ASSERT_TRUE(got.ok()) << key << ": " << got.status().ToString();
-        ASSERT_TRUE(got->has_value()) << "cycle " << cycle << ": acknowledged key " << key
-                                      << " lost across SIGKILL";
-        ASSERT_TRUE(**got == ValueFor(key)) << "cycle " << cycle << ": key " << key
-                                            << " reads back different bytes";
+        ASSERT_TRUE(got->has_value())
+            << "cycle " << cycle << ": acknowledged key " << key << " lost across SIGKILL";
+        ASSERT_TRUE(**got == ValueFor(key))
+            << "cycle " << cycle << ": key " << key << " reads back different bytes";
       }
     }
     // Load: writers PUT fresh and old keys, readers GET random ones, until the kill.
@@ -140,12 +88,12 @@ TEST(SsdCrashTest, AcknowledgedSyncPutsSurviveSigkillAndNothingCorruptIsServed) 
           if (w < 2) {
             // Mostly fresh keys; every fourth PUT overwrites an older acknowledged key (same
             // bytes): a crash before that PUT is acknowledged must keep the older copy.
-            std::string key = "c" + std::to_string(cycle) + "w" + std::to_string(w) + "i" +
-                              std::to_string(i);
+            std::string key =
+                "c" + std::to_string(cycle) + "w" + std::to_string(w) + "i" + std::to_string(i);
             const bool fresh = i % 4 != 3 || old.empty();
             if (!fresh) key = old[local() % old.size()];
             if (!(*c)->Put(key, ValueFor(key)).ok()) return;  // the daemon died
-            if (!fresh) continue;  // already in `acknowledged`
+            if (!fresh) continue;                             // already in `acknowledged`
             std::lock_guard lock(mu);
             acked_now.push_back(key);
           } else {
@@ -187,10 +135,11 @@ TEST(SsdCrashTest, AcknowledgedSyncPutsSurviveSigkillAndNothingCorruptIsServed) 
     auto got = (*c)->Get(key);
     ASSERT_TRUE(got.ok() && got->has_value() && **got == ValueFor(key)) << key;
   }
-  std::printf("%d SIGKILL cycles: %llu acknowledged PUTs all read back; %llu GETs during load "
-              "checked\n",
-              kCycles, static_cast<unsigned long long>(acked_total),
-              static_cast<unsigned long long>(gets_checked.load()));
+  std::printf(
+      "%d SIGKILL cycles: %llu acknowledged PUTs all read back; %llu GETs during load "
+      "checked\n",
+      kCycles, static_cast<unsigned long long>(acked_total),
+      static_cast<unsigned long long>(gets_checked.load()));
   EXPECT_GT(acked_total, 100u) << "too little load to mean anything";
   daemon.Kill();
   fs::remove_all(dir);

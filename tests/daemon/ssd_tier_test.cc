@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -234,7 +236,8 @@ TEST_P(SsdTierTest, AnEraseVoidsWritesQueuedBeforeIt) {
       tier->Write(key, MakeValue(200000, round), [](Status) {});
       tier->Erase(key);
     }
-    for (int round = 0; round < 20; ++round) EXPECT_FALSE(tier->Contains("k" + std::to_string(round)));
+    for (int round = 0; round < 20; ++round)
+      EXPECT_FALSE(tier->Contains("k" + std::to_string(round)));
   }
   auto tier = Open(Options());
   EXPECT_EQ(tier->stats().chunks, 0u);
@@ -261,6 +264,176 @@ TEST_P(SsdTierTest, IndexEntriesOfAMissingSegmentAreDroppedAtStart) {
   EXPECT_FALSE(tier->Contains("k0"));
   EXPECT_EQ(ReadAndWait(*tier, "k0").status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(ReadAndWait(*tier, "k11").ok());
+}
+
+// Issue 19 §2: a restart must not cost a segment. Ten open/write/close rounds keep writing into
+// the one segment that was being written, and the files on disk stay one segment.
+TEST_P(SsdTierTest, ARestartWritesOnInTheSegmentItWasWriting) {
+  std::vector<ValueRef> values;
+  for (int round = 0; round < 10; ++round) {
+    auto tier = Open(Options(round % 2 == 0 ? SsdDurability::kSync : SsdDurability::kNone));
+    ASSERT_NE(tier, nullptr);
+    for (int i = 0; i < round; ++i) {
+      auto got = ReadAndWait(*tier, "k" + std::to_string(i));
+      ASSERT_TRUE(got.ok()) << "round " << round << ", k" << i << ": " << got.status().ToString();
+      EXPECT_TRUE(Same(*got, values[i]));
+    }
+    values.push_back(MakeValue(60000 + round, 300 + round));
+    ASSERT_TRUE(WriteAndWait(*tier, "k" + std::to_string(round), values.back()).ok());
+    EXPECT_EQ(tier->stats().segments, 1u) << "round " << round;
+    EXPECT_EQ(tier->stats().bytes, 2u << 20) << "round " << round;
+  }
+  std::uint64_t on_disk = 0;
+  for (const auto& f : fs::directory_iterator(fs::path(dir_.str()) / "segments")) {
+    on_disk += fs::file_size(f.path());
+  }
+  EXPECT_EQ(on_disk, 2u << 20);
+}
+
+// Bytes past the last indexed record (a write torn or never indexed when the process died) are
+// written over, and everything indexed before them still reads back.
+TEST_P(SsdTierTest, RecordsPastTheLastIndexedOneAreWrittenOver) {
+  std::vector<ValueRef> values;
+  std::uint64_t end = 0;
+  {
+    auto tier = Open(Options());
+    ASSERT_NE(tier, nullptr);
+    for (int i = 0; i < 3; ++i) {
+      values.push_back(MakeValue(50000 * (i + 1), 40 + i));
+      ASSERT_TRUE(WriteAndWait(*tier, "k" + std::to_string(i), values.back()).ok());
+      end += ssd::RecordBytes(values.back()->bytes().size());
+    }
+  }
+  fs::path seg;
+  for (const auto& f : fs::directory_iterator(fs::path(dir_.str()) / "segments")) seg = f.path();
+  {
+    // A plausible torn record: a valid-looking header block, then garbage.
+    std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
+    std::array<std::byte, ssd::kBlock> header{};
+    ssd::RecordHeader h;
+    h.key = "torn";
+    h.value_length = 300000;
+    ssd::EncodeRecordHeader(h, std::span<std::byte, ssd::kBlock>(header));
+    f.seekp(static_cast<std::streamoff>(end));
+    f.write(reinterpret_cast<const char*>(header.data()), header.size());
+    const std::string garbage(200000, '\x5a');
+    f.write(garbage.data(), static_cast<std::streamsize>(garbage.size()));
+  }
+  {
+    auto tier = Open(Options());
+    ASSERT_NE(tier, nullptr);
+    EXPECT_FALSE(tier->Contains("torn"));
+    for (int i = 3; i < 6; ++i) {
+      values.push_back(MakeValue(70000 + i, 40 + i));
+      ASSERT_TRUE(WriteAndWait(*tier, "k" + std::to_string(i), values.back()).ok());
+    }
+    EXPECT_EQ(tier->stats().segments, 1u);
+  }
+  auto tier = Open(Options());
+  ASSERT_NE(tier, nullptr);
+  for (int i = 0; i < 6; ++i) {
+    auto got = ReadAndWait(*tier, "k" + std::to_string(i));
+    ASSERT_TRUE(got.ok()) << i << ": " << got.status().ToString();
+    EXPECT_TRUE(Same(*got, values[i])) << i;
+  }
+  EXPECT_EQ(tier->stats().checksum_failures, 0u);
+}
+
+// Segments that are not written on (here: after ssd.segment_size changed) are cut to their last
+// record, so capacity counts their data, not their reservation.
+TEST_P(SsdTierTest, SegmentsNotWrittenOnAreCutToTheirData) {
+  ValueRef v = MakeValue(100000, 9);
+  {
+    auto tier = Open(Options());
+    ASSERT_NE(tier, nullptr);
+    ASSERT_TRUE(WriteAndWait(*tier, "k", v).ok());
+  }
+  SsdTierOptions bigger = Options();
+  bigger.segment_bytes = 4 << 20;
+  bigger.capacity_bytes = 16 << 20;
+  auto tier = Open(bigger);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->stats().bytes, ssd::RecordBytes(100000));
+  auto got = ReadAndWait(*tier, "k");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(Same(*got, v));
+  ASSERT_TRUE(WriteAndWait(*tier, "k2", MakeValue(1000, 10)).ok());
+  EXPECT_EQ(tier->stats().bytes, ssd::RecordBytes(100000) + (4u << 20));
+}
+
+// Many writes queued at once while the capacity forces segments out: the writer keeps records in
+// flight across segment boundaries, yet an index entry never points to a dropped segment.
+TEST_P(SsdTierTest, WritesInFlightAcrossEvictionsIndexOnlyLiveSegments) {
+  std::vector<ValueRef> values;
+  {
+    auto tier = Open(Options(SsdDurability::kAsync));
+    ASSERT_NE(tier, nullptr);
+    std::mutex mu;
+    std::condition_variable cv;
+    int done = 0, failed = 0;
+    for (int i = 0; i < 100; ++i) {
+      values.push_back(MakeValue(250000 + i, 500 + i));
+      tier->Write("k" + std::to_string(i), values.back(), [&](Status st) {
+        std::lock_guard lock(mu);
+        ++done;
+        failed += !st.ok();
+        cv.notify_all();
+      });
+    }
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return done == 100; }));
+    EXPECT_EQ(failed, 0);
+    lock.unlock();
+    const SsdTierStats st = tier->stats();
+    EXPECT_LE(st.bytes, 8u << 20);
+    EXPECT_GT(st.segments_evicted, 0u);
+    EXPECT_TRUE(tier->Contains("k99"));
+    for (int i = 0; i < 100; ++i) {
+      if (!tier->Contains("k" + std::to_string(i))) continue;
+      auto got = ReadAndWait(*tier, "k" + std::to_string(i));
+      ASSERT_TRUE(got.ok()) << i << ": " << got.status().ToString();
+      EXPECT_TRUE(Same(*got, values[i])) << i;
+    }
+  }
+  auto tier = Open(Options(SsdDurability::kAsync));
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->stats().recovery_dropped, 0u) << "no entry may point to a dropped segment";
+}
+
+// Issue 19 §3, in process: a copy of the tier's directory taken while it runs is what a killed
+// process leaves behind. Under `none`, an erase (as a DELETE, or a PUT replacing the key does)
+// must already be in it once Erase has returned.
+TEST_P(SsdTierTest, AnEraseIsInTheIndexLogWhenItReturns) {
+  ValueRef kept = MakeValue(30000, 1);
+  {
+    auto tier = Open(Options(SsdDurability::kNone));
+    ASSERT_NE(tier, nullptr);
+    for (const char* key : {"deleted", "replaced", "kept"}) {
+      ASSERT_TRUE(
+          WriteAndWait(*tier, key, key == std::string("kept") ? kept : MakeValue(30000, 2)).ok());
+    }
+  }  // closed: the index is flushed to RocksDB's tables
+  ValueRef replacement = MakeValue(30000, 3);
+  TempDir snapshot;
+  {
+    auto tier = Open(Options(SsdDurability::kNone));
+    ASSERT_NE(tier, nullptr);
+    EXPECT_TRUE(tier->Erase("deleted"));
+    EXPECT_TRUE(tier->Erase("replaced"));  // what Store::Put does under none and async
+    ASSERT_TRUE(WriteAndWait(*tier, "replaced", replacement).ok());
+    fs::copy(dir_.str(), snapshot.str(), fs::copy_options::recursive);
+  }
+  SsdTierOptions o = Options(SsdDurability::kNone);
+  o.dir = snapshot.str();
+  auto tier = Open(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_FALSE(tier->Contains("deleted")) << "an acknowledged erase came back";
+  auto got = ReadAndWait(*tier, "replaced");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(Same(*got, replacement)) << "the replaced value's old bytes came back";
+  got = ReadAndWait(*tier, "kept");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(Same(*got, kept));
 }
 
 INSTANTIATE_TEST_SUITE_P(IoPaths, SsdTierTest,
@@ -335,7 +508,8 @@ TEST(StoreWithSsdTest, QueuedValuesAreServedAndAFullWriteBufferIsBackpressure) {
   o.segment_bytes = 4 << 20;
   o.write_buffer_bytes = 1 << 20;
   o.fault = [&hold](const ssd::IoRequest& r) {
-    while (r.kind == ssd::IoKind::kWrite && hold) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    while (r.kind == ssd::IoKind::kWrite && hold)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return 0;
   };
   auto ssd = SsdTier::Open(o);

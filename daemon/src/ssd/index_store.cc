@@ -18,14 +18,13 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
 
 }  // namespace
 
-IndexStore::IndexStore(std::unique_ptr<rocksdb::DB> db, bool log)
-    : db_(std::move(db)), log_(log) {}
+IndexStore::IndexStore(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
 
 IndexStore::~IndexStore() {
   if (db_) (void)db_->Close();
 }
 
-Result<std::unique_ptr<IndexStore>> IndexStore::Open(const std::string& path, bool log) {
+Result<std::unique_ptr<IndexStore>> IndexStore::Open(const std::string& path) {
   rocksdb::Options options;
   options.create_if_missing = true;
   options.paranoid_checks = true;
@@ -35,7 +34,7 @@ Result<std::unique_ptr<IndexStore>> IndexStore::Open(const std::string& path, bo
   rocksdb::DB* raw = nullptr;
   const rocksdb::Status s = rocksdb::DB::Open(options, path, &raw);
   if (!s.ok()) return FromRocks(s, "opening " + path);
-  return std::unique_ptr<IndexStore>(new IndexStore(std::unique_ptr<rocksdb::DB>(raw), log));
+  return std::unique_ptr<IndexStore>(new IndexStore(std::unique_ptr<rocksdb::DB>(raw)));
 }
 
 Status IndexStore::ForEach(
@@ -43,13 +42,13 @@ Status IndexStore::ForEach(
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const rocksdb::Slice k = it->key(), v = it->value();
-    fn(std::string_view(k.data(), k.size()), DecodeIndexEntry(std::string_view(v.data(),
-                                                                               v.size())));
+    fn(std::string_view(k.data(), k.size()),
+       DecodeIndexEntry(std::string_view(v.data(), v.size())));
   }
   return FromRocks(it->status(), "scanning");
 }
 
-Status IndexStore::Apply(const std::vector<IndexChange>& changes, bool sync) {
+Status IndexStore::Apply(const std::vector<IndexChange>& changes) {
   if (changes.empty()) return Status::Ok();
   rocksdb::WriteBatch batch;
   for (const IndexChange& c : changes) {
@@ -59,15 +58,20 @@ Status IndexStore::Apply(const std::vector<IndexChange>& changes, bool sync) {
       batch.Delete(c.key);
     }
   }
+  // Never synced here: a synced write would make every concurrent writer (a network thread
+  // applying a delete) wait for the fsync. SyncLog() syncs separately.
   rocksdb::WriteOptions wo;
-  wo.sync = sync && log_;
-  wo.disableWAL = !log_;
-  return FromRocks(db_->Write(wo, &batch), "writing " + std::to_string(changes.size()) +
-                                               " entries");
+  wo.sync = false;
+  return FromRocks(db_->Write(wo, &batch),
+                   "writing " + std::to_string(changes.size()) + " entries");
 }
 
-Status IndexStore::SyncLog() { return log_ ? FromRocks(db_->SyncWAL(), "syncing the log") : Status::Ok(); }
+Status IndexStore::SyncLog() {
+  return FromRocks(db_->SyncWAL(), "syncing the log");
+}
 
-Status IndexStore::Flush() { return FromRocks(db_->Flush(rocksdb::FlushOptions()), "flushing"); }
+Status IndexStore::Flush() {
+  return FromRocks(db_->Flush(rocksdb::FlushOptions()), "flushing");
+}
 
 }  // namespace kvdepot::daemon::ssd

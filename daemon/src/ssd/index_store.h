@@ -1,7 +1,12 @@
 // The SSD tier's persistent index: chunk key -> Location, in RocksDB (docs/durability.md).
 //
-// Thread-safety: Apply/Sync/Flush/ForEach may be called concurrently (RocksDB serializes them);
-// each call blocks on disk, so callers are the tier's own threads, never network threads.
+// Every change goes through RocksDB's write-ahead log, so once Apply() returns it survives the
+// process being killed (the log is in the kernel's page cache); SyncLog() makes it survive a
+// power loss as well.
+//
+// Thread-safety: every method may be called concurrently (RocksDB serializes them). Apply() only
+// appends to the log (no sync): it may run on a network thread. SyncLog(), Flush() and ForEach()
+// wait for the disk and are called by the tier's own threads only.
 #pragma once
 
 #include <cstdint>
@@ -28,23 +33,21 @@ struct IndexChange {
 
 class IndexStore {
  public:
-  // Opens or creates the index in `path`. With `log` false writes skip RocksDB's write-ahead log
-  // (durability none: only Flush() persists them).
-  static Result<std::unique_ptr<IndexStore>> Open(const std::string& path, bool log);
+  // Opens or creates the index in `path`.
+  static Result<std::unique_ptr<IndexStore>> Open(const std::string& path);
   ~IndexStore();
 
   // Every entry, in key order; entries that do not decode are reported as nullopt.
-  Status ForEach(const std::function<void(std::string_view key,
-                                          const Result<Location>& location)>& fn) const;
-  // One atomic batch; with `sync` it is on stable storage when this returns.
-  Status Apply(const std::vector<IndexChange>& changes, bool sync);
-  Status SyncLog();  // makes every logged change durable
-  Status Flush();    // writes the memtable to SST files (and so persists unlogged changes)
+  Status ForEach(
+      const std::function<void(std::string_view key, const Result<Location>& location)>& fn) const;
+  // One atomic batch, logged (not synced) when this returns.
+  Status Apply(const std::vector<IndexChange>& changes);
+  Status SyncLog();  // puts every change applied so far on stable storage
+  Status Flush();    // writes the memtable to SST files (a shorter log to replay at the next open)
 
  private:
-  IndexStore(std::unique_ptr<rocksdb::DB> db, bool log);
+  explicit IndexStore(std::unique_ptr<rocksdb::DB> db);
   std::unique_ptr<rocksdb::DB> db_;
-  bool log_;
 };
 
 }  // namespace kvdepot::daemon::ssd

@@ -4,7 +4,9 @@
 //
 // Capacity: the segment files never exceed `capacity_bytes` together. When a new segment is
 // needed, the oldest is dropped whole (its chunks become misses; hot chunks live in the host
-// tier, which demotes them again when it evicts them).
+// tier, which demotes them again when it evicts them). A restart does not cost a segment: the
+// segment being written when the daemon stopped takes new writes again after its last indexed
+// record, and other segments are cut to their last indexed record.
 //
 // Memory: values waiting to be written are charged either to the host tier (write-through) or,
 // once evicted from it, to this tier's write buffer (`write_buffer_bytes`); a demotion that does
@@ -14,7 +16,8 @@
 // not verify is never served: it is reported as kNotFound, removed and counted.
 //
 // Thread-safety: every public method may be called concurrently from any thread and never
-// blocks on disk I/O; completions run on the tier's own threads. Open() and Close() are called
+// waits for the disk (Erase appends to RocksDB's log, a buffered write into the page cache);
+// completions run on the tier's own threads. Open() and Close() are called
 // from one controlling thread.
 #pragma once
 
@@ -35,19 +38,22 @@ namespace ssd {
 struct IoRequest;
 }
 
+// What survives a crash under each setting: docs/durability.md. Under every setting the index
+// (writes and deletes) goes through RocksDB's log, so a killed process loses nothing the tier had
+// indexed and brings back nothing it had erased.
 enum class SsdDurability {
-  kNone,   // nothing is synced; a clean shutdown keeps everything, a crash may lose index entries
-  kAsync,  // index logged; segments and log synced every `sync_interval_ms`
+  kNone,   // nothing is synced: a power loss may lose or undo anything not flushed
+  kAsync,  // segments and the index's log synced every `sync_interval_ms`
   kSync,   // a PUT is acknowledged once its payload and index entry are on stable storage
 };
 enum class SsdWritePolicy { kWriteBack, kWriteThrough };
 enum class SsdPromotion { kAlways, kNever, kSecondHit };
 enum class SsdIoPath { kAuto, kIoUring, kPread };
 
-Result<SsdDurability> ParseSsdDurability(std::string_view name);  // none|async|sync
+Result<SsdDurability> ParseSsdDurability(std::string_view name);    // none|async|sync
 Result<SsdWritePolicy> ParseSsdWritePolicy(std::string_view name);  // write-back|write-through
-Result<SsdPromotion> ParseSsdPromotion(std::string_view name);  // always|never|second-hit
-Result<SsdIoPath> ParseSsdIoPath(std::string_view name);  // auto|io_uring|pread
+Result<SsdPromotion> ParseSsdPromotion(std::string_view name);      // always|never|second-hit
+Result<SsdIoPath> ParseSsdIoPath(std::string_view name);            // auto|io_uring|pread
 std::string_view SsdDurabilityName(SsdDurability d);
 std::string_view SsdWritePolicyName(SsdWritePolicy p);
 std::string_view SsdPromotionName(SsdPromotion p);
@@ -62,21 +68,21 @@ struct SsdTierOptions {
   SsdWritePolicy write_policy = SsdWritePolicy::kWriteBack;
   SsdPromotion promotion = SsdPromotion::kAlways;
   SsdIoPath io_path = SsdIoPath::kAuto;
-  std::uint32_t queue_depth = 64;   // io_uring entries / pread threads ×8
+  std::uint32_t queue_depth = 64;         // io_uring entries / pread threads ×8
   std::uint32_t sync_interval_ms = 1000;  // kAsync
   // Tests only: fail chosen requests (see ssd::FaultHook).
   std::function<int(const ssd::IoRequest&)> fault;
 };
 
 struct SsdTierStats {
-  std::uint64_t bytes = 0;      // segment bytes on disk (live + garbage)
-  std::uint64_t live_bytes = 0; // bytes of indexed values
+  std::uint64_t bytes = 0;       // segment bytes on disk (live + garbage)
+  std::uint64_t live_bytes = 0;  // bytes of indexed values
   std::uint64_t capacity = 0;
   std::uint64_t chunks = 0;
   std::uint64_t segments = 0;
   std::uint64_t hits = 0;
   std::uint64_t misses = 0;
-  std::uint64_t evictions = 0;          // chunks dropped with their segment
+  std::uint64_t evictions = 0;  // chunks dropped with their segment
   std::uint64_t segments_evicted = 0;
   std::uint64_t demotions = 0;          // host evictions written here
   std::uint64_t demotions_dropped = 0;  // ... that can never be written (larger than a segment)
@@ -133,6 +139,9 @@ class SsdTier {
   // Whether a hit on `key` should be promoted now (per the promotion policy).
   bool ShouldPromote(std::string_view key);
   void CountPromotion();  // a hit was copied into the host tier
+  // Removes `key` (and voids its queued writes). An indexed copy's entry is removed from RocksDB's
+  // log before this returns (a buffered write, no sync), so a killed process never serves the old
+  // value again once the caller has acknowledged the erase. True when there was a copy.
   bool Erase(std::string_view key);
   protocol::ScanResult Scan(std::string_view prefix, std::string_view cursor,
                             std::uint32_t limit) const;

@@ -123,6 +123,57 @@ put("lm_server", "get-missing", lm_header(2, 0, b"nope"))
 put("lm_server", "put-empty-key", lm_header(1, 4, b"  ") + b"data" + lm_header(5))
 put("lm_server", "bad-length", lm_header(1, -1))
 
+# ---- resp:// (the Redis protocol, docs/resp.md) -----------------------------------------------
+def multibulk(*args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a if isinstance(a, bytes) else a.encode()
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+
+
+RESP_SEEDS = {
+    "set-get-multibulk": multibulk("SET", "greeting", "hello") + multibulk("GET", "greeting") +
+    multibulk("GET", "nothing"),
+    "inline-pipeline": b"PING\r\nSET k v\r\nGET k\r\nEXISTS k nothing\r\nDEL k\r\nSTRLEN k\r\n"
+    b"TYPE k\r\n",
+    "inline-quotes": b"SET \"quoted key\" 'single \\' quote'\r\nGET \"quoted key\"\r\n"
+    b"ECHO \"\\x41\\n\\t\"\r\n\r\n",
+    "hello3-resp3": b"HELLO 3\r\nGET nothing\r\nMGET nothing\r\nCONFIG GET save\r\nHELLO 2\r\n"
+    b"GET nothing\r\n",
+    "mset-mget-scan": multibulk("MSET", "a", "1", "b", "2", "c", "3") +
+    multibulk("MGET", "a", "b", "nothing") + multibulk("SCAN", "0", "MATCH", "*", "COUNT", "2") +
+    multibulk("DBSIZE"),
+    "set-options": multibulk("SET", "k", "v", "NX", "GET") + multibulk("SET", "k", "w", "XX") +
+    multibulk("SET", "k", "x", "EX", "10") + multibulk("SET", "k", "y", "NX", "XX"),
+    "server-commands": multibulk("INFO") + multibulk("INFO", "keyspace") +
+    multibulk("COMMAND", "COUNT") + multibulk("COMMAND", "INFO", "get", "nothing") +
+    multibulk("COMMAND", "DOCS", "set") + multibulk("CLIENT", "SETNAME", "fuzz") +
+    multibulk("CLIENT", "GETNAME") + multibulk("CLIENT", "ID") +
+    multibulk("CLIENT", "SETINFO", "LIB-NAME", "redis-py") + multibulk("CONFIG", "GET", "*") +
+    multibulk("SELECT", "0") + multibulk("SELECT", "1") + multibulk("AUTH", "default", "token") +
+    multibulk("ECHO", "x") + multibulk("QUIT"),
+    # Bulks over the parser's 16 KiB inline limit: a SET value (read into the stored buffer) and
+    # an ECHO argument (refused, its bytes dropped).
+    "large-set-value": b"*3\r\n$3\r\nSET\r\n$5\r\nlarge\r\n$20000\r\n" + b"v" * 20000 + b"\r\n" +
+    multibulk("GET", "large") + multibulk("STRLEN", "large"),
+    "large-non-value": b"*2\r\n$4\r\nECHO\r\n$17000\r\n" + b"e" * 17000 + b"\r\n" +
+    multibulk("PING"),
+    "malformed-nested": b"PING\r\n*1\r\n*1\r\n$4\r\nPING\r\n",
+    "malformed-bulk-length": b"*1\r\n$3\r\nPINGPONG\r\n",
+    "malformed-huge-bulk": b"*2\r\n$3\r\nGET\r\n$99999999999\r\n",
+    "malformed-unbalanced": b"SET \"unbalanced\r\n",
+    "unknown-and-arity": multibulk("NOSUCH", "a", "b") + multibulk("GET") +
+    multibulk("GET", "a", "b") + b"*0\r\n*-1\r\n" + multibulk("PING", "x", "y"),
+    "partial-request": b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10\r\nabc",
+}
+for _name, _data in RESP_SEEDS.items():
+    put("resp_server", _name, _data)
+    # resp_codec: byte 0 picks the limits (bit 0: tiny), byte 1 seeds the split points.
+    put("resp_codec", _name, bytes([0, len(_name)]) + _data)
+for _name in ("inline-pipeline", "set-get-multibulk", "large-non-value", "mset-mget-scan"):
+    put("resp_codec", _name + "-tiny", bytes([1, 7]) + RESP_SEEDS[_name])
+
 # ---- SSD record / index entry / segment name --------------------------------------------------
 def record_header(k, value_length=4096, value_checksum=0, seq=1):
     fixed = b"KVDR" + struct.pack("<HHQQQ", 1, len(k), value_length, value_checksum, seq)

@@ -18,7 +18,8 @@ only=${2:-}
 JOBS=${JOBS:-2}
 CXX_CLANG=${CLANG:-clang++-14}
 CC_CLANG=${CXX_CLANG/clang++/clang}
-targets=(container codecs protocol server lm_header lm_server ssd_record config)
+targets=(container codecs protocol server lm_header lm_server ssd_record config resp_codec
+  resp_server)
 
 if ! command -v "$CXX_CLANG" >/dev/null; then
   echo "fuzz: $CXX_CLANG not found (scripts/install-deps.sh installs clang-14)" >&2

@@ -19,14 +19,16 @@ namespace kvdepot::fuzz {
 
 using TargetFn = int (*)(const std::uint8_t* data, std::size_t size);
 
-int FuzzContainer(const std::uint8_t* data, std::size_t size);  // container
-int FuzzCodecs(const std::uint8_t* data, std::size_t size);     // codecs
-int FuzzProtocol(const std::uint8_t* data, std::size_t size);   // protocol
-int FuzzServer(const std::uint8_t* data, std::size_t size);     // server
-int FuzzLmHeader(const std::uint8_t* data, std::size_t size);   // lm_header
-int FuzzLmServer(const std::uint8_t* data, std::size_t size);   // lm_server
-int FuzzSsdRecord(const std::uint8_t* data, std::size_t size);  // ssd_record
-int FuzzConfig(const std::uint8_t* data, std::size_t size);     // config
+int FuzzContainer(const std::uint8_t* data, std::size_t size);   // container
+int FuzzCodecs(const std::uint8_t* data, std::size_t size);      // codecs
+int FuzzProtocol(const std::uint8_t* data, std::size_t size);    // protocol
+int FuzzServer(const std::uint8_t* data, std::size_t size);      // server
+int FuzzLmHeader(const std::uint8_t* data, std::size_t size);    // lm_header
+int FuzzLmServer(const std::uint8_t* data, std::size_t size);    // lm_server
+int FuzzSsdRecord(const std::uint8_t* data, std::size_t size);   // ssd_record
+int FuzzConfig(const std::uint8_t* data, std::size_t size);      // config
+int FuzzRespCodec(const std::uint8_t* data, std::size_t size);   // resp_codec
+int FuzzRespServer(const std::uint8_t* data, std::size_t size);  // resp_server
 
 struct Target {
   std::string_view name;  // the folder name under fuzz/corpus and fuzz/regressions

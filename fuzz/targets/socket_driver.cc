@@ -1,11 +1,16 @@
 #include "socket_driver.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 namespace kvdepot::fuzz {
 
@@ -16,6 +21,36 @@ daemon::HostTierOptions FuzzTierOptions() {
 void EmptyTier(daemon::HostTier& tier) {
   (void)tier.SetCapacity(1);  // evicts everything not in use
   (void)tier.SetCapacity(kFuzzTierBytes);
+}
+
+int ConnectLoopback(std::uint16_t port, const char* target) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int attempt = 0;; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      return fd;
+    }
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    if (fd >= 0 && (err == EADDRNOTAVAIL || err == EINTR) && attempt < 500) {
+      ::usleep(10000);
+      continue;
+    }
+    std::fprintf(stderr, "%s fuzz: %s to 127.0.0.1:%u failed: %s\n", target,
+                 fd < 0 ? "socket" : "connect", port, std::strerror(err));
+    __builtin_trap();
+  }
+}
+
+void CloseWithReset(int fd) {
+  const linger l{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+  ::close(fd);
 }
 
 bool Exchange(int fd, std::span<const std::byte> input, std::chrono::milliseconds timeout,

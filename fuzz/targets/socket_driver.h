@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -21,6 +22,18 @@ daemon::HostTierOptions FuzzTierOptions();
 // then follows the input, not what earlier inputs left behind). Values a connection still holds
 // (the server may not have released them yet) stay.
 void EmptyTier(daemon::HostTier& tier);
+
+// A TCP connection to 127.0.0.1:`port` (TCP_NODELAY). Two failures are the harness's, not the
+// listener's, and are retried with a fresh socket for up to 5 s: EADDRNOTAVAIL (every run leaves a
+// TIME_WAIT entry on the client side — the client half-closes first, so the linger-0 close comes
+// too late — and at hundreds of runs a second the ephemeral ports can run out for a moment) and
+// EINTR (when the listener's backlog is full, as when the machine is busy, connect blocks until
+// the SYN is retried, and libFuzzer's timer signal interrupts it). Any other failure is reported
+// with its errno (`target` names the fuzz target) and traps.
+int ConnectLoopback(std::uint16_t port, const char* target);
+
+// Closes with RST (linger 0): thousands of runs must not fill the port range with TIME_WAIT.
+void CloseWithReset(int fd);
 
 // Returns false when the server neither read the input nor closed within `timeout`.
 bool Exchange(int fd, std::span<const std::byte> input, std::chrono::milliseconds timeout,

@@ -194,6 +194,23 @@ TEST(RespParserErrors, OverlongLines) {
   EXPECT_EQ(ErrorOf(std::string(20, 'a'), limits), "Protocol error: too big inline request");
 }
 
+// A length line of exactly max_inline_request bytes is accepted however the reads split it, also
+// when its CR arrives in one read and its LF in the next (fuzz/regressions/resp_codec/).
+TEST(RespParser, LongestLengthLineWithItsCrAloneAtTheEnd) {
+  ParserLimits limits;
+  limits.max_inline_request = 16;
+  const std::string count_line = "*" + std::string(14, '0') + "1";  // 16 bytes
+  RequestParser p(limits);
+  std::size_t used = 0;
+  EXPECT_EQ(p.Next(count_line + "\r", used), Event::kNeedMore) << p.error();
+  const std::string rest = count_line.substr(used) + "\r\n$4\r\nPING\r\n";
+  EXPECT_EQ(p.Next(rest, used), Event::kCommand) << p.error();
+  EXPECT_EQ(p.args(), std::vector<std::string>{"PING"});
+  // One byte more can no longer fit, CR or not.
+  EXPECT_EQ(ErrorOf("*" + std::string(15, '0') + "1\r", limits),
+            "Protocol error: too big mbulk count string");
+}
+
 TEST(RespParserErrors, UnbalancedQuotes) {
   EXPECT_EQ(ErrorOf("SET \"k v\r\n"), "Protocol error: unbalanced quotes in request");
   EXPECT_EQ(ErrorOf("SET 'k v\r\n"), "Protocol error: unbalanced quotes in request");

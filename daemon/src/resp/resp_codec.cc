@@ -11,10 +11,15 @@ char FoldCase(char c) {
 }
 
 // The line starting `rest` up to (not including) its "\r\n": 1 found (`used` includes the CRLF),
-// 0 incomplete, -1 longer than `max` without a CRLF.
+// 0 incomplete, -1 longer than `max`. Incomplete input is judged by the earliest place its CRLF
+// can still start (a trailing '\r' may be the CR), so the answer does not depend on where the
+// reads split the stream.
 int TakeLine(std::string_view rest, std::size_t max, std::string_view& line, std::size_t& used) {
   const std::size_t end = rest.find("\r\n");
-  if (end == std::string_view::npos) return rest.size() > max ? -1 : 0;
+  if (end == std::string_view::npos) {
+    const std::size_t earliest_end = rest.size() - (rest.ends_with('\r') ? 1 : 0);
+    return earliest_end > max ? -1 : 0;
+  }
   if (end > max) return -1;
   line = rest.substr(0, end);
   used = end + 2;

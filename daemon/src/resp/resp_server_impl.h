@@ -1,0 +1,158 @@
+// The resp:// listener's state (kvdepot/daemon/resp_server.h), shared by the listener
+// (resp_server.cc: accept, I/O threads, Stop and its drain, stats) and its connections
+// (resp/resp_connection.h and the command handlers, resp/handlers_*.cc).
+//
+// Thread-safety: RespServer::Impl's Start/Stop from the controlling thread; Register, Unregister,
+// SetTimeouts, the counters, the cursor table and the log turns from any thread.
+#pragma once
+
+#include <utility>  // before Boost.Asio: Boost 1.74 under C++20 needs std::exchange declared
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kvdepot/daemon/resp_server.h"
+#include "listen_address.h"
+
+namespace kvdepot::daemon {
+namespace asio = boost::asio;
+
+namespace resp {
+
+using Socket = asio::basic_stream_socket<asio::ip::tcp, asio::io_context::executor_type>;
+
+// SCAN cursors remembered (server-wide; the oldest are forgotten first).
+inline constexpr std::size_t kMaxScanCursors = 16384;
+
+// Counters shared with store callbacks, which may outlive the server (SSD-thread completions).
+struct Counters {
+  std::atomic<std::uint64_t> open{0}, total{0}, commands{0}, command_errors{0}, gets{0},
+      get_hits{0}, sets{0}, values_oversized{0}, auth_failures{0}, protocol_errors{0},
+      request_timeouts{0}, idle_timeouts{0}, bytes_in{0}, bytes_out{0}, next_client_id{1};
+};
+
+// SCAN cursors: the numbers handed out to clients, each standing for the key a scan resumes
+// after. Shared by every connection (a client's pool may continue a scan on another one).
+class CursorTable {
+ public:
+  std::uint64_t Add(std::string resume_after) {
+    std::lock_guard lock(mu_);
+    std::uint64_t id = 0;
+    while (id == 0 || keys_.count(id) != 0) id = rng_() >> 1;  // 63 bits: a positive int64
+    keys_.emplace(id, std::move(resume_after));
+    order_.push_back(id);
+    if (order_.size() > kMaxScanCursors) {
+      keys_.erase(order_.front());
+      order_.pop_front();
+    }
+    return id;
+  }
+  std::optional<std::string> Find(std::uint64_t id) {
+    std::lock_guard lock(mu_);
+    const auto it = keys_.find(id);
+    if (it == keys_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::uint64_t, std::string> keys_;
+  std::deque<std::uint64_t> order_;
+  std::mt19937_64 rng_{std::random_device{}()};
+};
+
+// At most one log line per interval (a client repeating a mistake must not flood the log).
+class LogTurn {
+ public:
+  bool Take(std::chrono::steady_clock::duration interval) {
+    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+    auto last = last_.load(std::memory_order_relaxed);
+    if (last != 0 && now - last < interval.count()) return false;
+    return last_.compare_exchange_strong(last, now, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<std::chrono::steady_clock::rep> last_{0};
+};
+
+class RespConnection;
+
+}  // namespace resp
+
+class RespServer::Impl {
+ public:
+  Impl(const RespServerOptions& options, Store& store)
+      : options_(options),
+        timeouts_(options.request_timeout, options.idle_timeout),
+        store_(store) {}
+  ~Impl() { Stop(); }
+
+  Status Start();
+  void Stop();
+  std::uint16_t port() const { return port_; }
+  RespServerStats stats() const;
+
+  const RespServerOptions& options() const { return options_; }
+  const ConnectionTimeouts& timeouts() const { return timeouts_; }
+  void SetTimeouts(std::chrono::milliseconds request, std::chrono::milliseconds idle) {
+    timeouts_.Set(request, idle);
+  }
+  Store& store() { return store_; }
+  resp::CursorTable& cursors() { return cursors_; }
+  resp::LogTurn& oversize_log() { return oversize_log_; }
+  resp::LogTurn& auth_log() { return auth_log_; }
+  const std::shared_ptr<resp::Counters>& shared_counters() { return counters_; }
+  std::chrono::steady_clock::time_point started() const { return started_at_; }
+
+  using Registration = std::list<std::weak_ptr<resp::RespConnection>>::iterator;
+  Registration Register(const std::shared_ptr<resp::RespConnection>& c) {
+    std::lock_guard lock(mu_);
+    ++counters_->open;
+    ++counters_->total;
+    return connections_.insert(connections_.end(), c);
+  }
+  // Called by a connection's RegistrationGuard; the decrement is its last access to *this.
+  void Unregister(Registration it) {
+    {
+      std::lock_guard lock(mu_);
+      connections_.erase(it);
+    }
+    --counters_->open;
+  }
+
+ private:
+  void Accept();
+  std::vector<std::shared_ptr<resp::RespConnection>> Live();
+
+  RespServerOptions options_;
+  ConnectionTimeouts timeouts_;
+  Store& store_;
+  std::shared_ptr<resp::Counters> counters_ = std::make_shared<resp::Counters>();
+  resp::CursorTable cursors_;
+  resp::LogTurn oversize_log_, auth_log_;
+  std::chrono::steady_clock::time_point started_at_ = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<asio::io_context>> contexts_;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
+  std::size_t next_context_ = 0;  // used by the accept handler only (contexts_[0])
+  std::unique_ptr<asio::ip::tcp::acceptor> acceptor_;
+  std::uint16_t port_ = 0;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::list<std::weak_ptr<resp::RespConnection>> connections_;  // guarded by mu_
+  bool started_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace kvdepot::daemon

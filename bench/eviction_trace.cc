@@ -1,5 +1,7 @@
 // Eviction policy study: replays a synthetic LLM-serving trace of chunk accesses against the real
-// HostTier with each policy and several capacities, and prints hit ratios (docs/eviction.md).
+// HostTier with each policy, one shard and the default 16, and several capacities, and prints hit
+// ratios (docs/eviction.md). Then the issue-19 check of eviction order across shards: 256
+// distinct 8 MiB values PUT in sequence into a 256 MiB tier, and which of them survive.
 //
 // Trace model (deterministic, seed 1): 50 system prompts of 4 chunks each, chosen with Zipf(1.0)
 // popularity; 200 concurrent conversations, each a system prompt followed by 1-10 turns
@@ -8,6 +10,7 @@
 // then stores its new chunks. 10% of requests are one-off retrieval documents of 20-60 chunks that
 // are never read again (a scan that should not flush the hot prefixes).
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -33,7 +36,8 @@ std::vector<std::string> MakeTrace(std::uint64_t requests) {
   auto fresh = [&]() {
     Conversation c;
     const int p = pick_prompt(rng);
-    for (int k = 0; k < kSystemChunks; ++k) c.prefix.push_back("sys" + std::to_string(p) + "/" + std::to_string(k));
+    for (int k = 0; k < kSystemChunks; ++k)
+      c.prefix.push_back("sys" + std::to_string(p) + "/" + std::to_string(k));
     c.turns_left = 1 + std::min(9, turns(rng));
     c.id = next_id++;
     return c;
@@ -45,7 +49,8 @@ std::vector<std::string> MakeTrace(std::uint64_t requests) {
   for (std::uint64_t r = 0; r < requests; ++r) {
     if (rng() % 10 == 0) {  // one-off document scan
       const int n = 20 + static_cast<int>(rng() % 41);
-      for (int k = 0; k < n; ++k) trace.push_back("doc" + std::to_string(doc_serial) + "/" + std::to_string(k));
+      for (int k = 0; k < n; ++k)
+        trace.push_back("doc" + std::to_string(doc_serial) + "/" + std::to_string(k));
       ++doc_serial;
       continue;
     }
@@ -62,10 +67,11 @@ std::vector<std::string> MakeTrace(std::uint64_t requests) {
 }
 
 double HitRatio(const std::vector<std::string>& trace, EvictionPolicy policy,
-                std::uint64_t capacity_chunks) {
+                std::uint64_t capacity_chunks, std::uint32_t shards) {
   constexpr std::size_t kValue = 1024;
-  const std::uint64_t per_chunk = kValue + 16 + HostTier::kEntryOverhead;
-  HostTier tier(HostTierOptions::With(capacity_chunks * per_chunk, policy, 1));
+  // Keys are 6-16 bytes: a capacity of N chunks holds N of them within a few hundredths.
+  const std::uint64_t per_chunk = HostTier::ChargeFor(12, kValue);
+  HostTier tier(HostTierOptions::With(capacity_chunks * per_chunk, policy, shards));
   std::uint64_t hits = 0;
   for (const std::string& key : trace) {
     if (tier.Get(key)) {
@@ -78,6 +84,35 @@ double HitRatio(const std::vector<std::string>& trace, EvictionPolicy policy,
   return static_cast<double>(hits) / static_cast<double>(trace.size());
 }
 
+// The issue's reproduction: 256 distinct 8 MiB values PUT in sequence into a 256 MiB tier. Prints
+// how many survive and how many of those are among the newest that many (all of them: LRU order).
+void SequentialPuts(EvictionPolicy policy, std::uint32_t shards) {
+  constexpr std::size_t kValue = 8 << 20;
+  constexpr int kPuts = 256;
+  HostTier tier(HostTierOptions::With(256ull << 20, policy, shards));
+  for (int i = 0; i < kPuts; ++i) {
+    const std::string key = "chunk/" + std::to_string(i);
+    auto v = tier.Allocate(key, kValue);
+    if (!v.ok()) {
+      std::printf("PUT %d: %s\n", i, v.status().ToString().c_str());
+      return;
+    }
+    std::memset((*v)->mutable_bytes().data(), i, 4096);  // the first page is enough here
+    tier.Insert(key, *v);
+  }
+  int survivors = 0, newest = 0, oldest_survivor = kPuts;
+  for (int i = 0; i < kPuts; ++i) {
+    if (!tier.Contains("chunk/" + std::to_string(i))) continue;
+    ++survivors;
+    oldest_survivor = std::min(oldest_survivor, i);
+  }
+  for (int i = kPuts - survivors; i < kPuts; ++i)
+    newest += tier.Contains("chunk/" + std::to_string(i));
+  std::printf("%-6s %3u shards: %d survivors, %d of them among the newest %d, oldest survivor %d\n",
+              std::string(EvictionPolicyName(policy)).c_str(), shards, survivors, newest, survivors,
+              oldest_survivor);
+}
+
 }  // namespace
 }  // namespace kvdepot::daemon
 
@@ -86,12 +121,20 @@ int main() {
   const auto trace = MakeTrace(200000);
   std::printf("eviction trace: %zu chunk accesses (see bench/eviction_trace.cc for the model)\n",
               trace.size());
-  std::printf("%-16s %10s %10s %10s\n", "capacity", "lru", "sieve", "sieve-lru");
+  std::printf("%-14s %9s %9s %9s %9s %10s\n", "capacity", "lru/1", "lru/16", "sieve/1", "sieve/16",
+              "sieve-lru");
   for (std::uint64_t cap : {250, 500, 1000, 2000, 4000, 8000}) {
-    const double lru = HitRatio(trace, EvictionPolicy::kLru, cap);
-    const double sieve = HitRatio(trace, EvictionPolicy::kSieve, cap);
-    std::printf("%6llu chunks    %9.2f%% %9.2f%% %+9.2f\n", static_cast<unsigned long long>(cap),
-                100 * lru, 100 * sieve, 100 * (sieve - lru));
+    const double lru1 = HitRatio(trace, EvictionPolicy::kLru, cap, 1);
+    const double lru16 = HitRatio(trace, EvictionPolicy::kLru, cap, 16);
+    const double sieve1 = HitRatio(trace, EvictionPolicy::kSieve, cap, 1);
+    const double sieve16 = HitRatio(trace, EvictionPolicy::kSieve, cap, 16);
+    std::printf("%6llu chunks  %8.2f%% %8.2f%% %8.2f%% %8.2f%% %+10.2f\n",
+                static_cast<unsigned long long>(cap), 100 * lru1, 100 * lru16, 100 * sieve1,
+                100 * sieve16, 100 * (sieve16 - lru16));
+  }
+  std::printf("\nsequential PUTs: 256 distinct 8 MiB values into a 256 MiB tier\n");
+  for (EvictionPolicy policy : {EvictionPolicy::kLru, EvictionPolicy::kSieve}) {
+    for (std::uint32_t shards : {1u, 16u}) SequentialPuts(policy, shards);
   }
   return 0;
 }

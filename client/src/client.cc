@@ -561,15 +561,16 @@ Result<std::span<const std::byte>> SharedArena::View(const protocol::Lease& leas
 }
 
 Result<std::optional<std::vector<std::byte>>> Connection::Get(std::string_view key) {
-  const std::string keys[] = {std::string(key)};
-  std::optional<std::vector<std::byte>> out;
-  Status item_status;
-  KVD_RETURN_IF_ERROR(Get(keys, [&](const GetItem& item) {
-    item_status = item.status;
-    if (item.status.ok()) out.emplace(item.value.begin(), item.value.end());
-  }));
-  if (!item_status.ok() && item_status.code() != StatusCode::kNotFound) return item_status;
-  return out;
+  // Received straight into the vector returned (one allocation, no frame buffer to copy from).
+  std::vector<std::byte> out;
+  KVD_ASSIGN_OR_RETURN(const std::optional<std::size_t> size,
+                       GetInto(key, {}, [&out](std::size_t value_size) {
+                         out.resize(value_size);
+                         return std::span<std::byte>(out);
+                       }));
+  std::optional<std::vector<std::byte>> value;
+  if (size) value = std::move(out);  // empty for an empty value
+  return value;
 }
 
 Status Connection::PutParts(std::string_view key,

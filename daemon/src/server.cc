@@ -42,6 +42,13 @@ namespace {
 
 constexpr std::size_t kDiscardChunk = 64 * 1024;
 
+// Completion condition for transfers of multi-MiB values: asio's transfer_all hands the socket at
+// most 64 KiB per read or write call; this lets one call move whatever the socket buffer takes
+// (several MiB), so a value costs a few system calls and handler runs instead of one per 64 KiB.
+std::size_t TransferAllInLargeSteps(const boost::system::error_code& ec, std::size_t) {
+  return ec ? 0 : std::size_t{64} << 20;
+}
+
 // One response frame: header (+ a small inline prefix), then either an owned body or a stored
 // value (sent straight from the tier's buffer, kept alive until written). A frame whose content
 // comes from an asynchronous store operation is queued first as a placeholder (`ready` false,
@@ -446,6 +453,7 @@ class Connection : public ConnectionBase,
         put_.value = std::move(*value);
         asio::async_read(socket_, asio::buffer(put_.value->mutable_bytes().data(),
                                                put_.value_length),
+                         TransferAllInLargeSteps,
                          [self = this->shared_from_this()](auto ec, std::size_t n) {
                            self->Received(n);
                            if (ec) return self->Close();
@@ -1026,7 +1034,7 @@ class Connection : public ConnectionBase,
         buffers_.emplace_back(it->value->bytes().data(), it->value->bytes().size());
       }
     }
-    asio::async_write(socket_, buffers_,
+    asio::async_write(socket_, buffers_, TransferAllInLargeSteps,
                       [self = this->shared_from_this()](auto ec, std::size_t n) {
                         self->server_.bytes_out_ += n;
                         if (ec || self->closed_) return self->WriteEnded();

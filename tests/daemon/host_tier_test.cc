@@ -1,6 +1,7 @@
 #include "kvdepot/daemon/host_tier.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <cstring>
@@ -9,7 +10,6 @@
 
 namespace kvdepot::daemon {
 namespace {
-
 
 void Put(HostTier& tier, const std::string& key, std::size_t size, std::uint8_t fill = 7) {
   auto v = tier.Allocate(key, size);
@@ -160,7 +160,7 @@ std::string ChunkKeyIn(char ns, int i) {
 
 TEST(HostTierTest, NamespaceQuotaEvictsOnlyItsOwnEntries) {
   const std::uint64_t entry = HostTier::ChargeFor(48, 1000);
-  HostTierOptions o{100 * entry, EvictionPolicy::kLru, 4, {}};
+  HostTierOptions o = HostTierOptions::With(100 * entry, EvictionPolicy::kLru, 4);
   o.namespace_quotas[std::string(16, 'A')] = 5 * entry;
   HostTier tier(o);
   for (int i = 0; i < 20; ++i) Put(tier, ChunkKeyIn('B', i), 1000);  // no quota
@@ -173,8 +173,7 @@ TEST(HostTierTest, NamespaceQuotaEvictsOnlyItsOwnEntries) {
   for (int i = 0; i < 12; ++i) a_present += tier.Contains(ChunkKeyIn('A', i));
   EXPECT_EQ(a_present, 5);
   EXPECT_TRUE(tier.Contains(ChunkKeyIn('A', 11))) << "the newest stay";
-  EXPECT_EQ(tier.Allocate(ChunkKeyIn('A', 99), 6 * entry).status().code(),
-            StatusCode::kOutOfRange);
+  EXPECT_EQ(tier.Allocate(ChunkKeyIn('A', 99), 6 * entry).status().code(), StatusCode::kOutOfRange);
   EXPECT_EQ(KeyNamespace("k1"), "");
 }
 
@@ -229,7 +228,7 @@ TEST(HostTierTest, SetCapacityWhileWritersRunNeverLeavesTheTierAboveIt) {
 
 TEST(HostTierTest, SetNamespaceQuotaEvictsWithinTheNamespace) {
   const std::uint64_t entry = HostTier::ChargeFor(48, 1000);
-  HostTierOptions o{100 * entry, EvictionPolicy::kLru, 4, {}};
+  HostTierOptions o = HostTierOptions::With(100 * entry, EvictionPolicy::kLru, 4);
   o.namespace_quotas[std::string(16, 'A')] = 10 * entry;
   HostTier tier(o);
   for (int i = 0; i < 10; ++i) Put(tier, ChunkKeyIn('A', i), 1000);
@@ -242,6 +241,178 @@ TEST(HostTierTest, SetNamespaceQuotaEvictsWithinTheNamespace) {
   for (int i = 0; i < 10; ++i) EXPECT_TRUE(tier.Contains(ChunkKeyIn('B', i))) << i;
   EXPECT_EQ(tier.SetNamespaceQuota(std::string(16, 'B'), entry).status().code(),
             StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace kvdepot::daemon
+
+namespace kvdepot::daemon {
+namespace {
+
+std::string Numbered(int i) {
+  return "chunk-" + std::to_string(1000 + i);
+}
+
+// Which of keys 0..n-1 are in the tier.
+std::vector<int> Survivors(const HostTier& tier, int n) {
+  std::vector<int> present;
+  for (int i = 0; i < n; ++i) {
+    if (tier.Contains(Numbered(i))) present.push_back(i);
+  }
+  return present;
+}
+
+std::vector<int> Range(int first, int last) {  // [first, last)
+  std::vector<int> r;
+  for (int i = first; i < last; ++i) r.push_back(i);
+  return r;
+}
+
+// Issue 19 §5: 256 distinct values PUT in sequence into a tier that holds 32 of them (the
+// issue's 8 MiB chunks, scaled to 64 KiB): the survivors are exactly the newest 32 with any
+// shard count and either policy (with no reads, SIEVE is FIFO).
+TEST(HostTierTest, SequentialPutsLeaveExactlyTheNewestWithAnyShardCount) {
+  constexpr std::size_t kValue = 64 << 10;
+  for (EvictionPolicy policy : {EvictionPolicy::kLru, EvictionPolicy::kSieve}) {
+    for (std::uint32_t shards : {1u, 4u, 16u, 64u}) {
+      HostTier tier(HostTierOptions::With(32 * HostTier::ChargeFor(Numbered(0).size(), kValue),
+                                          policy, shards));
+      for (int i = 0; i < 256; ++i) Put(tier, Numbered(i), kValue);
+      EXPECT_EQ(Survivors(tier, 256), Range(224, 256))
+          << EvictionPolicyName(policy) << ", " << shards << " shards";
+      EXPECT_EQ(tier.stats().evictions, 224u);
+    }
+  }
+}
+
+TEST(HostTierTest, LruAcrossShardsKeepsWhatWasReadLast) {
+  constexpr std::size_t kValue = 4096;
+  HostTier tier(HostTierOptions::With(32 * HostTier::ChargeFor(Numbered(0).size(), kValue),
+                                      EvictionPolicy::kLru, 16));
+  for (int i = 0; i < 32; ++i) Put(tier, Numbered(i), kValue);
+  for (int i = 0; i < 8; ++i) ASSERT_NE(tier.Get(Numbered(i)), nullptr);  // now the most recent
+  for (int i = 32; i < 56; ++i) Put(tier, Numbered(i), kValue);           // evicts 8..31
+  std::vector<int> expected = Range(0, 8);
+  for (int i : Range(32, 56)) expected.push_back(i);
+  EXPECT_EQ(Survivors(tier, 56), expected);
+}
+
+TEST(HostTierTest, SieveAcrossShardsSparesVisitedEntriesForOneSweep) {
+  constexpr std::size_t kValue = 4096;
+  HostTier tier(HostTierOptions::With(32 * HostTier::ChargeFor(Numbered(0).size(), kValue),
+                                      EvictionPolicy::kSieve, 16));
+  for (int i = 0; i < 32; ++i) Put(tier, Numbered(i), kValue);
+  for (int i = 0; i < 8; ++i) ASSERT_NE(tier.Get(Numbered(i)), nullptr);  // visited
+  for (int i = 32; i < 48; ++i) Put(tier, Numbered(i), kValue);  // evicts the 16 oldest unvisited
+  std::vector<int> expected = Range(0, 8);
+  for (int i : Range(24, 48)) expected.push_back(i);
+  EXPECT_EQ(Survivors(tier, 48), expected);
+}
+
+TEST(HostTierTest, RefusedVictimsGoBackAndTheNextOldestGoes) {
+  constexpr std::size_t kValue = 4096;
+  HostTier tier(HostTierOptions::With(8 * HostTier::ChargeFor(Numbered(0).size(), kValue),
+                                      EvictionPolicy::kLru, 16));
+  tier.SetEvictionListener(
+      [](std::string_view key, const ValueRef&) { return key != Numbered(0); });
+  for (int i = 0; i < 10; ++i) Put(tier, Numbered(i), kValue);
+  // 0 may not leave (its SSD write could not be queued): 1 and 2 went in its place.
+  std::vector<int> expected = {0};
+  for (int i : Range(3, 10)) expected.push_back(i);
+  EXPECT_EQ(Survivors(tier, 10), expected);
+}
+
+TEST(HostTierTest, NamespaceQuotaEvictsItsOwnOldestAcrossShards) {
+  const std::uint64_t entry = HostTier::ChargeFor(48, 1000);
+  HostTierOptions o = HostTierOptions::With(100 * entry, EvictionPolicy::kLru, 16);
+  o.namespace_quotas[std::string(16, 'A')] = 5 * entry;
+  HostTier tier(o);
+  for (int i = 0; i < 20; ++i) Put(tier, ChunkKeyIn('B', i), 1000);
+  for (int i = 0; i < 40; ++i) Put(tier, ChunkKeyIn('A', i), 1000);
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(tier.Contains(ChunkKeyIn('A', i)), i >= 35) << i;
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(tier.Contains(ChunkKeyIn('B', i))) << i;
+  // Global eviction (over capacity) takes the oldest of every namespace alike.
+  for (int i = 0; i < 100; ++i) Put(tier, ChunkKeyIn('C', i), 1000);
+  for (int i = 0; i < 20; ++i) EXPECT_FALSE(tier.Contains(ChunkKeyIn('B', i))) << i;
+}
+
+// Minor page faults taken by the calling thread so far.
+long ThreadMinorFaults() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_minflt;
+}
+
+// Issue 19 §6: values of every size come from the tier's arena, whose pages stay mapped, so a
+// steady stream of PUTs (from any thread) takes no page faults. Before, values over glibc's mmap
+// threshold were fresh mappings: 1 fault per 4 KiB page, every time.
+TEST(HostTierTest, SteadyStatePutsReuseArenaMemoryWithoutPageFaults) {
+  for (std::size_t value : {std::size_t{1} << 20, std::size_t{33} << 20}) {
+    HostTier tier(HostTierOptions::With(4 * HostTier::ChargeFor(Numbered(0).size(), value),
+                                        EvictionPolicy::kLru, 16));
+    for (int i = 0; i < 12; ++i) Put(tier, Numbered(i), value);  // touches the arena's pages
+    long faults = -1;
+    int in_arena = 0;
+    std::thread other([&] {  // a thread that did not warm anything up itself
+      const long before = ThreadMinorFaults();
+      for (int i = 12; i < 36; ++i) {
+        auto v = tier.Allocate(Numbered(i), value);
+        ASSERT_TRUE(v.ok());
+        in_arena += (*v)->in_arena();
+        EXPECT_FALSE((*v)->arena_offset()) << "a private arena is never leased";
+        std::memset((*v)->mutable_bytes().data(), i, value);
+        tier.Insert(Numbered(i), *v);
+      }
+      faults = ThreadMinorFaults() - before;
+    });
+    other.join();
+    EXPECT_EQ(in_arena, 24);
+    // 24 values of `value` bytes would be 24 * value / 4096 faults from fresh memory.
+    EXPECT_LT(faults, 64) << value << "-byte values";
+    const HostTierStats st = tier.stats();
+    EXPECT_EQ(st.arena_fallbacks, 0u);
+    EXPECT_FALSE(st.arena_shared);
+    EXPECT_GE(st.arena_bytes, st.capacity);
+  }
+}
+
+// A tight arena (no headroom) fragmented by two 1 MiB values that readers hold: a 2 MiB value
+// first evicts up to its own size in entries to free a range, then falls back to heap memory.
+TEST(HostTierTest, FragmentedArenaEvictsAtMostOneValueMoreThenUsesTheHeap) {
+  constexpr std::size_t kMiB = 1 << 20;
+  HostTierOptions o =
+      HostTierOptions::With(4 * HostTier::ChargeFor(2, kMiB), EvictionPolicy::kLru, 16);
+  o.arena_headroom_bytes = 0;
+  {
+    HostTier tier(o);
+    for (int i = 1; i <= 4; ++i) Put(tier, "k" + std::to_string(i), kMiB);
+    ASSERT_TRUE(tier.Erase("k1"));
+    ASSERT_TRUE(tier.Erase("k3"));  // free: two 1 MiB holes and the arena's ~12 KiB tail
+    auto v = tier.Allocate("k5", 2 * kMiB);
+    ASSERT_TRUE(v.ok());
+    EXPECT_TRUE((*v)->in_arena()) << "evicting k2 joined the holes around it";
+    EXPECT_EQ(tier.stats().arena_evictions, 1u);
+    EXPECT_FALSE(tier.Contains("k2"));
+    EXPECT_TRUE(tier.Contains("k4"));
+  }
+  HostTier tier(o);
+  for (int i = 1; i <= 4; ++i) Put(tier, "k" + std::to_string(i), kMiB);
+  ValueRef r1 = tier.Get("k1"), r3 = tier.Get("k3");  // being sent
+  ASSERT_TRUE(tier.Erase("k2"));
+  ASSERT_TRUE(tier.Erase("k4"));
+  auto v = tier.Allocate("k5", 2 * kMiB);
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE((*v)->in_arena());
+  EXPECT_EQ(tier.stats().arena_fallbacks, 1u);
+  EXPECT_EQ(tier.stats().arena_evictions, 2u) << "k1 and k3: 2 MiB evicted, nothing freed";
+  std::memset((*v)->mutable_bytes().data(), 5, 2 * kMiB);
+  EXPECT_EQ(r1->bytes()[kMiB - 1], std::byte{7}) << "held values are intact";
+  r1.reset();
+  r3.reset();
+  v->reset();
+  auto w = tier.Allocate("k6", 2 * kMiB);
+  ASSERT_TRUE(w.ok());
+  EXPECT_TRUE((*w)->in_arena()) << "released ranges are whole again";
 }
 
 }  // namespace

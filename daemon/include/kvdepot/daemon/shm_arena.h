@@ -1,7 +1,12 @@
-// ShmArena: the host tier's shared-memory arena (docs/gpu-tier.md). One memfd of a fixed size,
-// mapped read-write by the daemon and sealed (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE)
-// so that a client that receives its descriptor over SCM_RIGHTS can map it read-only only: it
-// can neither write the daemon's values nor resize the file under the daemon (no SIGBUS).
+// ShmArena: the host tier's value arena. Either shared (docs/gpu-tier.md): one memfd of a fixed
+// size, mapped read-write by the daemon and sealed (F_SEAL_SHRINK | F_SEAL_GROW |
+// F_SEAL_FUTURE_WRITE) so that a client that receives its descriptor over SCM_RIGHTS can map it
+// read-only only: it can neither write the daemon's values nor resize the file under the daemon
+// (no SIGBUS). Or private: an anonymous MAP_NORESERVE mapping that no one else sees.
+//
+// Either way the arena is address space the daemon owns for its whole life: a page is faulted in
+// when a value first uses it and stays (the arena never returns memory to the kernel), so reusing
+// a range costs no page fault. Its resident size is at most the highest offset ever used.
 //
 // Ranges are 4 KiB-aligned and come from a RangeAllocator; a range is returned by Free. Which
 // ranges are live, and for how long, is the host tier's business (a Value owns its range).
@@ -26,6 +31,10 @@ class ShmArena {
   // A sealed memfd of `bytes` (rounded up to 4 KiB), mapped. kIoError naming the call that
   // failed (memfd_create, ftruncate, mmap, fcntl F_ADD_SEALS).
   static Result<std::shared_ptr<ShmArena>> Create(std::uint64_t bytes);
+  // A private anonymous mapping of `bytes` (rounded up to 4 KiB), reserved without committing
+  // memory (MAP_NORESERVE) and advised for transparent huge pages. kIoError when mmap fails
+  // (e.g. under vm.overcommit_memory=2 without room for it).
+  static Result<std::shared_ptr<ShmArena>> CreatePrivate(std::uint64_t bytes);
   ~ShmArena();
   ShmArena(const ShmArena&) = delete;
   ShmArena& operator=(const ShmArena&) = delete;
@@ -35,8 +44,10 @@ class ShmArena {
 
   std::byte* base() const { return base_; }
   std::uint64_t size() const { return size_; }
-  // The descriptor to pass to clients (owned by the arena; sendmsg duplicates it).
+  // The descriptor to pass to clients (owned by the arena; sendmsg duplicates it); -1 for a
+  // private arena.
   int fd() const { return fd_; }
+  bool shared() const { return fd_ >= 0; }
   RangeAllocatorStats stats() const { return alloc_->stats(); }
 
  private:

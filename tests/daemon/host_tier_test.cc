@@ -336,6 +336,54 @@ TEST(HostTierTest, NamespaceQuotaEvictsItsOwnOldestAcrossShards) {
   for (int i = 0; i < 20; ++i) EXPECT_FALSE(tier.Contains(ChunkKeyIn('B', i))) << i;
 }
 
+// The global eviction path under concurrency: writers in a quota namespace and outside it,
+// readers, erasers and a listener that refuses some victims, with both policies. The capacity
+// and the quota hold throughout and the index stays consistent (every key present is readable).
+TEST(HostTierTest, GlobalEvictionUnderConcurrentWritersReadersAndErasers) {
+  for (EvictionPolicy policy : {EvictionPolicy::kLru, EvictionPolicy::kSieve}) {
+    const std::uint64_t entry = HostTier::ChargeFor(48, 2000);
+    HostTierOptions o = HostTierOptions::With(64 * entry, policy, 16);
+    o.namespace_quotas[std::string(16, 'A')] = 16 * entry;
+    HostTier tier(o);
+    std::atomic<int> refusals{0};
+    tier.SetEvictionListener([&refusals](std::string_view, const ValueRef&) {
+      return refusals.fetch_add(1, std::memory_order_relaxed) % 7 != 0;
+    });
+    std::atomic<bool> over{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 1500; ++i) {
+          const std::string key = ChunkKeyIn(t % 2 == 0 ? 'A' : 'B', (i * 7 + t) % 200);
+          if (i % 5 == 4) {
+            tier.Erase(key);
+          } else if (i % 3 == 0) {
+            if (ValueRef v = tier.Get(key)) {
+              EXPECT_EQ(v->bytes().size(), 2000u);
+            }
+          } else if (auto v = tier.Allocate(key, 2000); v.ok()) {
+            tier.Insert(key, *v);
+          }
+          const HostTierStats st = tier.stats();
+          if (st.bytes > st.capacity || st.namespaces.at(0).bytes > st.namespaces.at(0).quota) {
+            over = true;
+          }
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_FALSE(over.load()) << EvictionPolicyName(policy);
+    EXPECT_GT(tier.stats().evictions, 0u);
+    for (int i = 0; i < 200; ++i) {
+      for (char ns : {'A', 'B'}) {
+        if (tier.Contains(ChunkKeyIn(ns, i))) {
+          EXPECT_NE(tier.Get(ChunkKeyIn(ns, i)), nullptr);
+        }
+      }
+    }
+  }
+}
+
 // Minor page faults taken by the calling thread so far.
 long ThreadMinorFaults() {
   rusage u{};

@@ -16,9 +16,10 @@
 // worth more to free one, then places the value in heap memory (HostTierStats::arena_fallbacks).
 //
 // Eviction order is global, whatever the shard count: every entry carries a stamp from one
-// counter (its last access under LRU, its insertion under SIEVE), each shard publishes the stamp
-// of its next victim, and EvictOne takes the victim of the shard whose stamp is oldest. The
-// eviction path reads one atomic per shard and locks only the shard it evicts from.
+// counter (its last access under LRU, its insertion under SIEVE), each shard publishes the key of
+// its next victim (the stamp; under SIEVE with its hand's sweep), and EvictOne takes the victim
+// of the shard whose key is oldest, replaying one LRU list or one SIEVE hand (docs/eviction.md).
+// The eviction path reads atomics per shard and locks only the shard it evicts from.
 //
 // Thread-safety: every method may be called concurrently. Each shard has its own mutex, held only
 // for in-memory index operations (no I/O, no allocation of value memory).

@@ -271,9 +271,11 @@ int Run(int argc, char** argv) {
   }
 
   SetLogLevel(config.log_level);
-  // Values are large and churned by eviction. Serve them from the heap instead of fresh mmaps and
-  // keep freed memory instead of trimming it: faulting pages back in costs ~0.5 ms per MiB on
-  // the dev VM (docs/benchmarks.md), and the host tier's capacity bounds the heap anyway.
+  // Stored values live in the host tier's own arena (host_tier.h), never returned to the kernel.
+  // What still comes from the heap — values placed there when the arena has no free range, and
+  // the daemon's other large buffers — is served from it rather than from fresh mmaps, and freed
+  // memory is kept instead of trimmed: faulting pages back in costs ~0.5 ms per MiB on the dev VM
+  // (docs/benchmarks.md).
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD,
           static_cast<int>(std::min<std::uint64_t>(config.host.capacity_bytes, 1u << 30)));

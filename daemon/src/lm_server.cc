@@ -20,6 +20,7 @@
 #include "kvdepot/lm_value.h"
 #include "kvdepot/lm_wire.h"
 #include "listen_address.h"
+#include "log_limiter.h"
 #include "registration_guard.h"
 
 namespace kvdepot::daemon {
@@ -60,21 +61,6 @@ struct Counters {
       gets{0}, get_hits{0}, exists{0}, exist_hits{0}, lists{0}, health{0}, protocol_errors{0},
       bytes_in{0}, bytes_out{0}, request_timeouts{0}, idle_timeouts{0}, legacy_connections{0},
       wire_refused{0};
-};
-
-// Logs at most one line per `interval` per limiter (a client that keeps reconnecting with the
-// wrong layout must not flood the log).
-class LogLimiter {
- public:
-  bool Allow(std::chrono::steady_clock::duration interval) {
-    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-    auto last = last_.load(std::memory_order_relaxed);
-    if (last != 0 && now - last < interval.count()) return false;
-    return last_.compare_exchange_strong(last, now, std::memory_order_relaxed);
-  }
-
- private:
-  std::atomic<std::chrono::steady_clock::rep> last_{0};
 };
 
 class LmConnection;

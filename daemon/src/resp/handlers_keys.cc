@@ -35,7 +35,7 @@ std::string RespConnection::KeysScopeError(const Args& args, std::size_t first,
 std::string RespConnection::OversizedValue(std::uint64_t size) {
   ++counters_->values_oversized;
   const std::uint64_t max = server_.options().max_value_bytes;
-  if (server_.oversize_log().Take(std::chrono::seconds(10))) {
+  if (server_.oversize_log().Allow(std::chrono::seconds(10))) {
     Log(LogLevel::kWarn, "resp:// refused a value over limits.max_value_bytes",
         {{"bytes", std::to_string(size)}, {"max_value_bytes", std::to_string(max)}});
   }

@@ -115,7 +115,7 @@ bool RespConnection::Authenticate(std::string_view token) {
   const AuthScope* scope = auth->Check(token);
   if (scope == nullptr) {
     ++counters_->auth_failures;
-    if (server_.auth_log().Take(std::chrono::seconds(10))) {
+    if (server_.auth_log().Allow(std::chrono::seconds(10))) {
       Log(LogLevel::kWarn, "resp:// authentication failed: token not accepted", {{"peer", Peer()}});
     }
     return false;

@@ -25,6 +25,7 @@
 
 #include "kvdepot/daemon/resp_server.h"
 #include "listen_address.h"
+#include "log_limiter.h"
 
 namespace kvdepot::daemon {
 namespace asio = boost::asio;
@@ -73,20 +74,6 @@ class CursorTable {
   std::mt19937_64 rng_{std::random_device{}()};
 };
 
-// At most one log line per interval (a client repeating a mistake must not flood the log).
-class LogTurn {
- public:
-  bool Take(std::chrono::steady_clock::duration interval) {
-    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-    auto last = last_.load(std::memory_order_relaxed);
-    if (last != 0 && now - last < interval.count()) return false;
-    return last_.compare_exchange_strong(last, now, std::memory_order_relaxed);
-  }
-
- private:
-  std::atomic<std::chrono::steady_clock::rep> last_{0};
-};
-
 class RespConnection;
 
 }  // namespace resp
@@ -111,8 +98,8 @@ class RespServer::Impl {
   }
   Store& store() { return store_; }
   resp::CursorTable& cursors() { return cursors_; }
-  resp::LogTurn& oversize_log() { return oversize_log_; }
-  resp::LogTurn& auth_log() { return auth_log_; }
+  LogLimiter& oversize_log() { return oversize_log_; }
+  LogLimiter& auth_log() { return auth_log_; }
   const std::shared_ptr<resp::Counters>& shared_counters() { return counters_; }
   std::chrono::steady_clock::time_point started() const { return started_at_; }
 
@@ -141,7 +128,7 @@ class RespServer::Impl {
   Store& store_;
   std::shared_ptr<resp::Counters> counters_ = std::make_shared<resp::Counters>();
   resp::CursorTable cursors_;
-  resp::LogTurn oversize_log_, auth_log_;
+  LogLimiter oversize_log_, auth_log_;
   std::chrono::steady_clock::time_point started_at_ = std::chrono::steady_clock::now();
   std::vector<std::unique_ptr<asio::io_context>> contexts_;
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;

@@ -8,9 +8,11 @@ flag), its value and the cause; every other stderr line is a logfmt info line. A
 file cannot be read keeps the daemon serving its running configuration and logs why.
 docs/operations.md documents the exit statuses and the size grammar."""
 import os
+import pathlib
 import signal
 import socket
 import subprocess
+import tempfile
 
 import pytest
 
@@ -23,6 +25,14 @@ def base_flags(tmp_path):
     """Flags of a daemon that would start: TCP on an ephemeral port, no unix socket, no metrics."""
     return ["--listen", "127.0.0.1:0", "--unix", "", "--metrics-listen", "",
             "--data-dir", str(tmp_path / "data"), "--host-capacity", "64MiB"]
+
+
+@pytest.fixture
+def short_dir():
+    """A directory under /tmp for Unix socket paths: pytest's tmp_path lies under the build tree,
+    which in CI is deep enough that a socket path in it would exceed sun_path (107 bytes)."""
+    with tempfile.TemporaryDirectory(prefix="kvd-") as d:
+        yield pathlib.Path(d)
 
 
 def run_failing(args, expected_rc, *needles):
@@ -152,14 +162,14 @@ def test_busy_resp_port(tmp_path):
                     f"resp.listen 127.0.0.1:{port}", "address already in use", "--resp-listen")
 
 
-def test_unix_socket_directory_missing(tmp_path):
-    path = tmp_path / "no-such-dir" / "kvdepotd.sock"
+def test_unix_socket_directory_missing(tmp_path, short_dir):
+    path = short_dir / "no-such-dir" / "kvdepotd.sock"
     run_failing(base_flags(tmp_path) + ["--unix", path], 1, f"unix {path}", "--unix",
                 "does not exist")
 
 
-def test_unix_socket_path_taken_by_a_file(tmp_path):
-    path = tmp_path / "kvdepotd.sock"
+def test_unix_socket_path_taken_by_a_file(tmp_path, short_dir):
+    path = short_dir / "kvdepotd.sock"
     path.write_text("not a socket")
     run_failing(base_flags(tmp_path) + ["--unix", path], 1, f"unix {path}", "--unix",
                 "not a socket")

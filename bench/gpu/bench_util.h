@@ -165,6 +165,50 @@ Result<std::vector<double>> Time(const Opts& opt, int sets, cudaStream_t stream,
   return us;
 }
 
+// Owns a captured CUDA graph and its executable instance.
+class Graph {
+ public:
+  Graph() = default;
+  ~Graph() {
+    if (exec_ != nullptr) static_cast<void>(cudaGraphExecDestroy(exec_));
+    if (graph_ != nullptr) static_cast<void>(cudaGraphDestroy(graph_));
+  }
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  // Captures what `enqueue()` puts on `stream` (nothing may synchronise inside it) and
+  // instantiates it.
+  template <typename Enqueue>
+  Status Capture(cudaStream_t stream, Enqueue enqueue) {
+    KVD_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                             "cudaStreamBeginCapture");
+    const Status enqueued = enqueue();
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph_);
+    KVD_RETURN_IF_ERROR(enqueued);
+    KVD_CUDA_RETURN_IF_ERROR(ended, "cudaStreamEndCapture");
+    KVD_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate");
+    return Status::Ok();
+  }
+  cudaGraphExec_t exec() const { return exec_; }
+
+ private:
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+// Times replays of `graph` on `stream` (opt.warmup untimed, then opt.reps timed, each followed by
+// `finish()`, which synchronises); returns the timed replays in µs.
+template <typename Opts, typename Finish>
+Result<std::vector<double>> TimeGraph(const Opts& opt, const Graph& graph, cudaStream_t stream,
+                                      Finish finish) {
+  return Time(
+      opt, 1, stream,
+      [&](int) -> Status {
+        KVD_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph.exec(), stream), "cudaGraphLaunch");
+        return Status::Ok();
+      },
+      finish);
+}
+
 // The ceiling: GB/s of a 256 MiB device-to-device copy, counting bytes read plus written.
 template <typename Opts>
 Result<double> MeasureD2d(cudaStream_t stream, const Opts& opt) {

@@ -3,8 +3,13 @@
 //  * decode attention, Llama-3.1-70B heads (64 query heads, 8 KV heads, head_dim 128), batch 1 and
 //    16, KV lengths 4K, 32K and 128K (contiguous layout, P = 64, channel orientation): one
 //    synchronous call per rep (launch to finish), and "-stream": 8 calls enqueued back to back per
-//    rep (as an engine calls attention layer after layer), reported per call;
-//  * causal prefill over 1K and 4K prompts (same heads), reported against torch SDPA bf16 by
+//    rep (as an engine calls attention layer after layer), reported per call; and "-graph": the
+//    way engines run decode, a CUDA graph of G calls (each over the next of the rotating KV sets,
+//    G >= 16 and a multiple of the set count) captured once and replayed per rep, reported per
+//    call (bench/gpu/torch_sdpa.py --graph times SDPA the same way);
+//  * causal prefill over 1K and 4K prompts (same heads), and chunked prefill (--chunked
+//    NEW:PREFIX,...: NEW queries at positions PREFIX.. over a sequence of PREFIX + NEW tokens,
+//    the call an engine makes after a prefix hit), reported against torch SDPA bf16 by
 //    bench/gpu/torch_sdpa.py;
 //  * quantize and dequantize of Llama-3.1-8B and 70B-shaped chunks [32|80, 2, 256, 8, 128] fp16:
 //    one synchronous call per rep (launch to finish); "-stream": 8 calls enqueued back to back
@@ -27,7 +32,7 @@
 // Usage: kvdepot_hack_bench [--json FILE] [--reps N] [--warmup N] [--device N]
 //                           [--only decode|prefill|quantize|dequantize] [--lengths 4096,...]
 //                           [--batches 1,16] [--prefill-lengths 1024,...]
-//                           [--codec-layers 32,80]
+//                           [--chunked 4096:28672,...] [--codec-layers 32,80]
 // Exit status: 0 ok, 1 error or mismatch, 2 no GPU, 64 bad usage.
 #include <cuda_runtime_api.h>
 
@@ -70,12 +75,14 @@ constexpr std::uint32_t kKvHeads = 8;
 constexpr std::uint32_t kDim = 128;
 constexpr std::uint32_t kVerifyMaxTokens = 32768;
 constexpr std::uint32_t kStreamCalls = 8;  // calls per rep of the "-stream" rows
+constexpr std::uint32_t kGraphMinCalls = 16;  // fewest calls captured per graph ("-graph" rows)
 
 struct Options : bench::CommonOptions {
   std::string only;
   std::vector<std::uint32_t> lengths = {4096, 32768, 131072};
   std::vector<std::uint32_t> batches = {1, 16};
   std::vector<std::uint32_t> prefill_lengths = {1024, 4096};
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> chunked;  // {new tokens, cached prefix}
   std::vector<std::uint32_t> codec_layers = {32, 80};  // quantize / dequantize chunk layers
 };
 
@@ -279,10 +286,12 @@ std::string DecodeConfig(std::uint32_t pairs, std::uint64_t tokens, int sms) {
 
 // `calls` decode calls per timed rep over rotating KV sets: 1 is one synchronous call (the launch
 // counts); more are enqueued back to back (as an engine calls attention layer after layer, so each
-// launch overlaps the previous kernel), and the time is reported per call.
+// launch overlaps the previous kernel), and the time is reported per call. `graph`: the calls
+// (at least kGraphMinCalls, a multiple of the set count, `calls` ignored) are captured into one
+// CUDA graph and a rep is one replay of it, reported per call: what engines do.
 Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, std::uint32_t calls,
-                          const DeviceInfo& info, HackAttentionWorkspace& ws, cudaStream_t stream,
-                          const Options& opt) {
+                          bool graph, const DeviceInfo& info, HackAttentionWorkspace& ws,
+                          cudaStream_t stream, const Options& opt) {
   const HostSeq host = MakeHostSeq(tokens, 1000 + tokens);
   const std::uint64_t per_set_estimate =
       std::uint64_t{batch} * (HackSectionBytesFor(host.lay, DType::kFloat16).codes * 5 / 4);
@@ -294,26 +303,34 @@ Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, std::uint32
   KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_q.data(), q.data(), q.size() * 4, cudaMemcpyHostToDevice),
                            "upload q");
   const HackKvCache cache = Kv();
-  KVD_ASSIGN_OR_RETURN(
-      std::vector<double> us,
-      Time(
-          opt, sets, stream,
-          [&](int s0) -> Status {
-            for (std::uint32_t c = 0; c < calls; ++c) {
-              const std::size_t s =
-                  (static_cast<std::size_t>(s0) + c) % static_cast<std::size_t>(sets);
-              HackDecodeArgs a;
-              a.seqs = kv.descs.as<HackAttentionSeq>() + s * batch;
-              a.num_seqs = batch;
-              a.max_tokens = tokens;
-              a.q_heads = kQHeads;
-              a.q = d_q.as<float>();
-              a.out = d_out.as<float>();
-              KVD_RETURN_IF_ERROR(EnqueueHackDecodeAttention(cache, a, ws, stream));
-            }
-            return Status::Ok();
-          },
-          [&]() { return FinishHackAttention(ws, stream); }));
+  auto enqueue = [&](int s0, std::uint32_t n) -> Status {
+    for (std::uint32_t c = 0; c < n; ++c) {
+      const std::size_t s = (static_cast<std::size_t>(s0) + c) % static_cast<std::size_t>(sets);
+      HackDecodeArgs a;
+      a.seqs = kv.descs.as<HackAttentionSeq>() + s * batch;
+      a.num_seqs = batch;
+      a.max_tokens = tokens;
+      a.q_heads = kQHeads;
+      a.q = d_q.as<float>();
+      a.out = d_out.as<float>();
+      KVD_RETURN_IF_ERROR(EnqueueHackDecodeAttention(cache, a, ws, stream));
+    }
+    return Status::Ok();
+  };
+  auto finish = [&]() { return FinishHackAttention(ws, stream); };
+  std::vector<double> us;
+  bench::Graph captured;
+  if (graph) {
+    const auto per_set = static_cast<std::uint32_t>(sets);
+    calls = (kGraphMinCalls + per_set - 1) / per_set * per_set;
+    KVD_RETURN_IF_ERROR(enqueue(0, 1));  // configures the kernel outside the capture
+    KVD_RETURN_IF_ERROR(finish());
+    KVD_RETURN_IF_ERROR(captured.Capture(stream, [&] { return enqueue(0, calls); }));
+    KVD_ASSIGN_OR_RETURN(us, bench::TimeGraph(opt, captured, stream, finish));
+  } else {
+    auto rep = [&](int s0) { return enqueue(s0, calls); };
+    KVD_ASSIGN_OR_RETURN(us, Time(opt, sets, stream, rep, finish));
+  }
   if (tokens <= kVerifyMaxTokens) {
     std::vector<float> got(std::size_t{kQHeads} * kDim);
     KVD_CUDA_RETURN_IF_ERROR(
@@ -329,7 +346,7 @@ Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, std::uint32
   }
   for (double& u : us) u /= calls;
   Row row;
-  row.op = calls > 1 ? "decode-stream" : "decode";
+  row.op = graph ? "decode-graph" : calls > 1 ? "decode-stream" : "decode";
   row.batch = batch;
   row.tokens = tokens;
   row.shape = "q64 kv8 d128";
@@ -338,12 +355,18 @@ Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, std::uint32
   row.bytes = kv.read_bytes * batch;
   row.gbps = static_cast<double>(row.bytes) / (row.median_us * 1e3);
   row.config = DecodeConfig(batch * kKvHeads, tokens, info.sm_count) +
-               (calls > 1 ? ", " + std::to_string(calls) + " calls" : "");
+               (graph       ? ", graph of " + std::to_string(calls) + " calls"
+                : calls > 1 ? ", " + std::to_string(calls) + " calls"
+                            : "");
   return row;
 }
 
-Result<Row> MeasurePrefill(std::uint32_t tokens, const DeviceInfo& info,
+// Causal prefill of `queries` new tokens at positions `prefix` .. over a sequence of prefix +
+// queries tokens (prefix 0: a whole prompt). One synchronous call per rep (milliseconds: the
+// launch is noise). Verified on up to 64 queries where the sequence is <= kVerifyMaxTokens.
+Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, const DeviceInfo& info,
                            HackAttentionWorkspace& ws, cudaStream_t stream, const Options& opt) {
+  const std::uint32_t tokens = prefix + queries;
   const HostSeq host = MakeHostSeq(tokens, 2000 + tokens);
   const int sets = SetsFor(HackSectionBytesFor(host.lay, DType::kFloat16).codes * 5 / 4,
                            info.l2_bytes);
@@ -353,7 +376,7 @@ Result<Row> MeasurePrefill(std::uint32_t tokens, const DeviceInfo& info,
                                       descs.size() * sizeof(HackAttentionSeq),
                                       cudaMemcpyDeviceToHost),
                            "download descriptors");
-  const std::vector<float> q = RandomFloats(std::size_t{tokens} * kQHeads * kDim, 11);
+  const std::vector<float> q = RandomFloats(std::size_t{queries} * kQHeads * kDim, 11);
   KVD_ASSIGN_OR_RETURN(DeviceBuffer d_q, DeviceBuffer::Allocate(q.size() * 4));
   KVD_ASSIGN_OR_RETURN(DeviceBuffer d_out, DeviceBuffer::Allocate(q.size() * 4));
   KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_q.data(), q.data(), q.size() * 4, cudaMemcpyHostToDevice),
@@ -366,28 +389,29 @@ Result<Row> MeasurePrefill(std::uint32_t tokens, const DeviceInfo& info,
           [&](int s) {
             HackPrefillArgs a;
             a.seq = descs[static_cast<std::size_t>(s)];
-            a.queries = tokens;
-            a.first_position = 0;
+            a.queries = queries;
+            a.first_position = prefix;
             a.q_heads = kQHeads;
             a.q = d_q.as<float>();
             a.out = d_out.as<float>();
             return EnqueueHackPrefillAttention(cache, a, ws, stream);
           },
           [&]() { return FinishHackAttention(ws, stream); }));
-  {  // verify the first 64 queries
-    std::vector<float> got(std::size_t{64} * kQHeads * kDim);
+  if (tokens <= kVerifyMaxTokens) {  // verify the first (up to) 64 queries
+    std::vector<float> got(std::size_t{std::min(queries, 64u)} * kQHeads * kDim);
     KVD_CUDA_RETURN_IF_ERROR(
         cudaMemcpy(got.data(), d_out.data(), got.size() * 4, cudaMemcpyDeviceToHost), "download");
     const HackChunk chunk = ToChunk(host);
     AttentionOptions ao;
     ao.q_heads = kQHeads;
-    KVD_ASSIGN_OR_RETURN(AttentionResult ref,
-                         HackPrefillAttention(HackSequence(&chunk, 1), 0,
-                                              std::span<const float>(q.data(), got.size()), 0, ao));
+    KVD_ASSIGN_OR_RETURN(
+        AttentionResult ref,
+        HackPrefillAttention(HackSequence(&chunk, 1), 0,
+                             std::span<const float>(q.data(), got.size()), prefix, ao));
     KVD_RETURN_IF_ERROR(CheckClose(ref.out, got, "prefill " + std::to_string(tokens)));
   }
   Row row;
-  row.op = "prefill";
+  row.op = prefix > 0 ? "prefill-chunked" : "prefill";
   row.batch = 1;
   row.tokens = tokens;
   row.shape = "q64 kv8 d128 causal";
@@ -395,9 +419,12 @@ Result<Row> MeasurePrefill(std::uint32_t tokens, const DeviceInfo& info,
   row.min_us = *std::min_element(us.begin(), us.end());
   row.bytes = kv.read_bytes;
   row.gbps = static_cast<double>(row.bytes) / (row.median_us * 1e3);
-  const double pairs = static_cast<double>(tokens) * (tokens + 1) / 2;
+  // (query, key) pairs under the causal mask: queries x prefix + queries (queries + 1) / 2.
+  const double pairs =
+      static_cast<double>(queries) * prefix + static_cast<double>(queries) * (queries + 1) / 2;
   row.tops = 4.0 * kQHeads * kDim * pairs / (row.median_us * 1e6);
-  row.config = std::to_string(tokens) + " queries";
+  row.config = std::to_string(queries) + " queries over " + std::to_string(prefix) + " cached" +
+               (tokens <= kVerifyMaxTokens ? "" : ", unverified");
   return row;
 }
 
@@ -542,12 +569,28 @@ Result<Row> MeasureCodec(bool quantize, std::uint32_t layers, bool stochastic, s
   return row;
 }
 
+// "4096:0,1024:130048" -> {{4096, 0}, {1024, 130048}}: NEW >= 1, NEW + PREFIX <= 2^20.
+bool ParseChunked(const char* value, std::vector<std::pair<std::uint32_t, std::uint32_t>>& out) {
+  out.clear();
+  std::stringstream ss(value);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    const std::size_t colon = part.find(':');
+    if (colon == std::string::npos) return false;
+    const long queries = std::strtol(part.c_str(), nullptr, 10);
+    const long prefix = std::strtol(part.c_str() + colon + 1, nullptr, 10);
+    if (queries < 1 || prefix < 0 || queries + prefix > (1L << 20)) return false;
+    out.emplace_back(static_cast<std::uint32_t>(queries), static_cast<std::uint32_t>(prefix));
+  }
+  return !out.empty();
+}
+
 int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--json FILE] [--reps N (>= 50, default 100)] [--warmup N (default 5)] "
                "[--device N] [--only decode|prefill|quantize|dequantize] "
                "[--lengths 4096,32768,131072] [--batches 1,16] [--prefill-lengths 1024,4096] "
-               "[--codec-layers 32,80]\n",
+               "[--chunked NEW:PREFIX,...] [--codec-layers 32,80]\n",
                argv0);
   return 64;
 }
@@ -561,6 +604,7 @@ int Main(int argc, char** argv) {
     if (flag == "--batches") return bench::ParseUintList(v, opt.batches, 1, 256);
     if (flag == "--prefill-lengths") return bench::ParseUintList(v, opt.prefill_lengths, 64, 65536);
     if (flag == "--codec-layers") return bench::ParseUintList(v, opt.codec_layers, 1, 128);
+    if (flag == "--chunked") return ParseChunked(v, opt.chunked);
     if (flag != "--only") return false;
     opt.only = v;
     return opt.only == "decode" || opt.only == "prefill" || opt.only == "quantize" ||
@@ -614,20 +658,24 @@ int Main(int argc, char** argv) {
   };
   const bool all = opt.only.empty();
   if (all || opt.only == "decode") {
-    for (std::uint32_t calls : {1u, kStreamCalls}) {
+    for (std::uint32_t calls : {1u, kStreamCalls, 0u}) {  // 0: graph replay
       for (std::uint32_t batch : opt.batches) {
         for (std::uint32_t tokens : opt.lengths) {
-          report(MeasureDecode(tokens, batch, calls, *info, *ws, stream->get(), opt),
+          report(MeasureDecode(tokens, batch, calls, calls == 0, *info, *ws, stream->get(), opt),
                  "decode batch " + std::to_string(batch) + " tokens " + std::to_string(tokens) +
-                     " calls " + std::to_string(calls));
+                     (calls == 0 ? " graph" : " calls " + std::to_string(calls)));
         }
       }
     }
   }
   if (all || opt.only == "prefill") {
     for (std::uint32_t tokens : opt.prefill_lengths) {
-      report(MeasurePrefill(tokens, *info, *ws, stream->get(), opt),
+      report(MeasurePrefill(tokens, 0, *info, *ws, stream->get(), opt),
              "prefill tokens " + std::to_string(tokens));
+    }
+    for (const auto& [queries, prefix] : opt.chunked) {
+      report(MeasurePrefill(queries, prefix, *info, *ws, stream->get(), opt),
+             "prefill " + std::to_string(queries) + " over " + std::to_string(prefix));
     }
   }
   for (bool quantize : {true, false}) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -295,6 +296,46 @@ TEST(HackAttentionTest, CausalPrefill) {
   }
   EXPECT_FALSE(HackPrefillAttention(seq, 0, std::span(q).subspan(250 * 256), 251, Opts(4)).ok());
   EXPECT_FALSE(PrefillAttention(t.view(), 0, {}, 0, Opts(4)).ok());
+}
+
+// Chunked prefill after a prefix hit, as an engine calls it: T_new queries at positions
+// T_prefix .. over a cached prefix of T_prefix tokens plus the new ones, all stored as 256-token
+// chunks (each chunk's unfinished last block unquantized in the chunk dtype). Awkward shapes:
+// T_new in {1, 17, 255} x T_prefix in {0, 1, 64, 1000}, head_dim 64 and 128, fp16 and bf16.
+// The homomorphic path without INT8 equals exact attention over the dequantized KV; with INT8 Q
+// and P it stays within kInt8Tolerance of it; the last query is the decode step over the whole
+// sequence.
+TEST(HackAttentionTest, ChunkedPrefillOverACachedPrefix) {
+  std::uint64_t seed = 700;
+  for (std::uint32_t dim : {64u, 128u}) {
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      for (std::uint32_t prefix : {0u, 1u, 64u, 1000u}) {
+        for (std::uint32_t fresh : {1u, 17u, 255u}) {
+          const std::uint32_t q_heads = 4;
+          const KvTensor t = Synth({1, prefix + fresh, 1, dim}, seed++, dtype);
+          const std::vector<HackChunk> seq = Encode(t, {});
+          const KvTensor deq = DequantizedFp32(seq);
+          const std::vector<float> q = KeyLikeQueries(t, 0, fresh, q_heads, seed * 3);
+          const std::string label = "d" + std::to_string(dim) + " " +
+                                    std::string(DTypeName(dtype)) + " prefix " +
+                                    std::to_string(prefix) + " new " + std::to_string(fresh);
+          auto exact = HackPrefillAttention(seq, 0, q, prefix, Opts(q_heads, false));
+          auto int8 = HackPrefillAttention(seq, 0, q, prefix, Opts(q_heads, true));
+          auto want = PrefillAttention(deq.view(), 0, q, prefix, Opts(q_heads));
+          ASSERT_TRUE(exact.ok() && int8.ok() && want.ok()) << label;
+          EXPECT_LT(RelL2(want->out, exact->out), 1e-6) << label;
+          EXPECT_LT(RelL2(want->out, int8->out), kInt8Tolerance) << label;
+          const std::size_t row = std::size_t{q_heads} * dim;
+          auto dec = HackDecodeAttention(seq, 0, std::span(q).last(row), Opts(q_heads, true));
+          ASSERT_TRUE(dec.ok()) << label;
+          EXPECT_EQ(std::vector<double>(int8->out.end() - static_cast<std::ptrdiff_t>(row),
+                                        int8->out.end()),
+                    dec->out)
+              << label;
+        }
+      }
+    }
+  }
 }
 
 TEST(HackAttentionTest, UnquantizedSequenceIsExact) {

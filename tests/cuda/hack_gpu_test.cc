@@ -926,6 +926,56 @@ TEST(HackGpu, PrefillMatchesTheCpuReference) {
   }
 }
 
+// Chunked prefill after a prefix hit: T_new queries at positions T_prefix .. over a sequence of
+// T_prefix + T_new tokens (the new tokens quantized with the prefix into whole blocks; the
+// unfinished last block stays unquantized in the tail, in the chunk dtype), on awkward shapes:
+// T_new in {1, 17, 255} x T_prefix in {0, 1, 64, 1000}, both head_dims, GQA group 8, fp16 and
+// bf16 KV.
+TEST(HackGpu, ChunkedPrefillOverACachedPrefixMatchesTheCpuReference) {
+  KVD_REQUIRE_GPU();
+  std::uint64_t seed = 9000;
+  auto ws = HackAttentionWorkspace::Create();
+  ASSERT_TRUE(ws.ok()) << ws.status().ToString();
+  for (std::uint32_t dim : {64u, 128u}) {
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      for (std::uint32_t prefix : {0u, 1u, 64u, 1000u}) {
+        for (std::uint32_t fresh : {1u, 17u, 255u}) {
+          const std::uint32_t T = prefix + fresh, kv_heads = 1, group = 8;
+          const std::uint32_t q_heads = kv_heads * group;
+          const KvTensor t = Synth({1, T, kv_heads, dim}, dtype, seed++);
+          const GpuSeq s = MakeSeq(t, {});
+          const std::vector<float> q = RandomQueries(std::size_t{fresh} * q_heads * dim, seed * 7);
+          AttentionOptions ao;
+          ao.q_heads = q_heads;
+          Result<AttentionResult> ref =
+              HackPrefillAttention(HackSequence(&s.chunk, 1), 0, q, prefix, ao);
+          ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+          DeviceBuffer d_q = Dev(q.data(), q.size());
+          DeviceBuffer d_out = DevAlloc(q.size() * 4);
+          HackPrefillArgs a;
+          a.seq = s.desc;
+          a.queries = fresh;
+          a.first_position = prefix;
+          a.q_heads = q_heads;
+          a.q = d_q.as<float>();
+          a.out = d_out.as<float>();
+          Status st = EnqueueHackPrefillAttention(KvFor(t, dtype, 0), a, *ws, nullptr);
+          ASSERT_TRUE(st.ok()) << st.ToString();
+          st = FinishHackAttention(*ws, nullptr);
+          ASSERT_TRUE(st.ok()) << st.ToString();
+          std::vector<float> out(q.size());
+          ASSERT_EQ(cudaMemcpy(out.data(), d_out.data(), out.size() * 4, cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+          ExpectClose(ref->out, out, dim,
+                      "chunked prefill d" + std::to_string(dim) + " " +
+                          std::string(DTypeName(dtype)) + " prefix " + std::to_string(prefix) +
+                          " new " + std::to_string(fresh));
+        }
+      }
+    }
+  }
+}
+
 TEST(HackGpu, NonFiniteQueryHeadsGiveNanOutputs) {
   KVD_REQUIRE_GPU();
   const std::uint32_t dim = 128, kv_heads = 2, group = 4, q_heads = kv_heads * group;

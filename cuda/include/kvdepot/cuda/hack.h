@@ -244,7 +244,10 @@ struct HackDecodeArgs {
 };
 
 // Causal prefill: query i ([q_heads][head_dim] at q + i * q_heads * head_dim) sits at position
-// first_position + i and attends to positions 0 .. first_position + i of `seq`.
+// first_position + i and attends to positions 0 .. first_position + i of `seq`. Chunked prefill
+// after a prefix hit: first_position = the cached tokens, queries = the new tokens, `seq` = the
+// cached blocks plus the new tokens' (their unfinished last block unquantized in the tail;
+// docs/hack-gpu.md, "Prefill attention").
 struct HackPrefillArgs {
   HackAttentionSeq seq;          // host copy of the one sequence (its pointers are device memory)
   std::uint32_t queries = 0;     // >= 1, first_position + queries <= seq.tokens

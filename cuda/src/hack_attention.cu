@@ -69,6 +69,10 @@ constexpr unsigned long long kNoRow = ~0ull;  // s_out_row of a row outside the 
 // (measured faster at 1K tokens, docs/benchmarks.md).
 constexpr std::uint32_t kDecodeUnitsPerWarp = 1;
 constexpr std::uint32_t kPrefillUnitsPerWarp = 4;
+// Prefill CTAs have at most 8 warps: at 128 registers a thread, two such CTAs fill an SM's
+// registers (16 warps), where one CTA of 9..15 warps left the rest idle (a 4K prompt: 9 warps, 14%
+// of the SM's warp slots, 44% issue activity; docs/hack-gpu.md, "Prefill attention").
+constexpr std::uint32_t kPrefillMaxWarps = 8;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr std::uint32_t kOnes = 0x01010101u;
 constexpr std::uint32_t kLow2 = 0x03030303u;
@@ -1031,7 +1035,7 @@ Status CheckKv(const char* fn, const HackKvCache& kv, std::uint32_t q_heads, flo
 // Splits, units per split and warps for `tiles` tiles whose keys are at most `max_positions`
 // (on average `mean_positions`: warps are sized for the average tile).
 void SizeGrid(const HackAttentionWorkspace& ws, std::uint64_t max_positions,
-              std::uint64_t mean_positions, std::uint32_t units_per_warp,
+              std::uint64_t mean_positions, std::uint32_t units_per_warp, std::uint32_t max_warps,
               HackAttentionParams& params) {
   const std::uint64_t pairs = std::uint64_t{params.tiles} * params.kv_heads;
   const std::uint64_t units = (max_positions + kP - 1) / kP + 1;
@@ -1044,7 +1048,7 @@ void SizeGrid(const HackAttentionWorkspace& ws, std::uint64_t max_positions,
   params.splits = static_cast<std::uint32_t>(splits);
   params.units_per_split = static_cast<std::uint32_t>(ups);
   params.warps = static_cast<std::uint32_t>(
-      std::clamp<std::uint64_t>((mean_ups + units_per_warp - 1) / units_per_warp, 1, kMaxWarps));
+      std::clamp<std::uint64_t>((mean_ups + units_per_warp - 1) / units_per_warp, 1, max_warps));
 }
 
 Status Launch(const HackAttentionParams& params, std::uint32_t head_dim, cudaStream_t stream,
@@ -1161,7 +1165,7 @@ Status EnqueueHackDecodeAttention(const HackKvCache& kv, const HackDecodeArgs& a
   params.queries_per_tile = 1;
   params.prefill = 0;
   BindWorkspace(workspace, workspace.device_, workspace.max_counters_, params);
-  SizeGrid(workspace, args.max_tokens, args.max_tokens, kDecodeUnitsPerWarp, params);
+  SizeGrid(workspace, args.max_tokens, args.max_tokens, kDecodeUnitsPerWarp, kMaxWarps, params);
   if (std::uint64_t{params.tiles} * params.kv_heads * params.splits > 0x7fffffffu) {
     return InvalidArgument(std::string(kFn) + ": batch too large for one launch");
   }
@@ -1218,7 +1222,7 @@ Status EnqueueHackPrefillAttention(const HackKvCache& kv, const HackPrefillArgs&
   BindWorkspace(workspace, workspace.device_, workspace.max_counters_, params);
   SizeGrid(workspace, std::uint64_t{args.first_position} + args.queries,
            std::uint64_t{args.first_position} + (args.queries + 1) / 2, kPrefillUnitsPerWarp,
-           params);
+           kPrefillMaxWarps, params);
   if (std::uint64_t{params.tiles} * params.kv_heads * params.splits > 0x7fffffffu) {
     return InvalidArgument(std::string(kFn) + ": too many queries for one launch");
   }

@@ -21,7 +21,7 @@ torch_script="bench/gpu/torch_sdpa.py"
 torch_rc=0
 if python3 -c "import torch" >/dev/null 2>&1; then
   rm -f "$out/torch_sdpa.jsonl"
-  python3 "$torch_script" --json "$out/torch_sdpa.jsonl" 2>&1 | tee "$out/torch_sdpa.log"
+  python3 "$torch_script" --graph --json "$out/torch_sdpa.jsonl" 2>&1 | tee "$out/torch_sdpa.log"
   torch_rc=${PIPESTATUS[0]}
   if [[ $torch_rc -eq 3 ]]; then torch_rc=0; fi  # no CUDA device for torch: skipped
 else

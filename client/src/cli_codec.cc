@@ -58,7 +58,7 @@ Result<KvTensor> LoadTensor(const std::string& path, bool uint16_as_bf16) {
 Result<bool> InputIsBf16(const Args& args) {
   const auto name = args.Get("--dtype");
   if (!name) return false;
-  KVD_ASSIGN_OR_RETURN(DType dtype, ParseDType(*name));
+  KVD_ASSIGN_OR_RETURN(DType dtype, ParseFlagValue("--dtype", *name, ParseDType));
   return dtype == DType::kBFloat16;
 }
 
@@ -101,7 +101,8 @@ Status Encode(std::span<const char* const> argv, Io io) {
   const std::string& in = args.positional()[0];
   const std::string& out = args.positional()[1];
   EncodeOptions options;
-  KVD_ASSIGN_OR_RETURN(options.codec, ParseCodecName(args.Get("--codec").value_or("raw")));
+  KVD_ASSIGN_OR_RETURN(options.codec, ParseFlagValue("--codec", args.Get("--codec").value_or("raw"),
+                                                     ParseCodecName));
   const CodecId codec = options.codec;
   if (codec != CodecId::kCacheGen && (args.Has("--k-bins") || args.Has("--v-bins"))) {
     return UsageError("--k-bins and --v-bins apply to --codec cachegen only");
@@ -115,10 +116,12 @@ Status Encode(std::span<const char* const> argv, Io io) {
                        args.GetUint("--partition", options.hack.partition, 32, 128));
   options.hack.partition = static_cast<std::uint32_t>(partition);
   if (const auto name = args.Get("--orientation")) {
-    KVD_ASSIGN_OR_RETURN(options.hack.orientation, ParseHackOrientation(*name));
+    KVD_ASSIGN_OR_RETURN(options.hack.orientation,
+                         ParseFlagValue("--orientation", *name, ParseHackOrientation));
   }
   if (const auto name = args.Get("--rounding")) {
-    KVD_ASSIGN_OR_RETURN(options.hack.rounding, ParseHackRounding(*name));
+    KVD_ASSIGN_OR_RETURN(options.hack.rounding,
+                         ParseFlagValue("--rounding", *name, ParseHackRounding));
   }
   KVD_ASSIGN_OR_RETURN(options.hack.seed, args.GetUint("--seed", 0, 0, UINT64_MAX));
   KVD_ASSIGN_OR_RETURN(std::uint64_t sinks, args.GetUint("--sinks", 0, 0, kMaxTokens));
@@ -127,7 +130,7 @@ Status Encode(std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(bool bf16, InputIsBf16(args));
   KVD_ASSIGN_OR_RETURN(KvTensor tensor, LoadTensor(in, bf16));
   if (args.Has("--dtype") && !bf16) {
-    KVD_ASSIGN_OR_RETURN(DType want, ParseDType(*args.Get("--dtype")));
+    KVD_ASSIGN_OR_RETURN(DType want, ParseFlagValue("--dtype", *args.Get("--dtype"), ParseDType));
     KVD_ASSIGN_OR_RETURN(tensor, ConvertDType(tensor.view(), want));
   }
   if (const auto spec = args.Get("--k-bins")) {
@@ -167,7 +170,7 @@ Status Decode(std::span<const char* const> argv, Io io) {
   if (!decoded.ok()) return decoded.status().WithContext(in);
   KvTensor tensor = std::move(*decoded);
   if (const auto name = args.Get("--dtype")) {
-    KVD_ASSIGN_OR_RETURN(DType want, ParseDType(*name));
+    KVD_ASSIGN_OR_RETURN(DType want, ParseFlagValue("--dtype", *name, ParseDType));
     KVD_ASSIGN_OR_RETURN(tensor, ConvertDType(tensor.view(), want));
   }
   KVD_RETURN_IF_ERROR(WriteKvNpy(out, tensor.view()));

@@ -64,10 +64,11 @@ void PrintHelp() {
       "digits alone (bytes): 64MiB. Durations: 30s, 500ms, 10m, 1h.\n"
       "Exit status: 0 after a clean stop; 2 for a wrong command line or configuration; 1 when a\n"
       "valid configuration cannot start here (busy port, missing file, ...).\n"
-      "\nSIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.\n"
+      "\nSIGTERM or SIGINT: stop accepting, finish in-flight requests, write the host tier's\n"
+      "values the SSD tier lacks (ssd.flush_on_shutdown, ssd.flush_budget), exit 0.\n"
       "SIGHUP: re-read --config FILE (flags still override it) and apply what can change at run\n"
       "time (log_level, host.capacity, existing namespace quotas, limits.request_timeout,\n"
-      "limits.idle_timeout); other changes are logged.\n");
+      "limits.idle_timeout, ssd.flush_on_shutdown, ssd.flush_budget); other changes are logged.\n");
 }
 
 // The one error line of a failed start (docs/operations.md): "kvdepotd: error: ...", exit `code`

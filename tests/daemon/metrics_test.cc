@@ -196,14 +196,12 @@ TEST_F(MetricsTest, RareEventCountersExistAtZeroFromTheStart) {
   EXPECT_EQ(Sample(text, R"(kvdepot_config_reloads_total{result="ok"})"), 0);
   EXPECT_EQ(Sample(text, R"(kvdepot_config_reloads_total{result="error"})"), 0);
   for (const char* status : {"not_found", "out_of_range", "resource_exhausted", "internal"}) {
-    EXPECT_EQ(Sample(text, std::string(R"(kvdepot_requests_total{op="put",status=")") + status +
-                               ""
-  }"),
-              0)
-        << status;
-}
-metrics_.OnReload(false);
-EXPECT_EQ(Sample(metrics_.Text(), R"(kvdepot_config_reloads_total{result="error"})"), 1);
+    const std::string series =
+        std::string("kvdepot_requests_total{op=\"put\",status=\"") + status + "\"}";
+    EXPECT_EQ(Sample(text, series), 0) << status;
+  }
+  metrics_.OnReload(false);
+  EXPECT_EQ(Sample(metrics_.Text(), R"(kvdepot_config_reloads_total{result="error"})"), 1);
 }
 
 // Prometheus's standard process_* metrics, read from /proc/self.

@@ -53,6 +53,24 @@ def test_installed_unit_verifies(tmp_path):
     assert "Unknown key" in out, out
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
+def test_make_install_without_a_build_says_so_and_builds_nothing(tmp_path):
+    # `make install` only installs (issue 23 §5): no apt-get, configure or build.
+    build, prefix = tmp_path / "no-build", tmp_path / "prefix"
+    p = subprocess.run(["make", "-s", "-C", str(REPO), "install", f"BUILD_DIR={build}",
+                        f"PREFIX={prefix}"], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert f"no build in {build}/" in p.stderr and "make build" in p.stderr, p.stderr
+    assert not build.exists() and not prefix.exists()
+
+
+def test_unit_stop_timeout_covers_drain_and_flush_budget():
+    # SIGTERM drains for up to 10 s, then flushes for ssd.flush_budget (default 20 s).
+    unit = (REPO / "systemd/kvdepotd.service").read_text()
+    stop = int(unit.split("TimeoutStopSec=")[1].split()[0])
+    assert stop >= 10 + 20 + 5, stop
+
+
 class Notifications:
     """A Unix datagram socket in the role of systemd's NOTIFY_SOCKET."""
 

@@ -583,10 +583,12 @@ int Run(int argc, char** argv) {
     resp_server.Stop();
     lm_server.Stop();
     server.Stop();
-    if (ssd) {
-      FlushHostTier(config.ssd, host, *ssd);  // nothing writes to the tiers any more
-      ssd->Close();  // completes queued writes; the server has answered every request
-    }
+  }
+  // After the watchdog (it probes the stopped server's I/O loops) and once every front end has
+  // answered its last request: nothing writes to the tiers any more.
+  if (ssd) {
+    FlushHostTier(config.ssd, host, *ssd);
+    ssd->Close();  // completes queued writes
   }
   http.reset();  // its sources read the server and the tiers
   const ServerStats st = server.stats();

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iomanip>
 #include <optional>
 #include <ostream>
@@ -67,6 +68,20 @@ void WriteShapeJson(JsonWriter& json, const KvShape& s) {
   json.EndArray();
 }
 
+// The --json report of a command that wrote `file`: its size in bytes, the tensor's shape and
+// dtype and (for a container) its codec.
+void WrittenJson(Io io, const std::string& file, const KvTensor& tensor, std::string_view codec) {
+  std::error_code ec;
+  const std::uintmax_t bytes = std::filesystem::file_size(file, ec);
+  JsonWriter json(io.out);
+  json.BeginObject().Key("file").String(file).Key("bytes").Uint(ec ? 0 : bytes);
+  if (!codec.empty()) json.Key("codec").String(codec);
+  json.Key("dtype").String(DTypeName(tensor.dtype)).Key("shape");
+  WriteShapeJson(json, tensor.shape);
+  json.EndObject();
+  io.out << "\n";
+}
+
 std::uint64_t Fp16Bytes(const KvShape& shape) { return shape.elements() * 2; }
 
 // Encoded size over fp16 size, 4 decimals ("1.0003", "0.1406").
@@ -96,7 +111,7 @@ Status Encode(std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(
       Args args, Args::Parse(argv, {{"--codec", "--dtype", "--k-bins", "--v-bins", "--partition",
                                      "--orientation", "--rounding", "--seed", "--sinks"},
-                                    {"--quiet"}}));
+                                    {"--quiet", "--json"}}));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"IN.npy", "OUT.kvd"}));
   const std::string& in = args.positional()[0];
   const std::string& out = args.positional()[1];
@@ -147,7 +162,9 @@ Status Encode(std::span<const char* const> argv, Io io) {
   auto encoded = EncodeChunk(tensor.view(), options);
   if (!encoded.ok()) return encoded.status().WithContext(in);
   KVD_RETURN_IF_ERROR(WriteFileAtomic(out, *encoded));
-  if (!args.Has("--quiet")) {
+  if (args.Has("--json")) {
+    WrittenJson(io, out, tensor, CodecName(codec));
+  } else if (!args.Has("--quiet")) {
     io.out << "wrote " << out << ": " << CodecName(codec) << ", " << tensor.shape.ToString() << " "
            << DTypeName(tensor.dtype) << ", " << encoded->size() << " bytes ("
            << FormatRatio(encoded->size(), tensor.shape) << " of fp16)\n";
@@ -158,7 +175,7 @@ Status Encode(std::span<const char* const> argv, Io io) {
 // ---- decode ----------------------------------------------------------------------------------
 
 Status Decode(std::span<const char* const> argv, Io io) {
-  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{"--dtype"}, {"--quiet"}}));
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{"--dtype"}, {"--quiet", "--json"}}));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"IN.kvd", "OUT.npy"}));
   const std::string& in = args.positional()[0];
   const std::string& out = args.positional()[1];
@@ -174,7 +191,9 @@ Status Decode(std::span<const char* const> argv, Io io) {
     KVD_ASSIGN_OR_RETURN(tensor, ConvertDType(tensor.view(), want));
   }
   KVD_RETURN_IF_ERROR(WriteKvNpy(out, tensor.view()));
-  if (!args.Has("--quiet")) {
+  if (args.Has("--json")) {
+    WrittenJson(io, out, tensor, "");
+  } else if (!args.Has("--quiet")) {
     io.out << "wrote " << out << ": " << tensor.shape.ToString() << " " << DTypeName(tensor.dtype)
            << (tensor.dtype == DType::kBFloat16 ? " (as '<u2' bfloat16 bits)" : "") << "\n";
   }
@@ -373,9 +392,9 @@ Status Compare(std::span<const char* const> argv, Io io) {
 
 Status Synth(std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(
-      Args args, Args::Parse(argv, {{"--layers", "--tokens", "--heads", "--dim", "--seed",
-                                     "--dtype"},
-                                    {"--quiet"}}));
+      Args args,
+      Args::Parse(argv, {{"--layers", "--tokens", "--heads", "--dim", "--seed", "--dtype"},
+                         {"--quiet", "--json"}}));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"OUT.npy"}));
   SynthOptions options;
   KVD_ASSIGN_OR_RETURN(std::uint64_t layers, args.GetUint("--layers", 2, 1, kMaxLayers));
@@ -386,12 +405,14 @@ Status Synth(std::span<const char* const> argv, Io io) {
   options.shape = {static_cast<std::uint32_t>(layers), static_cast<std::uint32_t>(tokens),
                    static_cast<std::uint32_t>(heads), static_cast<std::uint32_t>(dim)};
   if (const auto name = args.Get("--dtype")) {
-    KVD_ASSIGN_OR_RETURN(options.dtype, ParseDType(*name));
+    KVD_ASSIGN_OR_RETURN(options.dtype, ParseFlagValue("--dtype", *name, ParseDType));
   }
   KVD_ASSIGN_OR_RETURN(KvTensor tensor, SynthesizeKv(options));
   const std::string& out = args.positional()[0];
   KVD_RETURN_IF_ERROR(WriteKvNpy(out, tensor.view()));
-  if (!args.Has("--quiet")) {
+  if (args.Has("--json")) {
+    WrittenJson(io, out, tensor, "");
+  } else if (!args.Has("--quiet")) {
     io.out << "wrote " << out << ": synthetic KV " << tensor.shape.ToString() << " "
            << DTypeName(tensor.dtype) << ", seed " << options.seed << "\n";
   }
@@ -414,6 +435,7 @@ void PrintCodecUsage(std::ostream& out) {
          "  codec compare [--json] [--expect-bit-exact] [--max-rel-l2 X] A B   (.npy or .kvd)\n"
          "  codec synth OUT.npy [--layers L] [--tokens T] [--heads H] [--dim D] [--seed S]\n"
          "              [--dtype fp16|bf16|fp32]\n"
+         "encode, decode and synth take --json (a report of what was written) or --quiet.\n"
          "Arrays are [layers, 2, tokens, kv_heads, head_dim]. bf16 travels in .npy as '<u2' bits:\n"
          "pass --dtype bf16 to read such a file as bfloat16.\n";
 }

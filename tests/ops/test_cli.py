@@ -130,3 +130,17 @@ def test_json_on_every_remote_command(tmp_path):
         assert json.loads(d.cli("del", "kj", "--json").stdout) == [{"key": "kj", "deleted": True}]
     finally:
         d.stop()
+
+
+def test_json_on_the_codec_commands(tmp_path):
+    npy, kvd, back = tmp_path / "a.npy", tmp_path / "a.kvd", tmp_path / "b.npy"
+    reports = []
+    for args in (["codec", "synth", npy, "--layers", "2", "--tokens", "16", "--json"],
+                 ["codec", "encode", "--codec", "raw", npy, kvd, "--json"],
+                 ["codec", "decode", kvd, back, "--json"]):
+        p = kvdepot(*args)
+        assert p.returncode == 0, (args, p.stderr)
+        reports.append(json.loads(p.stdout))
+    assert reports[1]["codec"] == "raw" and reports[1]["bytes"] == kvd.stat().st_size
+    assert reports[0]["shape"] == reports[2]["shape"] == [2, 2, 16, 8, 128]
+    assert reports[2]["file"] == str(back)

@@ -182,3 +182,25 @@ def test_healthz_reports_draining_until_exit(tmp_path):
         assert d.proc.wait(timeout=15) == 0
     finally:
         d.kill()
+
+
+def test_shutdown_flush_extends_the_stop_timeout(tmp_path):
+    # With an SSD tier, SIGTERM's flush of the host tier tells systemd what it does and asks for
+    # the budget (plus 10 s for the close) on top of TimeoutStopSec.
+    notify = Notifications(tmp_path / "notify.sock")
+    env = {**os.environ, "NOTIFY_SOCKET": notify.path}
+    env.pop("WATCHDOG_USEC", None)
+    d = Daemon(tmp_path, "--ssd-dir", str(tmp_path / "ssd"), "--ssd-capacity", "64MiB",
+               "--ssd-segment-size", "8MiB", "--ssd-flush-budget", "7s", env=env, wait=False)
+    try:
+        notify.wait_for("READY=1")
+        d.wait_listening()
+        (tmp_path / "v").write_bytes(os.urandom(4096))
+        d.cli("put", "k", tmp_path / "v")
+        d.proc.send_signal(signal.SIGTERM)
+        notify.wait_for("STOPPING=1")
+        got = notify.wait_for("EXTEND_TIMEOUT_USEC=17000000")
+        assert any("STATUS=writing the host tier to the SSD tier" in m for m in got), got
+        assert d.proc.wait(timeout=20) == 0
+    finally:
+        d.kill()

@@ -15,7 +15,8 @@
 #   make test-tsan   build with ThreadSanitizer into build-tsan/ and run the concurrency tests
 #   make fuzz-smoke  build the libFuzzer targets with clang (build-fuzz/), run each for 3 s
 #   make fuzz        longer campaigns: each target for FUZZ_SECONDS (180), corpus kept in build-fuzz/
-#   make install     install kvdepotd, kvdepot, the systemd unit and the default config (PREFIX)
+#   make install     install what `make build` built: kvdepotd, kvdepot, the systemd unit and the
+#                    default config (PREFIX); it never builds (no build: it says so and fails)
 #   make gpu         build the GPU test/bench binaries into .gpu/ (for a GPU machine)
 #   make format      clang-format every C++/CUDA source
 #
@@ -103,7 +104,14 @@ fuzz-smoke: deps
 fuzz: deps
 	@JOBS=$(JOBS) bash fuzz/run.sh campaign
 
-install: build
+# Installs what `make build` built: no package install, configure or rebuild (it typically runs
+# under sudo, after an unprivileged `make build`).
+install:
+	@if [ ! -f $(BUILD_DIR)/cmake_install.cmake ] || [ ! -x $(BUILD_DIR)/bin/kvdepotd ] || \
+	    [ ! -x $(BUILD_DIR)/bin/kvdepot ]; then \
+	  echo "make install: no build in $(BUILD_DIR)/ (bin/kvdepotd and bin/kvdepot): run 'make build' first (BUILD_DIR=$(BUILD_DIR)), then 'make install'" >&2; \
+	  exit 1; \
+	fi
 	@cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 gpu: deps

@@ -1,7 +1,10 @@
 #include "kvdepot/client/cli.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <exception>
+#include <iostream>
 #include <new>
 #include <ostream>
 #include <span>
@@ -40,11 +43,40 @@ std::string OneLine(std::string message) {
   return message;
 }
 
+// A usage error when `address` (from `from`) is neither HOST:PORT nor unix:PATH.
+Status CheckAddressSyntax(const std::string& address, const std::string& from) {
+  const auto colon = address.rfind(':');
+  const bool unix_path = address.rfind("unix:", 0) == 0 && address.size() > 5;
+  const bool host_port = colon != std::string::npos && colon > 0 && colon + 1 < address.size();
+  if (unix_path || host_port) return Status::Ok();
+  return UsageError("address '" + address + "' (from " + from +
+                    ") is not HOST:PORT or unix:PATH, e.g. 127.0.0.1:7600 or "
+                    "unix:/run/kvdepot/kvdepotd.sock");
+}
+
+// Adds what to check to a failed connection: which address was tried, where it came from, and
+// whether a kvdepotd is expected there.
+Status ExplainConnectFailure(const Status& status, const std::string& address,
+                             const std::string& from) {
+  const std::string& m = status.message();
+  if (m.find("connect " + address) == std::string::npos) return status;
+  std::string hint = "address from " + from;
+  if (m.find("Connection refused") != std::string::npos ||
+      m.find("No such file or directory") != std::string::npos) {
+    hint +=
+        "; is kvdepotd running and listening there? Its log's 'listening on' line names "
+        "its addresses; give another with --addr or $KVDEPOT_ADDR";
+  }
+  return Status(status.code(), m + " (" + hint + ")");
+}
+
 int Run(int argc, const char* const* argv, Io io) {
   int first = 1;
   client::ClientOptions remote;
   const char* env_addr = std::getenv("KVDEPOT_ADDR");
-  remote.address = env_addr != nullptr && *env_addr != '\0' ? env_addr : "127.0.0.1:7600";
+  const bool from_env = env_addr != nullptr && *env_addr != '\0';
+  remote.address = from_env ? env_addr : "127.0.0.1:7600";
+  std::string address_from = from_env ? "$KVDEPOT_ADDR" : "the default; no --addr or $KVDEPOT_ADDR";
   const char* env_token = std::getenv("KVDEPOT_TOKEN_FILE");
   std::string token_file = env_token != nullptr ? env_token : "";
   // Connection flags, before the command: --NAME VALUE or --NAME=VALUE; --tls is a switch.
@@ -62,7 +94,11 @@ int Run(int argc, const char* const* argv, Io io) {
     bool known = false;
     for (const auto& [name, target] : valued) {
       const std::string_view n = name;
-      if (arg == n && first + 1 < argc) {
+      if (arg == n && first + 1 >= argc) {
+        io.err << "kvdepot: error: " << n << " needs a value (try 'kvdepot help')\n";
+        return kExitUsage;
+      }
+      if (arg == n) {
         *target = argv[first + 1];
         first += 2;
       } else if (arg.size() > n.size() && arg.substr(0, n.size()) == n && arg[n.size()] == '=') {
@@ -71,12 +107,16 @@ int Run(int argc, const char* const* argv, Io io) {
       } else {
         continue;
       }
+      if (target == &remote.address) address_from = "--addr";
       known = true;
       break;
     }
     if (!known) break;  // --help, --version, or an error reported below
   }
   if (!remote.tls_ca_file.empty() || !remote.tls_cert_file.empty()) remote.tls = true;
+  // The server's limits govern what it sends and accepts: the CLI imposes none of its own.
+  remote.limits.max_value_bytes = kCliMaxValueBytes;
+  remote.limits.max_body_bytes = kCliMaxValueBytes + (1 << 20);
   if (!token_file.empty()) {
     auto token = client::ReadTokenFile(token_file);
     if (!token.ok()) {
@@ -103,10 +143,14 @@ int Run(int argc, const char* const* argv, Io io) {
   } else if (command == "codec") {
     status = RunCodecCommand(rest, io);
   } else {
-    status = RunRemoteCommand(remote, command, rest, io, &handled);
-    if (!handled) {
+    status = CheckAddressSyntax(remote.address, address_from);
+    // Only the process's own stdout can be a terminal (tests pass string streams).
+    const StdoutInfo stdout_info{&io.out == &std::cout && ::isatty(STDOUT_FILENO) == 1};
+    if (status.ok()) status = RunRemoteCommand(remote, command, rest, io, &handled, stdout_info);
+    if (status.ok() && !handled) {
       status = UsageError("unknown command '" + std::string(command) + "' (try 'kvdepot help')");
     }
+    if (!status.ok()) status = ExplainConnectFailure(status, remote.address, address_from);
   }
   if (status.ok()) return kExitOk;
   io.err << "kvdepot: error: " << OneLine(status.message()) << "\n";

@@ -46,4 +46,14 @@ inline constexpr const char* kUsagePrefix = "usage: ";
 Status UsageError(const std::string& message);
 bool IsUsageError(const Status& status);
 
+// The value of `flag` parsed by `parse` (e.g. ParseCodecName); a value it rejects is a usage error
+// that names the flag: "--codec foo: unknown codec ...".
+template <typename Parse>
+auto ParseFlagValue(const std::string& flag, const std::string& value, Parse parse)
+    -> decltype(parse(value)) {
+  auto parsed = parse(value);
+  if (!parsed.ok()) return UsageError(flag + " " + value + ": " + parsed.status().message());
+  return parsed;
+}
+
 }  // namespace kvdepot::cli

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iomanip>
 #include <optional>
 #include <ostream>
@@ -58,13 +59,27 @@ Result<KvTensor> LoadTensor(const std::string& path, bool uint16_as_bf16) {
 Result<bool> InputIsBf16(const Args& args) {
   const auto name = args.Get("--dtype");
   if (!name) return false;
-  KVD_ASSIGN_OR_RETURN(DType dtype, ParseDType(*name));
+  KVD_ASSIGN_OR_RETURN(DType dtype, ParseFlagValue("--dtype", *name, ParseDType));
   return dtype == DType::kBFloat16;
 }
 
 void WriteShapeJson(JsonWriter& json, const KvShape& s) {
   json.BeginArray().Uint(s.layers).Uint(2).Uint(s.tokens).Uint(s.kv_heads).Uint(s.head_dim);
   json.EndArray();
+}
+
+// The --json report of a command that wrote `file`: its size in bytes, the tensor's shape and
+// dtype and (for a container) its codec.
+void WrittenJson(Io io, const std::string& file, const KvTensor& tensor, std::string_view codec) {
+  std::error_code ec;
+  const std::uintmax_t bytes = std::filesystem::file_size(file, ec);
+  JsonWriter json(io.out);
+  json.BeginObject().Key("file").String(file).Key("bytes").Uint(ec ? 0 : bytes);
+  if (!codec.empty()) json.Key("codec").String(codec);
+  json.Key("dtype").String(DTypeName(tensor.dtype)).Key("shape");
+  WriteShapeJson(json, tensor.shape);
+  json.EndObject();
+  io.out << "\n";
 }
 
 std::uint64_t Fp16Bytes(const KvShape& shape) { return shape.elements() * 2; }
@@ -96,12 +111,13 @@ Status Encode(std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(
       Args args, Args::Parse(argv, {{"--codec", "--dtype", "--k-bins", "--v-bins", "--partition",
                                      "--orientation", "--rounding", "--seed", "--sinks"},
-                                    {"--quiet"}}));
+                                    {"--quiet", "--json"}}));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"IN.npy", "OUT.kvd"}));
   const std::string& in = args.positional()[0];
   const std::string& out = args.positional()[1];
   EncodeOptions options;
-  KVD_ASSIGN_OR_RETURN(options.codec, ParseCodecName(args.Get("--codec").value_or("raw")));
+  KVD_ASSIGN_OR_RETURN(options.codec, ParseFlagValue("--codec", args.Get("--codec").value_or("raw"),
+                                                     ParseCodecName));
   const CodecId codec = options.codec;
   if (codec != CodecId::kCacheGen && (args.Has("--k-bins") || args.Has("--v-bins"))) {
     return UsageError("--k-bins and --v-bins apply to --codec cachegen only");
@@ -115,10 +131,12 @@ Status Encode(std::span<const char* const> argv, Io io) {
                        args.GetUint("--partition", options.hack.partition, 32, 128));
   options.hack.partition = static_cast<std::uint32_t>(partition);
   if (const auto name = args.Get("--orientation")) {
-    KVD_ASSIGN_OR_RETURN(options.hack.orientation, ParseHackOrientation(*name));
+    KVD_ASSIGN_OR_RETURN(options.hack.orientation,
+                         ParseFlagValue("--orientation", *name, ParseHackOrientation));
   }
   if (const auto name = args.Get("--rounding")) {
-    KVD_ASSIGN_OR_RETURN(options.hack.rounding, ParseHackRounding(*name));
+    KVD_ASSIGN_OR_RETURN(options.hack.rounding,
+                         ParseFlagValue("--rounding", *name, ParseHackRounding));
   }
   KVD_ASSIGN_OR_RETURN(options.hack.seed, args.GetUint("--seed", 0, 0, UINT64_MAX));
   KVD_ASSIGN_OR_RETURN(std::uint64_t sinks, args.GetUint("--sinks", 0, 0, kMaxTokens));
@@ -127,7 +145,7 @@ Status Encode(std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(bool bf16, InputIsBf16(args));
   KVD_ASSIGN_OR_RETURN(KvTensor tensor, LoadTensor(in, bf16));
   if (args.Has("--dtype") && !bf16) {
-    KVD_ASSIGN_OR_RETURN(DType want, ParseDType(*args.Get("--dtype")));
+    KVD_ASSIGN_OR_RETURN(DType want, ParseFlagValue("--dtype", *args.Get("--dtype"), ParseDType));
     KVD_ASSIGN_OR_RETURN(tensor, ConvertDType(tensor.view(), want));
   }
   if (const auto spec = args.Get("--k-bins")) {
@@ -144,7 +162,9 @@ Status Encode(std::span<const char* const> argv, Io io) {
   auto encoded = EncodeChunk(tensor.view(), options);
   if (!encoded.ok()) return encoded.status().WithContext(in);
   KVD_RETURN_IF_ERROR(WriteFileAtomic(out, *encoded));
-  if (!args.Has("--quiet")) {
+  if (args.Has("--json")) {
+    WrittenJson(io, out, tensor, CodecName(codec));
+  } else if (!args.Has("--quiet")) {
     io.out << "wrote " << out << ": " << CodecName(codec) << ", " << tensor.shape.ToString() << " "
            << DTypeName(tensor.dtype) << ", " << encoded->size() << " bytes ("
            << FormatRatio(encoded->size(), tensor.shape) << " of fp16)\n";
@@ -155,7 +175,7 @@ Status Encode(std::span<const char* const> argv, Io io) {
 // ---- decode ----------------------------------------------------------------------------------
 
 Status Decode(std::span<const char* const> argv, Io io) {
-  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{"--dtype"}, {"--quiet"}}));
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{"--dtype"}, {"--quiet", "--json"}}));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"IN.kvd", "OUT.npy"}));
   const std::string& in = args.positional()[0];
   const std::string& out = args.positional()[1];
@@ -167,11 +187,13 @@ Status Decode(std::span<const char* const> argv, Io io) {
   if (!decoded.ok()) return decoded.status().WithContext(in);
   KvTensor tensor = std::move(*decoded);
   if (const auto name = args.Get("--dtype")) {
-    KVD_ASSIGN_OR_RETURN(DType want, ParseDType(*name));
+    KVD_ASSIGN_OR_RETURN(DType want, ParseFlagValue("--dtype", *name, ParseDType));
     KVD_ASSIGN_OR_RETURN(tensor, ConvertDType(tensor.view(), want));
   }
   KVD_RETURN_IF_ERROR(WriteKvNpy(out, tensor.view()));
-  if (!args.Has("--quiet")) {
+  if (args.Has("--json")) {
+    WrittenJson(io, out, tensor, "");
+  } else if (!args.Has("--quiet")) {
     io.out << "wrote " << out << ": " << tensor.shape.ToString() << " " << DTypeName(tensor.dtype)
            << (tensor.dtype == DType::kBFloat16 ? " (as '<u2' bfloat16 bits)" : "") << "\n";
   }
@@ -370,9 +392,9 @@ Status Compare(std::span<const char* const> argv, Io io) {
 
 Status Synth(std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(
-      Args args, Args::Parse(argv, {{"--layers", "--tokens", "--heads", "--dim", "--seed",
-                                     "--dtype"},
-                                    {"--quiet"}}));
+      Args args,
+      Args::Parse(argv, {{"--layers", "--tokens", "--heads", "--dim", "--seed", "--dtype"},
+                         {"--quiet", "--json"}}));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"OUT.npy"}));
   SynthOptions options;
   KVD_ASSIGN_OR_RETURN(std::uint64_t layers, args.GetUint("--layers", 2, 1, kMaxLayers));
@@ -383,12 +405,14 @@ Status Synth(std::span<const char* const> argv, Io io) {
   options.shape = {static_cast<std::uint32_t>(layers), static_cast<std::uint32_t>(tokens),
                    static_cast<std::uint32_t>(heads), static_cast<std::uint32_t>(dim)};
   if (const auto name = args.Get("--dtype")) {
-    KVD_ASSIGN_OR_RETURN(options.dtype, ParseDType(*name));
+    KVD_ASSIGN_OR_RETURN(options.dtype, ParseFlagValue("--dtype", *name, ParseDType));
   }
   KVD_ASSIGN_OR_RETURN(KvTensor tensor, SynthesizeKv(options));
   const std::string& out = args.positional()[0];
   KVD_RETURN_IF_ERROR(WriteKvNpy(out, tensor.view()));
-  if (!args.Has("--quiet")) {
+  if (args.Has("--json")) {
+    WrittenJson(io, out, tensor, "");
+  } else if (!args.Has("--quiet")) {
     io.out << "wrote " << out << ": synthetic KV " << tensor.shape.ToString() << " "
            << DTypeName(tensor.dtype) << ", seed " << options.seed << "\n";
   }
@@ -411,6 +435,7 @@ void PrintCodecUsage(std::ostream& out) {
          "  codec compare [--json] [--expect-bit-exact] [--max-rel-l2 X] A B   (.npy or .kvd)\n"
          "  codec synth OUT.npy [--layers L] [--tokens T] [--heads H] [--dim D] [--seed S]\n"
          "              [--dtype fp16|bf16|fp32]\n"
+         "encode, decode and synth take --json (a report of what was written) or --quiet.\n"
          "Arrays are [layers, 2, tokens, kv_heads, head_dim]. bf16 travels in .npy as '<u2' bits:\n"
          "pass --dtype bf16 to read such a file as bfloat16.\n";
 }

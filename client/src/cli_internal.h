@@ -1,6 +1,7 @@
 // Shared pieces of the CLI's command implementations.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <span>
 #include <string>
@@ -10,6 +11,10 @@
 #include "kvdepot/status.h"
 
 namespace kvdepot::cli {
+
+// The largest value the CLI reads or accepts (1 TiB): no limit of its own in practice, since the
+// server's limits.max_value_bytes governs (it refuses larger values with its limit).
+inline constexpr std::uint64_t kCliMaxValueBytes = 1ull << 40;
 
 // Output streams of one CLI invocation.
 struct Io {
@@ -29,10 +34,16 @@ void PrintCodecUsage(std::ostream& out);
 Status InspectContainerBytes(const std::string& name, std::span<const std::byte> bytes,
                              bool json, Io io);
 
+// What the CLI knows of its standard output (`get` without -o writes there unless a terminal).
+struct StdoutInfo {
+  bool is_terminal = false;
+};
+
 // Commands that talk to kvdepotd as `remote` says (address, token, TLS). Sets *handled = false
 // for an unknown command.
 Status RunRemoteCommand(const client::ClientOptions& remote, std::string_view command,
-                        std::span<const char* const> argv, Io io, bool* handled);
+                        std::span<const char* const> argv, Io io, bool* handled,
+                        const StdoutInfo& stdout_info = {});
 void PrintRemoteUsage(std::ostream& out);
 
 // `kvdepot bench`: a PUT/GET/LOOKUP load generator against kvdepotd, or Redis with --redis.

@@ -11,7 +11,9 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <string>
@@ -94,6 +96,13 @@ Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
   return std::chrono::milliseconds(n * ms_per);
 }
 
+// Permission bits as ApplyConfigFlag reads them: "0660".
+std::string OctalMode(std::uint32_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof(text), "%04o", static_cast<unsigned>(mode));
+  return text;
+}
+
 std::string DurationText(std::chrono::milliseconds d) {
   return std::to_string(d.count()) + "ms";
 }
@@ -115,6 +124,23 @@ const std::vector<KeySpec>& Specs() {
                                   " (sun_path): use a shorter one, e.g. under /run");
          }
          c.server.unix_path = std::string(v);
+         return Status::Ok();
+       }},
+      {"unix_mode", "Unix socket permission bits, octal (e.g. 0660; connecting needs write)",
+       [](std::string_view v, Config& c) -> Status {
+         std::uint32_t mode = 0;
+         const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), mode, 8);
+         if (v.empty() || ec != std::errc() || p != v.data() + v.size() || mode > 0777) {
+           return InvalidArgument("'" + std::string(v) +
+                                  "' is not octal permission bits 0-0777 "
+                                  "(e.g. 0660: owner and group may connect)");
+         }
+         c.server.unix_mode = mode;
+         return Status::Ok();
+       }},
+      {"unix_group", "group of the Unix socket (empty: kvdepotd's own; must be one of its groups)",
+       [](std::string_view v, Config& c) -> Status {
+         c.server.unix_group = std::string(v);
          return Status::Ok();
        }},
       {"io_threads", "network I/O threads (1-256)",
@@ -184,7 +210,7 @@ const std::vector<KeySpec>& Specs() {
          c.gpu_device = static_cast<std::int32_t>(n);
          return Status::Ok();
        }},
-      {"ssd.dir", "SSD tier directory (empty: no SSD tier)",
+      {"ssd.dir", "SSD tier directory, relative to data_dir unless absolute (empty: none)",
        [](std::string_view v, Config& c) {
          c.ssd.dir = std::string(v);
          return Status::Ok();
@@ -232,6 +258,22 @@ const std::vector<KeySpec>& Specs() {
        [](std::string_view v, Config& c) -> Status {
          KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 4, 4096));
          c.ssd.queue_depth = static_cast<std::uint32_t>(n);
+         return Status::Ok();
+       }},
+      {"ssd.flush_on_shutdown",
+       "true: at shutdown, write the host tier's values the SSD lacks (warm restart)",
+       [](std::string_view v, Config& c) -> Status {
+         if (v == "true")
+           c.ssd.flush_on_shutdown = true;
+         else if (v == "false")
+           c.ssd.flush_on_shutdown = false;
+         else
+           return InvalidArgument("'" + std::string(v) + "' is not true or false");
+         return Status::Ok();
+       }},
+      {"ssd.flush_budget", "longest shutdown flush, e.g. 20s (0: write nothing)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(c.ssd.flush_budget, ParseDuration(v));
          return Status::Ok();
        }},
       {"ssd.sync_interval_ms", "durability async: sync period in ms (1-60000)",
@@ -290,6 +332,7 @@ const std::vector<KeySpec>& Specs() {
       {"limits.max_value_bytes", "largest value accepted, e.g. 64MiB",
        [](std::string_view v, Config& c) -> Status {
          KVD_ASSIGN_OR_RETURN(c.server.limits.max_value_bytes, ParseSizeIn(v, 1, 1ull << 31));
+         c.max_value_bytes_explicit = true;
          return Status::Ok();
        }},
       {"limits.max_batch", "most keys in one request (1-65536)",
@@ -518,6 +561,22 @@ Status ApplyConfigFile(const std::string& path, Config& config) {
   }
 }
 
+void DeriveValueLimit(Config& config) {
+  if (config.max_value_bytes_explicit) return;
+  const auto& limits = config.server.limits;
+  // The largest value whose charge (HostTier::ChargeFor) fits the host tier's capacity.
+  const std::uint64_t overhead = HostTier::ChargeFor(limits.max_key_bytes, 0);
+  std::uint64_t fits =
+      config.host.capacity_bytes > overhead
+          ? (config.host.capacity_bytes - overhead) / Value::kAlignment * Value::kAlignment
+          : 1;
+  if (!config.ssd.dir.empty() && config.ssd.segment_bytes > 4096) {
+    fits = std::min(fits, config.ssd.segment_bytes - 4096);  // a value fits one segment
+  }
+  config.server.limits.max_value_bytes =
+      std::max<std::uint64_t>(1, std::min(config.server.limits.max_value_bytes, fits));
+}
+
 Status LoadConfig(const std::string& config_file, const std::vector<std::string_view>& flags,
                   Config& config) {
   config = Config{};
@@ -540,6 +599,12 @@ Status LoadConfig(const std::string& config_file, const std::vector<std::string_
     }
     KVD_RETURN_IF_ERROR(ApplyConfigFlag(a, value, config));
   }
+  // A relative ssd.dir lies under data_dir (e.g. /var/lib/kvdepot/ssd under the systemd unit).
+  if (!config.ssd.dir.empty() && config.ssd.dir.front() != '/') {
+    config.ssd.dir =
+        (std::filesystem::path(config.data_dir) / config.ssd.dir).lexically_normal().string();
+  }
+  DeriveValueLimit(config);
   if (Status s = ValidateConfig(config); !s.ok()) {
     return Status(s.code(), (config_file.empty() ? "" : config_file + ": ") + s.message());
   }
@@ -573,12 +638,20 @@ Status ValidateConfig(const Config& config) {
   }
   if (config.server.limits.max_value_bytes + config.server.limits.max_key_bytes + 16 >
       config.server.limits.max_body_bytes) {
-    return InvalidArgument("limits.max_body_bytes must exceed limits.max_value_bytes");
+    return InvalidArgument("limits.max_body_bytes (" +
+                           std::to_string(config.server.limits.max_body_bytes) +
+                           ") must exceed limits.max_value_bytes (" +
+                           std::to_string(config.server.limits.max_value_bytes) +
+                           ") plus limits.max_key_bytes: raise limits.max_body_bytes "
+                           "(--limits-max-body-bytes) or lower limits.max_value_bytes");
   }
   if (config.server.limits.max_value_bytes > config.host.capacity_bytes) {
     return InvalidArgument(
-        "limits.max_value_bytes exceeds host.capacity: such values could "
-        "never be stored");
+        "limits.max_value_bytes (" + std::to_string(config.server.limits.max_value_bytes) +
+        ", set explicitly) exceeds host.capacity (" + std::to_string(config.host.capacity_bytes) +
+        "): such values could never be stored; lower limits.max_value_bytes "
+        "(--limits-max-value-bytes) or raise host.capacity (--host-capacity), or leave "
+        "limits.max_value_bytes unset to derive it from host.capacity");
   }
   if (config.server.tls.enabled() != !config.server.tls.key_file.empty()) {
     return InvalidArgument("tls.cert_file and tls.key_file go together");
@@ -602,8 +675,11 @@ Status ValidateConfig(const Config& config) {
     }
     if (config.server.limits.max_value_bytes + 4096 > config.ssd.segment_bytes) {
       return InvalidArgument(
-          "ssd.segment_size must exceed limits.max_value_bytes by 4 KiB: "
-          "every value must fit one segment");
+          "ssd.segment_size (" + std::to_string(config.ssd.segment_bytes) +
+          ") must exceed limits.max_value_bytes (" +
+          std::to_string(config.server.limits.max_value_bytes) +
+          ", set explicitly) by 4 KiB: every value must fit one segment; raise "
+          "ssd.segment_size (--ssd-segment-size) or lower limits.max_value_bytes");
     }
   }
   return Status::Ok();
@@ -615,6 +691,8 @@ std::vector<std::pair<std::string, std::string>> ConfigEntries(const Config& c) 
   std::vector<std::pair<std::string, std::string>> out = {
       {"listen", c.server.listen},
       {"unix", c.server.unix_path},
+      {"unix_mode", OctalMode(c.server.unix_mode)},
+      {"unix_group", c.server.unix_group},
       {"io_threads", n(c.server.io_threads)},
       {"data_dir", c.data_dir},
       {"log_level", std::string(LogLevelName(c.log_level))},
@@ -640,6 +718,8 @@ std::vector<std::pair<std::string, std::string>> ConfigEntries(const Config& c) 
       {"ssd.write_buffer", n(c.ssd.write_buffer_bytes)},
       {"ssd.queue_depth", n(c.ssd.queue_depth)},
       {"ssd.sync_interval_ms", n(c.ssd.sync_interval_ms)},
+      {"ssd.flush_on_shutdown", c.ssd.flush_on_shutdown ? "true" : "false"},
+      {"ssd.flush_budget", DurationText(c.ssd.flush_budget)},
       {"lm.listen", c.lm.listen},
       {"lm.namespace", c.lm.namespace_name},
       {"lm.io_threads", n(c.lm.io_threads)},

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "dir_lock.h"
 #include "kvdepot/daemon/auth.h"
 #include "kvdepot/daemon/config.h"
 #include "kvdepot/daemon/host_tier.h"
@@ -31,6 +33,7 @@
 #include "kvdepot/daemon/resp_server.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/service_notify.h"
+#include "kvdepot/daemon/shutdown_flush.h"
 #include "kvdepot/daemon/ssd_tier.h"
 #include "kvdepot/daemon/store.h"
 #include "kvdepot/daemon/transcoder.h"
@@ -61,10 +64,11 @@ void PrintHelp() {
       "digits alone (bytes): 64MiB. Durations: 30s, 500ms, 10m, 1h.\n"
       "Exit status: 0 after a clean stop; 2 for a wrong command line or configuration; 1 when a\n"
       "valid configuration cannot start here (busy port, missing file, ...).\n"
-      "\nSIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.\n"
+      "\nSIGTERM or SIGINT: stop accepting, finish in-flight requests, write the host tier's\n"
+      "values the SSD tier lacks (ssd.flush_on_shutdown, ssd.flush_budget), exit 0.\n"
       "SIGHUP: re-read --config FILE (flags still override it) and apply what can change at run\n"
       "time (log_level, host.capacity, existing namespace quotas, limits.request_timeout,\n"
-      "limits.idle_timeout); other changes are logged.\n");
+      "limits.idle_timeout, ssd.flush_on_shutdown, ssd.flush_budget); other changes are logged.\n");
 }
 
 // The one error line of a failed start (docs/operations.md): "kvdepotd: error: ...", exit `code`
@@ -132,8 +136,9 @@ std::string ListenError(std::string_view key, const std::string& listen, const S
 // concern; otherwise the TCP listener failed when it has no port yet, else the Unix one.
 std::string ServerStartError(const Config& config, const Server& server, const Status& status) {
   const std::string& message = status.message();
-  if (message.rfind("tls.", 0) == 0) {
-    const std::string key = message.substr(0, message.find(' '));
+  if (message.rfind("tls.", 0) == 0 || message.rfind("unix_group ", 0) == 0 ||
+      message.rfind("unix_mode", 0) == 0) {
+    const std::string key = message.substr(0, message.find_first_of(" :"));
     return message + "; change " + key + " or " + FlagOf(key);
   }
   if (!config.server.listen.empty() && server.tcp_port() == 0) {
@@ -239,6 +244,38 @@ void Reload(const std::string& config_file, const std::vector<std::string_view>&
   NotifyReady("serving");
 }
 
+// Warm restart: writes the host tier's values the SSD tier lacks (ssd.flush_on_shutdown,
+// ssd.flush_budget) and logs what was written and what was left.
+void FlushHostTier(const SsdTierOptions& options, const HostTier& host, SsdTier& ssd) {
+  if (!options.flush_on_shutdown) {
+    Log(LogLevel::kInfo,
+        "shutdown flush off (ssd.flush_on_shutdown false): the host tier's "
+        "values not on the SSD are dropped",
+        {{"host_chunks", std::to_string(host.stats().chunks)}});
+    return;
+  }
+  // Leave the service manager room for the flush on top of TimeoutStopSec (plus the close).
+  NotifyStatus("writing the host tier to the SSD tier (ssd.flush_budget " +
+                   std::to_string(options.flush_budget.count()) + "ms)",
+               std::chrono::microseconds(options.flush_budget) + std::chrono::seconds(10));
+  const FlushReport r = FlushHostToSsd(host, ssd, options.flush_budget);
+  std::string left_why = "none";
+  if (r.budget_exhausted) left_why = "ssd.flush_budget ran out";
+  if (r.capacity_reached) left_why = "ssd.capacity (less one segment) reached";
+  Log(r.left_chunks == 0 && r.failed_chunks == 0 ? LogLevel::kInfo : LogLevel::kWarn,
+      "shutdown flush: wrote " + std::to_string(r.written_chunks) + " host-tier chunks to the SSD",
+      {{"host_chunks", std::to_string(r.host_chunks)},
+       {"already_on_ssd", std::to_string(r.already_on_ssd)},
+       {"written_chunks", std::to_string(r.written_chunks)},
+       {"written_bytes", std::to_string(r.written_bytes)},
+       {"failed_chunks", std::to_string(r.failed_chunks)},
+       {"left_chunks", std::to_string(r.left_chunks)},
+       {"left_bytes", std::to_string(r.left_bytes)},
+       {"left_because", left_why},
+       {"elapsed_ms", std::to_string(r.elapsed.count())},
+       {"budget_ms", std::to_string(options.flush_budget.count())}});
+}
+
 // kvdepotd itself (DaemonMain without its last-resort exception handler).
 int Run(int argc, char** argv) {
   std::vector<std::string_view> args(argv + 1, argv + argc);
@@ -286,6 +323,20 @@ int Run(int argc, char** argv) {
     if (Status s = PrepareDirectory("ssd.dir", config.ssd.dir); !s.ok()) {
       return Fail(1, s.message());
     }
+  }
+  // One daemon per directory: data_dir, and ssd.dir when it is not the same directory.
+  std::vector<std::unique_ptr<DirectoryLock>> directory_locks;
+  for (const auto& [key, dir] :
+       {std::pair<const char*, const std::string&>{"data_dir", config.data_dir},
+        {"ssd.dir", config.ssd.dir}}) {
+    std::error_code ec;
+    if (dir.empty() ||
+        (directory_locks.size() == 1 && std::filesystem::equivalent(dir, config.data_dir, ec))) {
+      continue;
+    }
+    auto lock = DirectoryLock::Acquire(dir);
+    if (!lock.ok()) return Fail(1, SettingError(key, dir, lock.status().message()));
+    directory_locks.push_back(std::move(*lock));
   }
   // Files named by settings, checked before anything starts so that a missing or unreadable one
   // is reported as such (OpenSSL's own errors for a missing file say little).
@@ -355,6 +406,7 @@ int Run(int argc, char** argv) {
   }
   Store store(host, ssd.get());
   // The GPU tier: only when asked for; asking without CUDA or without a GPU is an error.
+  [[maybe_unused]] const char* tiers = ssd ? "host + SSD tiers" : "the host tier only (no ssd.dir)";
   std::unique_ptr<DeviceTier> gpu;
   TranscoderHooks hooks;
   hooks.observe = [&metrics](const TranscodeTimings& t, CodecId target, std::string_view device) {
@@ -389,7 +441,7 @@ int Run(int argc, char** argv) {
         {{"device", DescribeGpu(device)}, {"gpu_capacity", std::to_string(config.gpu_capacity)}});
   } else {
     // Not probed: touching CUDA would create a context (device memory) for nothing.
-    Log(LogLevel::kInfo, "gpu tier off (gpu.capacity 0): serving host + SSD tiers");
+    Log(LogLevel::kInfo, std::string("gpu tier off (gpu.capacity 0): serving ") + tiers);
   }
 #else
   if (config.gpu_capacity > 0) {
@@ -397,7 +449,7 @@ int Run(int argc, char** argv) {
                             " but this kvdepotd was built without CUDA (-DKVDEPOT_CUDA=ON)";
     return Fail(1, why);
   }
-  Log(LogLevel::kInfo, "gpu tier off: built without CUDA; serving host + SSD tiers");
+  Log(LogLevel::kInfo, std::string("gpu tier off: built without CUDA; serving ") + tiers);
 #endif
   // Without a metrics endpoint nobody reads the per-request metrics: the server skips them.
   Server server(config.server, store, config.metrics_listen.empty() ? nullptr : &metrics,
@@ -531,7 +583,12 @@ int Run(int argc, char** argv) {
     resp_server.Stop();
     lm_server.Stop();
     server.Stop();
-    if (ssd) ssd->Close();  // completes queued writes; the server has answered every request
+  }
+  // After the watchdog (it probes the stopped server's I/O loops) and once every front end has
+  // answered its last request: nothing writes to the tiers any more.
+  if (ssd) {
+    FlushHostTier(config.ssd, host, *ssd);
+    ssd->Close();  // completes queued writes
   }
   http.reset();  // its sources read the server and the tiers
   const ServerStats st = server.stats();

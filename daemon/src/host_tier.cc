@@ -7,6 +7,7 @@
 #include <limits>
 #include <list>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 
 #include "kvdepot/checksum.h"
@@ -540,6 +541,29 @@ protocol::ScanResult HostTier::Scan(std::string_view prefix, std::string_view cu
   if (n == limit && n > 0) result.next_cursor = found.back().key;
   result.entries = std::move(found);
   return result;
+}
+
+std::vector<std::pair<std::string, ValueRef>> HostTier::EntriesByRecency() const {
+  struct Item {
+    std::uint64_t last_access_ms;
+    std::uint64_t stamp;
+    std::string key;
+    ValueRef value;
+  };
+  std::vector<Item> items;
+  for (const auto& shard : shards_) {
+    std::lock_guard lock(shard->mu);
+    for (const auto& [key, entry] : shard->index) {
+      items.push_back({entry.last_access_ms, entry.pos->stamp, key, entry.value});
+    }
+  }
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    return std::tie(a.last_access_ms, a.stamp) > std::tie(b.last_access_ms, b.stamp);
+  });
+  std::vector<std::pair<std::string, ValueRef>> out;
+  out.reserve(items.size());
+  for (Item& item : items) out.emplace_back(std::move(item.key), std::move(item.value));
+  return out;
 }
 
 Result<std::uint64_t> HostTier::SetCapacity(std::uint64_t capacity_bytes) {

@@ -15,6 +15,9 @@
 #include <limits>
 #include <utility>
 
+#include "kvdepot/codec_id.h"
+#include "process_metrics.h"
+
 namespace kvdepot::daemon {
 namespace {
 
@@ -61,6 +64,20 @@ ClientMetric HistogramSample(std::vector<ClientMetric::Label> labels,
   m.histogram.sample_count = cumulative;
   m.histogram.sample_sum = sum;
   return m;
+}
+
+// Outcomes exported for every operation from the start, at zero until they happen, so that
+// rates and alerts over them work before the first one (docs/metrics.md); other codes appear
+// with their first occurrence.
+bool AlwaysExported(StatusCode status) {
+  switch (status) {
+    case StatusCode::kOk:
+    case StatusCode::kNotFound:
+    case StatusCode::kOutOfRange:
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kInternal: return true;
+    default: return false;
+  }
 }
 
 std::string OpLabel(std::size_t op) {
@@ -140,7 +157,7 @@ struct Metrics::RequestCounters {
     for (std::size_t op = 1; op < kOps; ++op) {
       for (std::size_t st = 0; st < kStatuses; ++st) {
         const std::uint64_t n = ops[op].by_status[st].load(std::memory_order_relaxed);
-        if (n == 0 && st != static_cast<std::size_t>(StatusCode::kOk)) continue;
+        if (n == 0 && !AlwaysExported(static_cast<StatusCode>(st))) continue;
         Add(requests,
             {{"op", OpLabel(op)},
              {"status", std::string(StatusCodeName(static_cast<StatusCode>(st)))}},
@@ -241,6 +258,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     if (ssd_) CollectSsd(ssd_(), out);
     if (lm_) CollectLm(lm_(), out);
     if (resp_) CollectResp(resp_(), out);
+    CollectProcessMetrics(out);
     return out;
   }
 
@@ -491,6 +509,18 @@ Metrics::Metrics(std::string version)
                   .Name("kvdepot_config_reloads_total")
                   .Help("Configuration reloads (SIGHUP), by result")
                   .Register(*registry_);
+  // Every series below exists from the start, at zero (docs/metrics.md).
+  reloads_->Add({{"result", "ok"}});
+  reloads_->Add({{"result", "error"}});
+  for (const CodecId codec : {CodecId::kRaw, CodecId::kCacheGen, CodecId::kHackInt2}) {
+    for (const char* op : {"encode", "decode"}) {
+      const std::map<std::string, std::string> labels = {
+          {"op", op}, {"codec", std::string(CodecName(codec))}, {"device", "cpu"}};
+      codec_seconds_->Add(labels, kCodecBuckets);
+      codec_raw_bytes_->Add(labels);
+      codec_encoded_bytes_->Add(labels);
+    }
+  }
 }
 
 Metrics::~Metrics() = default;

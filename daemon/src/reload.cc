@@ -88,6 +88,15 @@ ReloadResult ApplyReload(const Config& next, Config& running, HostTier& host,
       result.applied.push_back(key);
       continue;
     }
+    if (key == "ssd.flush_on_shutdown" || key == "ssd.flush_budget") {
+      // Read only at shutdown, so the next stop uses them (e.g. a longer budget before a restart).
+      running.ssd.flush_on_shutdown = next.ssd.flush_on_shutdown;
+      running.ssd.flush_budget = next.ssd.flush_budget;
+      Log(LogLevel::kInfo, "shutdown flush setting changed",
+          {{"key", key}, {"from", from}, {"to", to}});
+      result.applied.push_back(key);
+      continue;
+    }
     if (key.rfind(kQuotaPrefix, 0) == 0 && before.count(key) != 0 && after.count(key) != 0) {
       const std::string id = Unhex(std::string_view(key).substr(kQuotaPrefix.size()));
       const std::uint64_t bytes = next.host.namespace_quotas.at(id);

@@ -6,6 +6,7 @@
 #include "kvdepot/daemon/ssd_tier.h"
 #include "listen_address.h"
 #include "registration_guard.h"
+#include "unix_socket.h"
 
 #include "kvdepot/byte_order.h"
 
@@ -182,6 +183,7 @@ class Server::Impl {
   std::unique_ptr<asio::ip::tcp::acceptor> tcp_;
   std::unique_ptr<asio::local::stream_protocol::acceptor> unix_;
   std::uint16_t tcp_port_ = 0;
+  ino_t unix_inode_ = 0;  // the socket file this server created (removed at Stop)
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::list<std::weak_ptr<ConnectionBase>> connections_;  // live ones; guarded by mu_
@@ -1330,15 +1332,15 @@ Status Server::Impl::Start() {
     Accept(*tcp_);
   }
   if (!options_.unix_path.empty()) {
-    struct stat st {};
-    if (::lstat(options_.unix_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
-      ::unlink(options_.unix_path.c_str());  // a stale socket from a previous run
-    }
+    // A stale socket from a previous run is replaced; a live daemon's is never taken over.
+    KVD_RETURN_IF_ERROR(ClaimUnixSocketPath(options_.unix_path));
     unix_ = std::make_unique<asio::local::stream_protocol::acceptor>(io());
     const asio::local::stream_protocol::endpoint endpoint(options_.unix_path);
     if (unix_->open(endpoint.protocol(), ec); !ec) unix_->bind(endpoint, ec);
     if (!ec) unix_->listen(asio::socket_base::max_listen_connections, ec);
     if (ec) return Unavailable("cannot listen on unix:" + options_.unix_path + ": " + ec.message());
+    KVD_RETURN_IF_ERROR(SetUnixSocketAccess(options_.unix_path, options_.unix_mode,
+                                            options_.unix_group, &unix_inode_));
     Accept(*unix_);
   }
   if (!tcp_ && !unix_) return InvalidArgument("no listener configured (listen and unix are empty)");
@@ -1391,7 +1393,7 @@ void Server::Impl::Stop() {
   // A connection whose last reference is held off the I/O threads (a store callback on the SSD
   // tier's thread) may still be going: *this must outlive it (RegistrationGuard).
   while (open_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  if (!options_.unix_path.empty()) ::unlink(options_.unix_path.c_str());
+  if (unix_inode_ != 0) RemoveOwnUnixSocket(options_.unix_path, unix_inode_);
 }
 
 bool Server::Impl::TakeRefusalLogTurn(std::uint64_t& not_logged) {
@@ -1444,6 +1446,12 @@ std::string Server::Impl::StatsJson(const AuthScope* scope) const {
   field("bytes_out", s.bytes_out);
   field("request_timeouts", s.request_timeouts);
   field("idle_timeouts", s.idle_timeouts);
+  // The limits a client meets (docs/protocol.md): the CLI quotes them when a PUT is refused.
+  out += "\"limits\":{";
+  field("max_key_bytes", options_.limits.max_key_bytes);
+  field("max_value_bytes", options_.limits.max_value_bytes);
+  field("max_batch", options_.limits.max_batch);
+  out += "\"max_body_bytes\":" + std::to_string(options_.limits.max_body_bytes) + "},";
   out += "\"tiers\":{\"host\":{";
   field("bytes", h.bytes);
   field("capacity", h.capacity);

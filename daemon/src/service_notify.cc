@@ -23,6 +23,12 @@ void NotifyStopping() {
   sd_notify(0, "STOPPING=1");
 }
 
+void NotifyStatus(std::string_view status, std::chrono::microseconds extend) {
+  std::string message = "STATUS=" + std::string(status);
+  if (extend.count() > 0) message += "\nEXTEND_TIMEOUT_USEC=" + std::to_string(extend.count());
+  sd_notify(0, message.c_str());
+}
+
 // Shared with the probe callbacks, which may run after the Watchdog is gone.
 struct Watchdog::State {
   std::mutex mu;

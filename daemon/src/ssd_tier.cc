@@ -172,6 +172,7 @@ class SsdTier::Impl {
   void Close();
   void Write(std::string_view key, ValueRef value, WriteCallback done);
   bool Demote(std::string_view key, const ValueRef& value);
+  bool Holds(std::string_view key, const ValueRef& value) const;
   void Read(std::string_view key, const Allocator& allocate, ReadCallback done);
   bool Contains(std::string_view key) const {
     std::lock_guard lock(mu_);
@@ -473,17 +474,18 @@ void SsdTier::Impl::Write(std::string_view key, ValueRef value, WriteCallback do
   Enqueue(std::move(job));
 }
 
-bool SsdTier::Impl::Demote(std::string_view key, const ValueRef& value) {
+bool SsdTier::Impl::Holds(std::string_view key, const ValueRef& value) const {
+  std::lock_guard lock(mu_);
   if (const std::uint64_t sum = value->ssd_checksum(); sum != 0) {
-    std::lock_guard lock(mu_);
     auto it = index_.find(key);
     if (it != index_.end() && it->second.location.checksum == sum) return true;  // already here
   }
-  {
-    std::lock_guard lock(mu_);
-    auto q = queued_.find(std::string(key));
-    if (q != queued_.end() && q->second == value) return true;  // its write is queued already
-  }
+  auto q = queued_.find(std::string(key));
+  return q != queued_.end() && q->second == value;  // its write is queued already
+}
+
+bool SsdTier::Impl::Demote(std::string_view key, const ValueRef& value) {
+  if (Holds(key, value)) return true;
   if (ssd::RecordBytes(value->bytes().size()) > options_.segment_bytes) {
     ++demotions_dropped_;
     return true;
@@ -1089,6 +1091,9 @@ bool SsdTier::Demote(std::string_view key, const ValueRef& value) {
 }
 void SsdTier::Read(std::string_view key, const Allocator& allocate, ReadCallback done) {
   impl_->Read(key, allocate, std::move(done));
+}
+bool SsdTier::Holds(std::string_view key, const ValueRef& value) const {
+  return impl_->Holds(key, value);
 }
 bool SsdTier::Contains(std::string_view key) const {
   return impl_->Contains(key);

@@ -159,8 +159,11 @@ TEST_F(CliTest, BadInputsAreOneLineErrors) {
                      "junk.npy");
   ExpectOneLineError(Run({"codec", "decode", Path("junk.npy"), Path("o.npy")}), kExitError,
                      "not a kvdepot chunk container");
+  // A flag value no codec has is a wrong command line (exit 2), named with its flag.
   ExpectOneLineError(Run({"codec", "encode", "--codec", "zstd", Path("junk.npy"), Path("o.kvd")}),
-                     kExitError, "unknown codec 'zstd'");
+                     kExitUsage, "--codec zstd: unknown codec 'zstd'");
+  ExpectOneLineError(Run({"codec", "synth", Path("o.npy"), "--dtype", "fp8"}), kExitUsage,
+                     "--dtype fp8");
   ExpectOneLineError(Run({"codec", "inspect", dir_.string()}), kExitError, "not a regular file");
 }
 

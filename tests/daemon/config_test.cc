@@ -237,6 +237,41 @@ TEST(ConfigTest, ErrorsNameFileLineAndKey) {
   EXPECT_FALSE(ValidateConfig(c).ok());
 }
 
+// An unset limits.max_value_bytes follows host.capacity and ssd.segment_size; an explicit one
+// that cannot fit is refused, naming both keys (issue 23).
+TEST(ConfigTest, ValueLimitIsDerivedUnlessSetExplicitly) {
+  Config c;
+  ASSERT_TRUE(LoadConfig("", {"--host-capacity", "16MiB"}, c).ok());
+  EXPECT_LT(c.server.limits.max_value_bytes, 16ull << 20);
+  EXPECT_GE(c.server.limits.max_value_bytes, 15ull << 20);
+  EXPECT_LE(HostTier::ChargeFor(c.server.limits.max_key_bytes, c.server.limits.max_value_bytes),
+            16ull << 20)
+      << "the largest value accepted can be stored";
+  ASSERT_TRUE(LoadConfig("", {}, c).ok());
+  EXPECT_EQ(c.server.limits.max_value_bytes, 64ull << 20) << "the default where it fits";
+  ASSERT_TRUE(
+      LoadConfig(
+          "",
+          {"--ssd-dir", "/tmp/kvd-ssd", "--ssd-segment-size", "8MiB", "--ssd-capacity", "64MiB"}, c)
+          .ok());
+  EXPECT_EQ(c.server.limits.max_value_bytes, (8ull << 20) - 4096);
+  const Status s =
+      LoadConfig("", {"--host-capacity", "16MiB", "--limits-max-value-bytes", "64MiB"}, c);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  for (const char* needle : {"limits.max_value_bytes", "host.capacity", "set explicitly",
+                             "--limits-max-value-bytes", "--host-capacity"}) {
+    EXPECT_NE(s.message().find(needle), std::string::npos) << needle << ": " << s.message();
+  }
+}
+
+TEST(ConfigTest, RelativeSsdDirIsUnderDataDir) {
+  Config c;
+  ASSERT_TRUE(LoadConfig("", {"--data-dir", "/var/lib/kvdepot", "--ssd-dir", "ssd"}, c).ok());
+  EXPECT_EQ(c.ssd.dir, "/var/lib/kvdepot/ssd");
+  ASSERT_TRUE(LoadConfig("", {"--data-dir", "/var/lib/kvdepot", "--ssd-dir", "/mnt/nvme"}, c).ok());
+  EXPECT_EQ(c.ssd.dir, "/mnt/nvme");
+}
+
 TEST(ConfigTest, EveryKeyHasAFlag) {
   for (const ConfigKeyHelp& k : ConfigKeys()) {
     EXPECT_EQ(k.flag.rfind("--", 0), 0u);

@@ -143,8 +143,11 @@ TEST_F(MetricsTest, RefusedPutItemsAreCountedWithTheirCode) {
   EXPECT_EQ(WaitFor(metrics_, R"(kvdepot_requests_total{op="put",status="out_of_range"})", 1), 1);
 }
 
-TEST_F(MetricsTest, CodecSeriesAppearOnceFed) {
-  EXPECT_EQ(metrics_.Text().find("kvdepot_codec_duration_seconds"), std::string::npos);
+TEST_F(MetricsTest, CodecSeriesExistAtZeroAndCountOnceFed) {
+  EXPECT_EQ(
+      Sample(metrics_.Text(),
+             R"(kvdepot_codec_duration_seconds_count{codec="cachegen",device="cpu",op="encode"})"),
+      0);
   metrics_.ObserveCodec(CodecOp::kEncode, "cachegen", "cpu", 0.002, 4 << 20, 1 << 20);
   const std::string text = metrics_.Text();
   EXPECT_EQ(
@@ -185,6 +188,38 @@ TEST_F(MetricsTest, HttpServesMetricsAndHealth) {
   http->reset();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1))
       << "stopping does not wait out CivetWeb's poll timeout";
+}
+
+// Counters of rare events are exported at zero from the first scrape (docs/metrics.md).
+TEST_F(MetricsTest, RareEventCountersExistAtZeroFromTheStart) {
+  const std::string text = metrics_.Text();
+  EXPECT_EQ(Sample(text, R"(kvdepot_config_reloads_total{result="ok"})"), 0);
+  EXPECT_EQ(Sample(text, R"(kvdepot_config_reloads_total{result="error"})"), 0);
+  for (const char* status : {"not_found", "out_of_range", "resource_exhausted", "internal"}) {
+    const std::string series =
+        std::string("kvdepot_requests_total{op=\"put\",status=\"") + status + "\"}";
+    EXPECT_EQ(Sample(text, series), 0) << status;
+  }
+  metrics_.OnReload(false);
+  EXPECT_EQ(Sample(metrics_.Text(), R"(kvdepot_config_reloads_total{result="error"})"), 1);
+}
+
+// Prometheus's standard process_* metrics, read from /proc/self.
+TEST_F(MetricsTest, ProcessMetricsFollowPrometheusConventions) {
+  const std::string text = metrics_.Text();
+  EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);
+  EXPECT_GE(Sample(text, "process_cpu_seconds_total"), 0);
+  EXPECT_GT(Sample(text, "process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GE(Sample(text, "process_virtual_memory_bytes"),
+            Sample(text, "process_resident_memory_bytes"));
+  // This test holds at least stdin/out/err, the server's listener and the client's connection.
+  EXPECT_GE(Sample(text, "process_open_fds"), 5);
+  EXPECT_GE(Sample(text, "process_max_fds"), Sample(text, "process_open_fds"));
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double started = Sample(text, "process_start_time_seconds");
+  EXPECT_LE(started, now + 1);
+  EXPECT_GT(started, now - 24 * 3600) << "a test process started within the last day";
 }
 
 TEST_F(MetricsTest, RefusalCountersAreExported) {

@@ -7,10 +7,12 @@ and with exactly one `kvdepotd: error: ...` line on stderr that names the settin
 flag), its value and the cause; every other stderr line is a logfmt info line. A SIGHUP whose
 file cannot be read keeps the daemon serving its running configuration and logs why.
 docs/operations.md documents the exit statuses and the size grammar."""
+import grp
 import os
 import pathlib
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 
@@ -253,6 +255,99 @@ def test_ssd_dir_cannot_be_created(tmp_path):
                                         "--ssd-segment-size", "8MiB",
                                         "--limits-max-value-bytes", "1MiB"], 1,
                 f"ssd.dir {blocker / 'ssd'}", "--ssd-dir", "Not a directory")
+
+
+# ---- one daemon per directory and per socket (issue 23) ------------------------------------------
+
+def test_second_daemon_on_the_same_data_dir_names_the_first(tmp_path):
+    first = Daemon(tmp_path)
+    try:
+        line = run_failing(base_flags(tmp_path), 1, f"data_dir {tmp_path / 'data'}",
+                           "another kvdepotd", f"(pid {first.proc.pid})", "--data-dir")
+        assert "LOCK" not in line.split("kvdepotd.pid")[0], line  # not RocksDB's lock message
+    finally:
+        assert first.stop() == 0
+
+
+def test_second_daemon_on_the_same_ssd_dir_names_the_first(tmp_path):
+    ssd = ["--ssd-dir", tmp_path / "ssd", "--ssd-capacity", "64MiB", "--ssd-segment-size", "8MiB"]
+    first = Daemon(tmp_path, *map(str, ssd))
+    try:
+        flags = base_flags(tmp_path) + ["--data-dir", tmp_path / "data2"] + ssd
+        run_failing(flags, 1, f"ssd.dir {tmp_path / 'ssd'}", "another kvdepotd",
+                    f"(pid {first.proc.pid})", "--ssd-dir")
+    finally:
+        assert first.stop() == 0
+
+
+def test_second_daemon_on_a_live_unix_socket_refuses_and_leaves_it(tmp_path, short_dir):
+    path = short_dir / "kvdepotd.sock"
+    first = Daemon(tmp_path, "--unix", str(path))
+    try:
+        inode = path.stat().st_ino
+        flags = base_flags(tmp_path) + ["--data-dir", tmp_path / "data2", "--unix", path]
+        run_failing(flags, 1, f"unix {path}", "another kvdepotd", "--unix")
+        assert path.stat().st_ino == inode  # the first daemon's socket is still there
+        p = subprocess.run([str(pathlib.Path(KVDEPOTD).parent / "kvdepot"), "--addr",
+                            f"unix:{path}", "ping"], capture_output=True, timeout=20)
+        assert p.returncode == 0, p.stderr
+    finally:
+        assert first.stop() == 0
+    assert not path.exists()  # the first daemon removed its own socket at exit
+
+
+def test_a_stale_unix_socket_is_replaced(tmp_path, short_dir):
+    path = short_dir / "kvdepotd.sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))
+    s.close()  # bound, never listened on: nobody answers
+    d = Daemon(tmp_path, "--unix", str(path))
+    try:
+        assert path.is_socket()
+    finally:
+        assert d.stop() == 0
+
+
+def test_unix_socket_mode_and_group(tmp_path, short_dir):
+    path = short_dir / "kvdepotd.sock"
+    group = grp.getgrgid(os.getgid()).gr_name
+    d = Daemon(tmp_path, "--unix", str(path), "--unix-mode", "0640", "--unix-group", group)
+    try:
+        st = path.stat()
+        assert stat.S_IMODE(st.st_mode) == 0o640
+        assert st.st_gid == os.getgid()
+    finally:
+        assert d.stop() == 0
+
+
+def test_unix_group_unknown(tmp_path, short_dir):
+    path = short_dir / "kvdepotd.sock"
+    run_failing(base_flags(tmp_path) + ["--unix", path, "--unix-group", "no-such-group-kvd"], 1,
+                "unix_group no-such-group-kvd", "no such group", "--unix-group")
+    assert not path.exists()
+
+
+def test_unix_mode_not_octal(tmp_path):
+    run_failing(base_flags(tmp_path) + ["--unix-mode", "rw"], 2, "--unix-mode", "octal")
+
+
+# ---- limits.max_value_bytes derived from host.capacity (issue 23) ------------------------------
+
+def test_small_host_capacity_starts_with_a_derived_value_limit(tmp_path):
+    d = Daemon(tmp_path, "--host-capacity", "16MiB")
+    try:
+        line = d.wait_for_line(r'msg="effective configuration"')
+        limit = int(logfmt(line)["limits.max_value_bytes"])
+        assert 15 << 20 <= limit < 16 << 20, line
+    finally:
+        assert d.stop() == 0
+
+
+def test_explicit_value_limit_over_host_capacity_names_both_keys(tmp_path):
+    run_failing(base_flags(tmp_path) + ["--host-capacity", "16MiB",
+                                        "--limits-max-value-bytes", "64MiB"], 2,
+                "limits.max_value_bytes", "host.capacity", "set explicitly",
+                "--limits-max-value-bytes", "--host-capacity")
 
 
 # ---- SIGHUP whose file cannot be read ----------------------------------------------------------

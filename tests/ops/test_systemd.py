@@ -53,6 +53,24 @@ def test_installed_unit_verifies(tmp_path):
     assert "Unknown key" in out, out
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
+def test_make_install_without_a_build_says_so_and_builds_nothing(tmp_path):
+    # `make install` only installs (issue 23 §5): no apt-get, configure or build.
+    build, prefix = tmp_path / "no-build", tmp_path / "prefix"
+    p = subprocess.run(["make", "-s", "-C", str(REPO), "install", f"BUILD_DIR={build}",
+                        f"PREFIX={prefix}"], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert f"no build in {build}/" in p.stderr and "make build" in p.stderr, p.stderr
+    assert not build.exists() and not prefix.exists()
+
+
+def test_unit_stop_timeout_covers_drain_and_flush_budget():
+    # SIGTERM drains for up to 10 s, then flushes for ssd.flush_budget (default 20 s).
+    unit = (REPO / "systemd/kvdepotd.service").read_text()
+    stop = int(unit.split("TimeoutStopSec=")[1].split()[0])
+    assert stop >= 10 + 20 + 5, stop
+
+
 class Notifications:
     """A Unix datagram socket in the role of systemd's NOTIFY_SOCKET."""
 
@@ -162,5 +180,27 @@ def test_healthz_reports_draining_until_exit(tmp_path):
         assert d.proc.poll() is None, "still draining while the client holds responses"
         slow.close()
         assert d.proc.wait(timeout=15) == 0
+    finally:
+        d.kill()
+
+
+def test_shutdown_flush_extends_the_stop_timeout(tmp_path):
+    # With an SSD tier, SIGTERM's flush of the host tier tells systemd what it does and asks for
+    # the budget (plus 10 s for the close) on top of TimeoutStopSec.
+    notify = Notifications(tmp_path / "notify.sock")
+    env = {**os.environ, "NOTIFY_SOCKET": notify.path}
+    env.pop("WATCHDOG_USEC", None)
+    d = Daemon(tmp_path, "--ssd-dir", str(tmp_path / "ssd"), "--ssd-capacity", "64MiB",
+               "--ssd-segment-size", "8MiB", "--ssd-flush-budget", "7s", env=env, wait=False)
+    try:
+        notify.wait_for("READY=1")
+        d.wait_listening()
+        (tmp_path / "v").write_bytes(os.urandom(4096))
+        d.cli("put", "k", tmp_path / "v")
+        d.proc.send_signal(signal.SIGTERM)
+        notify.wait_for("STOPPING=1")
+        got = notify.wait_for("EXTEND_TIMEOUT_USEC=17000000")
+        assert any("STATUS=writing the host tier to the SSD tier" in m for m in got), got
+        assert d.proc.wait(timeout=20) == 0
     finally:
         d.kill()

@@ -45,6 +45,9 @@ struct Config {
   // gpu_device above the host tier; 0 = off. Needs a build with CUDA and a GPU at start.
   std::uint64_t gpu_capacity = 0;
   std::int32_t gpu_device = 0;
+  // Whether limits.max_value_bytes was set (file or flag). When not, LoadConfig lowers the
+  // default to what host.capacity (and ssd.segment_size) can hold (DeriveValueLimit).
+  bool max_value_bytes_explicit = false;
 };
 
 // The one size grammar of every size setting, flag and YAML alike: decimal digits followed
@@ -72,6 +75,11 @@ Status LoadConfig(const std::string& config_file, const std::vector<std::string_
 
 // Applies one flag (`name` without the leading dashes, e.g. "host-capacity") on top of `config`.
 Status ApplyConfigFlag(std::string_view name, std::string_view value, Config& config);
+
+// Unless limits.max_value_bytes was set explicitly, lowers it to the largest value the host tier
+// (host.capacity, less a value's overhead) and an SSD segment can hold, so that a small
+// --host-capacity starts without setting the value limit too. Called by LoadConfig.
+void DeriveValueLimit(Config& config);
 
 // Cross-field checks (e.g. at least one listener). Call after all sources are applied.
 Status ValidateConfig(const Config& config);

@@ -216,6 +216,11 @@ class HostTier {
   protocol::ScanResult Scan(std::string_view prefix, std::string_view cursor,
                             std::uint32_t limit) const;
 
+  // Every entry with its value, most recently used first (by last access; under SIEVE, accesses
+  // within the same millisecond are ordered by insertion). A snapshot: entries inserted or
+  // removed meanwhile may or may not appear. For writing the tier out at shutdown.
+  std::vector<std::pair<std::string, ValueRef>> EntriesByRecency() const;
+
   // Changes the byte capacity at run time (SIGHUP reload). Evicts until the charged bytes fit the
   // new capacity or nothing more can be evicted; returns the number of entries evicted. Values
   // still in use (being received or sent) cannot be evicted: until they are released the tier

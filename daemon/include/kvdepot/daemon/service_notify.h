@@ -16,6 +16,9 @@ namespace kvdepot::daemon {
 void NotifyReady(std::string_view status);  // READY=1 with a STATUS= line: listeners are bound
 void NotifyReloading();                     // RELOADING=1: a SIGHUP reload began (READY=1 ends it)
 void NotifyStopping();                      // STOPPING=1: draining before exit
+// STATUS=`status`, and EXTEND_TIMEOUT_USEC=`extend` when not zero: the service manager then
+// waits at least that much longer for the current step (e.g. the shutdown flush) to end.
+void NotifyStatus(std::string_view status, std::chrono::microseconds extend = {});
 
 // Sends WATCHDOG=1 every WatchdogSec/2 while the daemon proves it is alive: before each ping it
 // asks `probe` to call back once every I/O loop has gone round (Server::Probe), and it pings only

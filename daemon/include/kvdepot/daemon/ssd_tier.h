@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -70,6 +71,10 @@ struct SsdTierOptions {
   SsdIoPath io_path = SsdIoPath::kAuto;
   std::uint32_t queue_depth = 64;         // io_uring entries / pread threads ×8
   std::uint32_t sync_interval_ms = 1000;  // kAsync
+  // Warm restarts: at shutdown kvdepotd writes the host tier's values this tier lacks, most
+  // recently used first, for at most flush_budget (shutdown_flush.h). Read by kvdepotd only.
+  bool flush_on_shutdown = true;
+  std::chrono::milliseconds flush_budget{20000};
   // Tests only: fail chosen requests (see ssd::FaultHook).
   std::function<int(const ssd::IoRequest&)> fault;
 };
@@ -136,6 +141,9 @@ class SsdTier {
   void Read(std::string_view key, const Allocator& allocate, ReadCallback done);
 
   bool Contains(std::string_view key) const;
+  // Whether this tier holds exactly `value` for `key` (indexed with its checksum) or has that
+  // value's write queued: writing it again would add nothing.
+  bool Holds(std::string_view key, const ValueRef& value) const;
   // Whether a hit on `key` should be promoted now (per the promotion policy).
   bool ShouldPromote(std::string_view key);
   void CountPromotion();  // a hit was copied into the host tier

@@ -2,18 +2,18 @@
 """kvdepot.lmcache_mp.KvdepotL2Connector (LMCache MP mode's native_plugin L2 connector) against
 the plain kvdepot Python client, batch SET and GET of 8 MiB values over loopback.
 
-    /usr/bin/python3 bench/lmcache/mp_bench.py [--build build] [--mib 8] [--batch 32]
+    /usr/bin/python3 bench/lmcache/mp_bench.py [--build build] [--kib 8192] [--batch 32]
                                                [--workers 4] [--pairs 4]
 
-One kvdepotd (started here, host tier sized for one batch per side). Three ways move the same
-batch (--batch values of --mib MiB, numpy buffers; GET into preallocated buffers):
+One kvdepotd (started here, host tier sized for two batches). Three ways move the same batch
+(--batch values of --kib KiB, numpy buffers; GET into preallocated buffers):
   mp        the connector as LMCache's wrapper drives it: one submit_batch_set / submit_batch_get
             of the whole batch, select() on event_fd(), drain_completions();
   client    kvdepot.Client.put / get_into, one value at a time from one Python thread;
   client-N  the same from --workers Python threads (a ThreadPoolExecutor), each call releasing
             the GIL, with a pool of --workers connections.
-The runs alternate (mp, client, client-N, mp, ...) --pairs times; every run is printed, then the
-ratios per pair. Run it on a quiet machine or read only the ratios.
+After one untimed warm-up round per way, the runs alternate (mp, client, client-N, mp, ...)
+--pairs times; every run is printed, then the ratios per pair. Run it on a quiet machine or read only the ratios.
 """
 import argparse
 import os
@@ -81,7 +81,7 @@ def run_client(client, keys, values, outs, pool):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
-    ap.add_argument("--mib", type=int, default=8)
+    ap.add_argument("--kib", type=int, default=8192, help="value size (8192: 8 MiB)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--pairs", type=int, default=4)
@@ -90,8 +90,8 @@ def main():
     import kvdepot
     from kvdepot.lmcache_mp import KvdepotL2Connector
 
-    nbytes = args.mib << 20
-    capacity = f"{args.batch * args.mib * 2 + 256}MiB"
+    nbytes = args.kib << 10
+    capacity = f"{(args.batch * nbytes * 2 >> 20) + 256}MiB"
     proc, addr = start_daemon(args.build, capacity)
     try:
         rng = np.random.default_rng(0)
@@ -107,7 +107,14 @@ def main():
         }
         gb = args.batch * nbytes / 1e9
         results = {name: [] for name in ways}
-        print(f"{args.batch} x {args.mib} MiB per batch, {args.workers} workers/connections")
+        print(f"{args.batch} x {args.kib} KiB per batch, {args.workers} workers/connections")
+        # One untimed round per way first: the daemon's tier and the output buffers are touched
+        # (page faults) and the connections opened before anything is measured.
+        for name, way in ways.items():
+            keys = [f"warmup/{name}/{i}" for i in range(args.batch)]
+            way(keys)
+            for k in keys:
+                client.delete(k)
         for pair in range(args.pairs):
             for name, way in ways.items():
                 keys = [f"{name}/{pair}/{i}" for i in range(args.batch)]

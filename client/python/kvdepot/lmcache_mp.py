@@ -18,7 +18,8 @@ eventfd for completions, no GIL during I/O. adapter_params (all optional):
     key_prefix       prepended to LMCache's keys, e.g. to keep them apart from other tenants ("")
     token / token_file   kvdepot auth token (docs/security.md)
     tls, tls_ca_file, tls_cert_file, tls_key_file, tls_server_name   TLS over TCP
-    max_pipeline     SETs in flight per connection (32)
+    max_pipeline, max_pipeline_bytes   SETs in flight per connection (32, and only one past
+                     262144 bytes of values)
 
 docs/lmcache.md ("5. LMCache MP mode") has the contract and the results it reports.
 """

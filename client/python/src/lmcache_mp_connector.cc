@@ -296,7 +296,8 @@ void Connector::RunGet(Worker& worker, const Tile& tile) {
   }
 }
 
-// SETs are pipelined: up to max_pipeline PUTs are sent back to back, then their replies read.
+// SETs are pipelined: up to max_pipeline PUTs (and max_pipeline_bytes of values, but at least
+// one PUT) are sent back to back, then their replies read.
 // A broken connection fails the keys not yet confirmed; once per tile, when the connection had
 // been idle before (the daemon may have restarted), they are resent on a new connection.
 void Connector::RunSet(Worker& worker, const Tile& tile) {
@@ -328,8 +329,13 @@ void Connector::RunSet(Worker& worker, const Tile& tile) {
     sent.clear();
     Status broken;
     std::size_t next = i;
+    std::size_t window_bytes = 0;
     for (; next < tile.end && sent.size() < options_.max_pipeline; ++next) {
       if (b.invalid[next]) continue;
+      if (!sent.empty() && window_bytes + b.sources[next].size() > options_.max_pipeline_bytes) {
+        break;
+      }
+      window_bytes += b.sources[next].size();
       auto id = conn.SendPut(b.keys[next], b.sources[next]);
       if (!id.ok()) {
         broken = id.status();

@@ -62,7 +62,8 @@ class PyL2Connector {
   PyL2Connector(std::string address, std::size_t num_workers, std::int64_t timeout_ms,
                 std::string key_prefix, std::string token, const std::string& token_file, bool tls,
                 std::string tls_ca_file, std::string tls_cert_file, std::string tls_key_file,
-                std::string tls_server_name, std::size_t max_pipeline) {
+                std::string tls_server_name, std::size_t max_pipeline,
+                std::size_t max_pipeline_bytes) {
     lmcache_mp::ConnectorOptions o;
     o.client.address = std::move(address);
     if (timeout_ms <= 0) {
@@ -85,6 +86,7 @@ class PyL2Connector {
     o.workers = num_workers;
     o.key_prefix = std::move(key_prefix);
     o.max_pipeline = max_pipeline;
+    o.max_pipeline_bytes = max_pipeline_bytes;
     core_ = Unwrap(lmcache_mp::Connector::Create(std::move(o)));
   }
 
@@ -187,12 +189,13 @@ PYBIND11_MODULE(_kvdepot_lmcache_mp, m) {
   py::class_<PyL2Connector>(m, "KvdepotL2Connector")
       .def(py::init<std::string, std::size_t, std::int64_t, std::string, std::string,
                     const std::string&, bool, std::string, std::string, std::string, std::string,
-                    std::size_t>(),
+                    std::size_t, std::size_t>(),
            py::arg("address") = "127.0.0.1:7600", py::arg("num_workers") = 4,
            py::arg("timeout_ms") = 10000, py::arg("key_prefix") = "", py::arg("token") = "",
            py::arg("token_file") = "", py::arg("tls") = false, py::arg("tls_ca_file") = "",
            py::arg("tls_cert_file") = "", py::arg("tls_key_file") = "",
-           py::arg("tls_server_name") = "", py::arg("max_pipeline") = 32)
+           py::arg("tls_server_name") = "", py::arg("max_pipeline") = 32,
+           py::arg("max_pipeline_bytes") = 256 << 10)
       .def("event_fd", &PyL2Connector::EventFd)
       .def("submit_batch_get", &PyL2Connector::SubmitGet, py::arg("keys"), py::arg("memoryviews"))
       .def("submit_batch_set", &PyL2Connector::SubmitSet, py::arg("keys"), py::arg("memoryviews"))

@@ -329,6 +329,10 @@ def test_error_paths(daemon):
     f = native.submit_batch_exists([wire[0], "k" * 300])
     ok, error, bools = drain_until(native, [f])[f]
     assert (ok, bools) == (False, [True, False]) and "kvdepot keys are 1..256 bytes" in error
+    # Bytes keys work too; one that is not UTF-8 is quoted with replacement characters.
+    f = native.submit_batch_exists([b"\xff" * 300])
+    ok, error, bools = drain_until(native, [f])[f]
+    assert (ok, bools) == (False, [False]) and "\ufffd" in error
     native.close()
     with pytest.raises(RuntimeError, match="closed"):
         native.submit_batch_exists(wire)
@@ -410,3 +414,21 @@ def test_controllers_submit_from_several_threads(adapter):
         t.join(timeout=30)
     assert not errors and not any(t.is_alive() for t in threads)
     assert adapter.unknown_futures == 0
+
+
+def test_reconnects_after_a_daemon_restart(make_daemon, tmp_path):
+    sock = f"{tmp_path}/kvdepotd.sock"
+    first = make_daemon("--unix", sock)
+    native = load_native_plugin(address=f"unix:{sock}", num_workers=1)
+    wire = [k.wire() for k in keys_for(3, start=700)]
+    f = native.submit_batch_set(wire, [bytearray(b"v" * 4096) for _ in wire])
+    assert drain_until(native, [f])[f][0] is True
+    first.proc.kill()
+    first.proc.wait(timeout=WAIT_S)
+    make_daemon("--unix", sock)  # a new daemon on the same socket, with an empty host tier
+    # The worker's pooled connection is dead; the request is retried once on a new one.
+    f = native.submit_batch_exists(wire)
+    assert drain_until(native, [f])[f] == (True, "", [False] * 3)
+    f = native.submit_batch_set(wire, [bytearray(b"w" * 4096) for _ in wire])
+    assert drain_until(native, [f])[f] == (True, "", [True] * 3)
+    native.close()

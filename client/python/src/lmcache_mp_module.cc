@@ -141,7 +141,11 @@ class PyL2Connector {
         for (std::uint8_t f : c.per_key) flags.append(py::bool_(f != 0));
         per_key = std::move(flags);
       }
-      out.append(py::make_tuple(c.future_id, c.ok, c.error, per_key));
+      // Error texts quote keys, which may be bytes that are not UTF-8.
+      py::object error = py::reinterpret_steal<py::object>(
+          PyUnicode_DecodeUTF8(c.error.data(), static_cast<Py_ssize_t>(c.error.size()), "replace"));
+      if (!error) throw py::error_already_set();
+      out.append(py::make_tuple(c.future_id, c.ok, error, per_key));
     }
     return out;
   }

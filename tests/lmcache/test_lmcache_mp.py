@@ -18,6 +18,7 @@ import dataclasses
 import importlib
 import os
 import select
+import signal
 import threading
 import time
 
@@ -431,4 +432,27 @@ def test_reconnects_after_a_daemon_restart(make_daemon, tmp_path):
     assert drain_until(native, [f])[f] == (True, "", [False] * 3)
     f = native.submit_batch_set(wire, [bytearray(b"w" * 4096) for _ in wire])
     assert drain_until(native, [f])[f] == (True, "", [True] * 3)
+    native.close()
+
+
+def test_lookups_overtake_queued_loads(daemon):
+    native = load_native_plugin(address=daemon.addr, num_workers=1)
+    objs = random_objects(8, 4 << 20, seed=7)
+    outs = [bytearray(4 << 20) for _ in range(4)]
+    wire = [k.wire() for k in keys_for(8, start=800)]
+    busy = native.submit_batch_set(wire, [o.byte_array for o in objs])
+    # The daemon stopped: the one worker cannot finish, so everything below queues behind it.
+    daemon.proc.send_signal(signal.SIGSTOP)
+    try:
+        loads = [native.submit_batch_get(wire[:1], [out]) for out in outs]
+        lookup = native.submit_batch_exists(wire)
+    finally:
+        daemon.proc.send_signal(signal.SIGCONT)
+    order = []
+    deadline = time.monotonic() + WAIT_S
+    while len(order) < 6 and time.monotonic() < deadline:
+        if readable(native.event_fd(), 0.1):
+            order += [fid for fid, _, _, _ in native.drain_completions()]
+    assert set(order) == {busy, lookup, *loads}
+    assert order.index(lookup) < min(order.index(f) for f in loads)
     native.close()

@@ -227,8 +227,14 @@ Result<std::uint64_t> Connector::Submit(std::shared_ptr<Batch> batch) {
     std::size_t made = 0;
     for (std::size_t begin = 0; begin < n; begin += per_tile) ++made;
     batch->tiles_left.store(made, std::memory_order_relaxed);
-    for (std::size_t begin = 0; begin < n; begin += per_tile) {
-      queue_.push_back(Tile{batch, begin, std::min(n, begin + per_tile)});
+    if (batch->op == Op::kExists) {
+      // Lookups go ahead of queued loads and stores: the engine waits on them to schedule a
+      // request, and they are one small round trip (a single tile).
+      queue_.push_front(Tile{batch, 0, n});
+    } else {
+      for (std::size_t begin = 0; begin < n; begin += per_tile) {
+        queue_.push_back(Tile{batch, begin, std::min(n, begin + per_tile)});
+      }
     }
   }
   queue_cv_.notify_all();

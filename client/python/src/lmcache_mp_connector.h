@@ -23,6 +23,7 @@
 // kvdepotd (opened lazily, reopened after a failure); a GET/SET batch is cut into at most
 // `workers` tiles that run in parallel; a tile's SETs are pipelined (sent back to back, then the
 // replies read), its GETs are one round trip per key straight into the caller's buffer.
+// Tiles run in submission order, except that an EXISTS batch goes ahead of the queued tiles.
 // Routing: every connection goes to ConnectorOptions::client.address; a cluster-aware router
 // would choose the connection per key in Worker::ConnectionFor (one place).
 #pragma once

@@ -30,15 +30,21 @@ def repo_sources():
     return out
 
 
+INCLUDES = [os.path.join(REPO, "codec", "include"), os.path.join(REPO, "client", "include"),
+            os.path.join(REPO, "client", "src")]
+LIBRARIES = ["ssl", "crypto"]  # the client's TLS (OpenSSL)
+
 setup(
-    ext_modules=[Pybind11Extension(
-        "kvdepot._kvdepot",
-        ["src/kvdepot_module.cc"] + repo_sources(),
-        include_dirs=[os.path.join(REPO, "codec", "include"),
-                      os.path.join(REPO, "client", "include"),
-                      os.path.join(REPO, "client", "src")],
-        cxx_std=20,
-        extra_compile_args=["-O2"],
-    )],
+    ext_modules=[
+        Pybind11Extension("kvdepot._kvdepot", ["src/kvdepot_module.cc"] + repo_sources(),
+                          include_dirs=INCLUDES, libraries=LIBRARIES, cxx_std=20,
+                          extra_compile_args=["-O2"]),
+        # LMCache MP mode's native_plugin L2 connector (kvdepot.lmcache_mp).
+        Pybind11Extension("kvdepot._kvdepot_lmcache_mp",
+                          ["src/lmcache_mp_module.cc", "src/lmcache_mp_connector.cc"]
+                          + repo_sources(),
+                          include_dirs=INCLUDES, libraries=LIBRARIES, cxx_std=20,
+                          extra_compile_args=["-O2"]),
+    ],
     cmdclass={"build_ext": build_ext},
 )

@@ -19,6 +19,7 @@
 #include "kvdepot/chunk_key.h"
 #include "kvdepot/client/client.h"
 #include "kvdepot/lm_value.h"
+#include "py_buffer.h"
 
 namespace py = pybind11;
 
@@ -40,31 +41,6 @@ template <typename T>
 T Unwrap(Result<T> r) {
   if (!r.ok()) Raise(r.status());
   return std::move(*r);
-}
-
-// A held buffer-protocol view (C-contiguous), released on destruction.
-class Buffer {
- public:
-  Buffer(py::handle obj, bool writable) {
-    const int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw py::error_already_set();
-  }
-  ~Buffer() { PyBuffer_Release(&view_); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  std::span<std::byte> bytes() {
-    return {static_cast<std::byte*>(view_.buf), static_cast<std::size_t>(view_.len)};
-  }
-
- private:
-  Py_buffer view_{};
-};
-
-// Keys: bytes, or str (encoded as UTF-8).
-std::string Key(py::handle key) {
-  if (PyBytes_Check(key.ptr())) return std::string(py::reinterpret_borrow<py::bytes>(key));
-  if (PyUnicode_Check(key.ptr())) return key.cast<std::string>();
-  throw py::type_error("a key must be bytes or str");
 }
 
 py::bytes Bytes(std::string_view s) { return py::bytes(s.data(), s.size()); }

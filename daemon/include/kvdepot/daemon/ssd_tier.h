@@ -70,6 +70,11 @@ struct SsdTierOptions {
   SsdIoPath io_path = SsdIoPath::kAuto;
   std::uint32_t queue_depth = 64;         // io_uring entries / pread threads ×8
   std::uint32_t sync_interval_ms = 1000;  // kAsync
+  // Called under the tier's index lock when a key becomes readable from the tier (its write was
+  // indexed) or stops being readable (segment eviction, Erase, a failed checksum); not for the
+  // entries found by Open. Must be quick and must not call into the tier (KV events, which only
+  // queue it: docs/events.md). May be empty.
+  std::function<void(std::string_view key, bool readable)> on_index_change;
   // Tests only: fail chosen requests (see ssd::FaultHook).
   std::function<int(const ssd::IoRequest&)> fault;
 };

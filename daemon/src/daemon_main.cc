@@ -242,8 +242,9 @@ void Reload(const std::string& config_file, const std::vector<std::string_view>&
 }
 
 // kvdepotd itself (DaemonMain without its last-resort exception handler).
-// Starts the KV-event publisher of config.events and routes the SSD tier's index changes to it
-// (config.ssd.on_index_change). The error names the setting whose endpoint failed.
+// Starts the KV-event publisher of config.events, announces AllBlocksCleared and routes the SSD
+// tier's index changes to it (config.ssd.on_index_change). The error names the setting whose
+// endpoint failed.
 Result<std::unique_ptr<KvEventPublisher>> StartEvents(Config& config) {
   KvEventsOptions options = config.events;
   KVD_ASSIGN_OR_RETURN(options.lm_namespace_id, lm::NamespaceId(config.lm.namespace_name));
@@ -257,6 +258,7 @@ Result<std::unique_ptr<KvEventPublisher>> StartEvents(Config& config) {
                          : SettingError("events.publish", options.publish, why));
   }
   KvEventPublisher* events = started->get();
+  events->Cleared();  // a new process: nothing announced before holds (sequence number 0)
   config.ssd.on_index_change = [events](std::string_view key, bool readable) {
     if (readable) {
       events->Stored(key, EventMedium::kDisk);
@@ -270,10 +272,9 @@ Result<std::unique_ptr<KvEventPublisher>> StartEvents(Config& config) {
   return started;
 }
 
-// A new process announces nothing it announced before: AllBlocksCleared, then every chunk the
-// SSD tier recovered (waiting for queue room: nothing is served yet).
+// After StartEvents' AllBlocksCleared: every chunk the SSD tier recovered (waiting for queue room:
+// nothing is served yet).
 void AnnounceRecovered(KvEventPublisher& events, SsdTier* ssd) {
-  events.Cleared();
   if (ssd == nullptr) return;
   std::string cursor;
   std::uint64_t announced = 0;

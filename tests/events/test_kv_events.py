@@ -150,7 +150,7 @@ class Daemon:
              "--limits-max-value-bytes", "1MiB", "--events-publish", "tcp://127.0.0.1:*",
              "--events-replay", "tcp://127.0.0.1:*", *flags],
             stderr=subprocess.PIPE, text=True)
-        self.port = self.publish = self.replay = self.metrics = None
+        self.port = self.publish = self.replay = self.metrics = self.lm_port = None
         deadline = time.time() + 10
         while self.port is None and time.time() < deadline:
             line = self.proc.stderr.readline()
@@ -160,8 +160,15 @@ class Daemon:
                 self.replay = re.search(r'replay=([^\s"]+)', line).group(1)
             if m := re.search(r"metrics=http://(\S+)", line):
                 self.metrics = "http://" + m.group(1)
+            if m := re.search(r"lm:// \(LMCache protocol\) on 127\.0\.0\.1:(\d+)", line):
+                self.lm_port = int(m.group(1))
             if m := re.search(r"listening on 127\.0\.0\.1:(\d+)", line):
                 self.port = int(m.group(1))
+        if "--lm-listen" in flags:  # logged after the native listener
+            while self.lm_port is None and time.time() < deadline:
+                if m := re.search(r"lm:// \(LMCache protocol\) on 127\.0\.0\.1:(\d+)",
+                                  self.proc.stderr.readline()):
+                    self.lm_port = int(m.group(1))
         assert self.port and self.publish and self.replay, "kvdepotd did not report its endpoints"
 
     def stop(self):
@@ -385,3 +392,26 @@ def test_bad_endpoint_settings_stop_the_start():
     rc = subprocess.run([KVDEPOTD, "--listen", "127.0.0.1:0", "--events-replay", "tcp://127.0.0.1:5"],
                         capture_output=True, text=True, timeout=10)
     assert rc.returncode == 2 and "events.replay is set without events.publish" in rc.stderr
+
+
+def test_lmcache_keys_carry_their_model_and_chunk_hash(tmp_path, ctx, daemons):
+    """A chunk PUT over lm:// (LMCache's protocol, docs/lmcache.md): its CacheEngineKey names the
+    model and the chunk hash (hex), which the event carries; LMCache's key has no instance."""
+    d = Daemon(tmp_path, "--lm-listen", "127.0.0.1:0")
+    daemons.append(d)
+    native = Native(d.port)
+    sub = Subscriber(ctx, d)
+    sub.join(native, PROBE_NS)
+    lm = socket.create_connection(("127.0.0.1", d.lm_port), timeout=10)
+    key = b"vllm@meta-llama/Llama-3.1-8B@1@0@-1a2b3c@bfloat16"
+    payload = b"x" * 4096
+    # LMCache's request header: command, length, fmt, dtype, location, shape[4], key (150 bytes).
+    lm.sendall(struct.pack("iiiiiiiii150s", 1, len(payload), 1, 2, 0, 0, 0, 0, 0,
+                           key.ljust(150)) + payload)
+    sub.wait_for(lambda ev: any(isinstance(e, BlockStored) and e.block_hashes == [-0x1a2b3c]
+                                for _, e in ev), "the lm:// chunk")
+    topic = next(t for t, e in sub.events()
+                 if isinstance(e, BlockStored) and e.block_hashes == [-0x1a2b3c])
+    assert topic == "kv@@meta-llama/Llama-3.1-8B"
+    lm.close()
+    d.stop()

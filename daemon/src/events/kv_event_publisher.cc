@@ -63,6 +63,9 @@ class KvEventPublisher::Impl {
  public:
   // How long the publisher lets events gather after the first one of a batch.
   static constexpr std::chrono::milliseconds kBatchWindow{5};
+  // Namespaces whose origin is remembered (SetOrigin); declarations for further ones are ignored
+  // (logged once), so clients cannot grow the table without bound.
+  static constexpr std::size_t kMaxOrigins = 65536;
 
   explicit Impl(const KvEventsOptions& options) : options_(options), queue_(options.queue_events) {}
 
@@ -186,7 +189,14 @@ class KvEventPublisher::Impl {
     };
     for (QueuedEvent& e : got) {
       if (e.kind == QueuedEvent::Kind::kOrigin) {
-        if (!e.key.empty()) origins_[e.key] = {std::move(e.instance), std::move(e.model)};
+        if (origins_.size() < kMaxOrigins || origins_.count(e.key) != 0) {
+          origins_[e.key] = {std::move(e.instance), std::move(e.model)};
+        } else if (!origins_full_logged_) {
+          origins_full_logged_ = true;
+          Log(LogLevel::kWarn,
+              "kv events: " + std::to_string(kMaxOrigins) +
+                  " namespaces have an origin; EVENT_ORIGIN for further namespaces is ignored");
+        }
         continue;
       }
       std::string event_topic = options_.topic;
@@ -286,7 +296,8 @@ class KvEventPublisher::Impl {
   std::thread thread_;
   // The publisher thread's own state.
   std::map<std::string, std::pair<std::string, std::string>> origins_;  // namespace id -> origin
-  std::deque<std::pair<std::int64_t, std::string>> ring_;               // replay: (seq, payload)
+  bool origins_full_logged_ = false;
+  std::deque<std::pair<std::int64_t, std::string>> ring_;  // replay: (seq, payload)
   std::atomic<std::uint64_t> next_seq_{0};
   std::atomic<std::uint64_t> queued_{0}, dropped_{0}, skipped_{0}, published_{0}, batches_{0},
       send_errors_{0}, replay_requests_{0}, replay_sent_{0};

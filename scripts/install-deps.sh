@@ -17,6 +17,9 @@ packages=(
   redis-server iperf3 fio
   # The resp:// listener's tests: redis-cli, redis-benchmark (redis-tools) and python3-redis.
   redis-tools python3-redis
+  # KV events (docs/events.md): libzmq and msgpack-cxx; the subscriber test's python3-zmq and
+  # python3-msgpack.
+  libzmq3-dev libmsgpack-cxx-dev python3-zmq python3-msgpack
   # Operability tests: a real Prometheus scraping kvdepotd (run directly with a temporary config;
   # the package's own service is not used), systemd-analyze verify of the unit.
   prometheus systemd

@@ -55,6 +55,7 @@ struct BenchConfig {
   std::uint32_t pipeline = 1;
   bool progress = true;
   bool huge_pages = true;  // the PUT value and the receive buffers advised for huge pages
+  bool chunk_keys = false;  // 48-byte chunk-shaped keys instead of "bench/N"
 };
 
 struct BenchResult {
@@ -375,7 +376,12 @@ BenchResult RunOne(const std::string& target, const std::string& addr, Connector
   BenchResult result;
   result.target = target;
   std::vector<std::string> keys;
-  for (std::uint32_t i = 0; i < cfg.keys; ++i) keys.push_back("bench/" + std::to_string(i));
+  for (std::uint32_t i = 0; i < cfg.keys; ++i) {
+    // Chunk-shaped: a fixed 16-byte namespace, then the index in a 32-byte "chain value".
+    keys.push_back(cfg.chunk_keys ? std::string(16, 'b') + std::to_string(i) +
+                                        std::string(32 - std::to_string(i).size(), '.')
+                                  : "bench/" + std::to_string(i));
+  }
   // The value PUT by every connection (and compared with GET's size): like the receive buffers,
   // on huge pages unless --no-huge-pages.
   std::vector<std::byte> value;
@@ -500,15 +506,15 @@ static void RaiseFileLimit(Io io, std::uint32_t connections) {
 
 Status RunBench(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(
-      Args args,
-      Args::Parse(argv, {{"--op", "--connections", "--value-size", "--keys", "--duration",
-                          "--pipeline", "--redis", "--lm", "--daemon-pid"},
-                         {"--json", "--no-progress", "--no-native", "--no-huge-pages", "--help"}}));
+      Args args, Args::Parse(argv, {{"--op", "--connections", "--value-size", "--keys",
+                                     "--duration", "--pipeline", "--redis", "--lm", "--daemon-pid"},
+                                    {"--json", "--no-progress", "--no-native", "--no-huge-pages",
+                                     "--chunk-keys", "--help"}}));
   if (args.Has("--help")) {
     io.out << "usage: kvdepot [--addr ADDR] bench [--op get|put|lookup|mixed] [--connections N]\n"
               "       [--value-size SIZE] [--keys N] [--duration SECONDS] [--pipeline DEPTH]\n"
               "       [--redis HOST:PORT] [--lm HOST:PORT] [--no-native] [--daemon-pid PID]\n"
-              "       [--no-huge-pages] [--json] [--no-progress]\n"
+              "       [--no-huge-pages] [--chunk-keys] [--json] [--no-progress]\n"
               "Preloads KEYS values, then runs the operation on random keys from N connections\n"
               "for the duration (mixed: 20% PUT, 50% GET, 30% LOOKUP; N up to 8192, one thread\n"
               "each; SIZE up to 1GiB); with --redis runs the same workload against Redis (SET,\n"
@@ -518,7 +524,8 @@ Status RunBench(const client::ClientOptions& remote, std::span<const char* const
               "minor page faults process PID (kvdepotd, same host) took per GiB moved.\n"
               "Each connection receives GET values into one buffer, sized and touched before\n"
               "the clock starts; that buffer and the value PUT are advised for transparent huge\n"
-              "pages (--no-huge-pages: not).\n";
+              "pages (--no-huge-pages: not). --chunk-keys: 48-byte keys shaped like chunk keys\n"
+              "(what KV events announce) instead of bench/N.\n";
     return Status::Ok();
   }
   KVD_RETURN_IF_ERROR(args.ExpectPositional({}));
@@ -567,6 +574,7 @@ Status RunBench(const client::ClientOptions& remote, std::span<const char* const
   cfg.pipeline = static_cast<std::uint32_t>(depth);
   cfg.progress = !args.Has("--no-progress");
   cfg.huge_pages = !args.Has("--no-huge-pages");
+  cfg.chunk_keys = args.Has("--chunk-keys");
   std::optional<int> daemon_pid;
   if (args.Get("--daemon-pid")) {
     KVD_ASSIGN_OR_RETURN(std::uint64_t pid, args.GetUint("--daemon-pid", 0, 1, 1u << 30));

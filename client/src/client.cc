@@ -381,6 +381,10 @@ Result<std::vector<std::byte>> Connection::Call(Op op, std::span<const std::byte
 
 Status Connection::Ping() { return Call(Op::kPing, {}).status(); }
 
+Status Connection::SetEventOrigin(const protocol::EventOrigin& origin) {
+  return Call(Op::kEventOrigin, protocol::EncodeEventOriginRequest(origin)).status();
+}
+
 Result<std::vector<StatusCode>> Connection::Put(std::span<const protocol::PutItemView> items) {
   const std::vector<std::byte> body = protocol::EncodePutBody(items);
   KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kPut, body));
@@ -729,6 +733,9 @@ auto Client::WithConnection(Fn&& fn, bool retry) -> decltype(fn(std::declval<Con
 
 Status Client::Ping() {
   return WithConnection([](Connection& c) { return c.Ping(); });
+}
+Status Client::SetEventOrigin(const protocol::EventOrigin& origin) {
+  return WithConnection([&](Connection& c) { return c.SetEventOrigin(origin); });
 }
 Status Client::Put(std::string_view key, std::span<const std::byte> value) {
   return WithConnection([&](Connection& c) { return c.Put(key, value); });

@@ -108,6 +108,7 @@ std::string_view OpName(Op op) {
     case Op::kLeaseGet: return "lease_get";
     case Op::kRelease: return "release";
     case Op::kGetAs: return "get_as";
+    case Op::kEventOrigin: return "event_origin";
   }
   return "unknown";
 }
@@ -146,6 +147,7 @@ std::uint64_t MaxRequestBody(Op op, const Limits& limits) {
     case Op::kGetAs: return std::min(4 + key_list, limits.max_body_bytes);
     case Op::kRelease:
       return std::min(4 + 8 * std::uint64_t{limits.max_batch}, limits.max_body_bytes);
+    case Op::kEventOrigin: return 16 + 2 * (2 + kMaxOriginNameBytes);
   }
   return 0;
 }
@@ -401,6 +403,46 @@ Result<std::string> DecodeAuthRequest(std::span<const std::byte> body) {
   KVD_ASSIGN_OR_RETURN(auto bytes, r.Take(len, "token"));
   KVD_RETURN_IF_ERROR(r.ExpectEnd());
   return std::string(AsString(bytes));
+}
+
+std::vector<std::byte> EncodeEventOriginRequest(const EventOrigin& origin) {
+  std::vector<std::byte> out(16 + 2 + origin.instance.size() + 2 + origin.model.size());
+  std::byte* p = out.data();
+  std::memcpy(p, origin.namespace_id.data(), std::min<std::size_t>(16, origin.namespace_id.size()));
+  p += 16;
+  for (const std::string* name : {&origin.instance, &origin.model}) {
+    StoreLE<std::uint16_t>(p, static_cast<std::uint16_t>(name->size()));
+    std::memcpy(p + 2, name->data(), name->size());
+    p += 2 + name->size();
+  }
+  return out;
+}
+
+Result<EventOrigin> DecodeEventOriginRequest(std::span<const std::byte> body) {
+  Reader r(body, "event_origin");
+  EventOrigin out;
+  KVD_ASSIGN_OR_RETURN(auto ns, r.Take(16, "namespace_id"));
+  out.namespace_id.assign(AsString(ns));
+  for (auto [name, field] :
+       {std::pair{&out.instance, "instance"}, std::pair{&out.model, "model"}}) {
+    KVD_ASSIGN_OR_RETURN(std::uint16_t len, r.Read<std::uint16_t>(field));
+    if (len > kMaxOriginNameBytes) {
+      return OutOfRange("protocol: event_origin: " + std::string(field) + " length " +
+                        std::to_string(len) + " is over " + std::to_string(kMaxOriginNameBytes));
+    }
+    KVD_ASSIGN_OR_RETURN(auto bytes, r.Take(len, field));
+    name->assign(AsString(bytes));
+    for (const char c : *name) {
+      if (c == '@' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+        return InvalidArgument("protocol: event_origin: " + std::string(field) +
+                               " holds '@' or a control character (it goes into the event "
+                               "topic TOPIC@INSTANCE@MODEL)");
+      }
+    }
+  }
+  if (out.model.empty()) return InvalidArgument("protocol: event_origin: model is empty");
+  KVD_RETURN_IF_ERROR(r.ExpectEnd());
+  return out;
 }
 
 std::vector<std::byte> EncodeErrorBody(std::string_view message) {

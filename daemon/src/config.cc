@@ -40,6 +40,19 @@ Status CheckListenAddress(std::string_view v) {
   return Status::Ok();
 }
 
+// An empty endpoint (off) or a ZeroMQ endpoint kvdepotd can bind: tcp://HOST:PORT (PORT may be
+// *, a free port) or ipc://PATH.
+Status CheckEventsEndpoint(std::string_view v) {
+  if (v.empty() ||
+      ((v.rfind("tcp://", 0) == 0 && v.find(':', 6) != std::string_view::npos && v.back() != ':') ||
+       (v.rfind("ipc://", 0) == 0 && v.size() > 6))) {
+    return Status::Ok();
+  }
+  return InvalidArgument("'" + std::string(v) +
+                         "' is not a ZeroMQ endpoint to bind: tcp://HOST:PORT (e.g. "
+                         "tcp://127.0.0.1:5557, tcp://*:5557) or ipc://PATH");
+}
+
 // One configuration key: its dotted path, help and a setter from text. A setter that fails
 // leaves the configuration as it was.
 struct KeySpec {
@@ -321,6 +334,44 @@ const std::vector<KeySpec>& Specs() {
        [](std::string_view v, Config& c) -> Status {
          KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 1, 64));
          c.resp.io_threads = static_cast<std::uint32_t>(n);
+         return Status::Ok();
+       }},
+      {"events.publish", "KV events (docs/events.md): ZeroMQ PUB endpoint to bind (empty: off)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_RETURN_IF_ERROR(CheckEventsEndpoint(v));
+         c.events.publish = std::string(v);
+         return Status::Ok();
+       }},
+      {"events.replay", "KV events replay ROUTER endpoint to bind (empty: no replay)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_RETURN_IF_ERROR(CheckEventsEndpoint(v));
+         c.events.replay = std::string(v);
+         return Status::Ok();
+       }},
+      {"events.topic", "first part of every KV-event topic (TOPIC@INSTANCE@MODEL); no '@'",
+       [](std::string_view v, Config& c) -> Status {
+         if (v.size() > 256 || v.find('@') != std::string_view::npos) {
+           return InvalidArgument("'" + std::string(v) + "' must be 0-256 bytes without '@'");
+         }
+         c.events.topic = std::string(v);
+         return Status::Ok();
+       }},
+      {"events.queue_size", "KV events queued for the publisher; beyond it they are dropped",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 1, 10000000));
+         c.events.queue_events = static_cast<std::uint32_t>(n);
+         return Status::Ok();
+       }},
+      {"events.replay_buffer", "KV-event batches kept for replay (0-1000000)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 0, 1000000));
+         c.events.replay_batches = static_cast<std::uint32_t>(n);
+         return Status::Ok();
+       }},
+      {"events.block_size", "tokens per chunk reported in BlockStored events (1-65536)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 1, 65536));
+         c.events.block_size = static_cast<std::uint32_t>(n);
          return Status::Ok();
        }},
       {"limits.max_key_bytes", "longest key accepted (1-1024)",
@@ -669,6 +720,9 @@ Status ValidateConfig(const Config& config) {
         "authentication: set lm.allow_unauthenticated: true to serve lm:// "
         "unauthenticated anyway (docs/security.md)");
   }
+  if (!config.events.replay.empty() && config.events.publish.empty()) {
+    return InvalidArgument("events.replay is set without events.publish: set both, or neither");
+  }
   if (!config.ssd.dir.empty()) {
     if (config.ssd.capacity_bytes < 2 * config.ssd.segment_bytes) {
       return InvalidArgument("ssd.capacity must hold at least two segments of ssd.segment_size");
@@ -727,6 +781,12 @@ std::vector<std::pair<std::string, std::string>> ConfigEntries(const Config& c) 
       {"lm.wire", std::string(LmWireModeName(c.lm.wire))},
       {"resp.listen", c.resp.listen},
       {"resp.io_threads", n(c.resp.io_threads)},
+      {"events.publish", c.events.publish},
+      {"events.replay", c.events.replay},
+      {"events.topic", c.events.topic},
+      {"events.queue_size", n(c.events.queue_events)},
+      {"events.replay_buffer", n(c.events.replay_batches)},
+      {"events.block_size", n(c.events.block_size)},
       {"limits.max_output_bytes", n(c.server.max_output_bytes)},
       {"auth.token_file", c.auth_token_file},
       {"tls.cert_file", c.server.tls.cert_file},

@@ -24,6 +24,7 @@
 #include "kvdepot/daemon/auth.h"
 #include "kvdepot/daemon/config.h"
 #include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/daemon/kv_events.h"
 #include "kvdepot/daemon/lm_server.h"
 #include "kvdepot/daemon/log.h"
 #include "kvdepot/daemon/metrics.h"
@@ -37,6 +38,7 @@
 #include "kvdepot/daemon/ssd_tier.h"
 #include "kvdepot/daemon/store.h"
 #include "kvdepot/daemon/transcoder.h"
+#include "kvdepot/lm_value.h"
 #include "listen_address.h"
 #if defined(KVDEPOT_WITH_CUDA)
 #include "gpu_device_tier.h"
@@ -276,6 +278,54 @@ void FlushHostTier(const SsdTierOptions& options, const HostTier& host, SsdTier&
        {"budget_ms", std::to_string(options.flush_budget.count())}});
 }
 
+// Starts the KV-event publisher of config.events, announces AllBlocksCleared and routes the SSD
+// tier's index changes to it (config.ssd.on_index_change). The error names the setting whose
+// endpoint failed.
+Result<std::unique_ptr<KvEventPublisher>> StartEvents(Config& config) {
+  KvEventsOptions options = config.events;
+  KVD_ASSIGN_OR_RETURN(options.lm_namespace_id, lm::NamespaceId(config.lm.namespace_name));
+  auto started = KvEventPublisher::Start(options);
+  if (!started.ok()) {
+    const std::string why = started.status().message();
+    const bool replay = !options.replay.empty() && why.find(options.replay) != std::string::npos &&
+                        why.find(options.publish) == std::string::npos;
+    return Status(started.status().code(),
+                  replay ? SettingError("events.replay", options.replay, why)
+                         : SettingError("events.publish", options.publish, why));
+  }
+  KvEventPublisher* events = started->get();
+  events->Cleared();  // a new process: nothing announced before holds (sequence number 0)
+  config.ssd.on_index_change = [events](std::string_view key, bool readable) {
+    if (readable) {
+      events->Stored(key, EventMedium::kDisk);
+    } else {
+      events->Removed(key, EventMedium::kDisk);
+    }
+  };
+  std::vector<LogField> fields = {{"publish", events->endpoint()}, {"topic", options.topic}};
+  if (!options.replay.empty()) fields.push_back({"replay", events->replay_endpoint()});
+  Log(LogLevel::kInfo, "kv events on " + events->endpoint(), fields);
+  return started;
+}
+
+// After StartEvents' AllBlocksCleared: every chunk the SSD tier recovered (waiting for queue room:
+// nothing is served yet).
+void AnnounceRecovered(KvEventPublisher& events, SsdTier* ssd) {
+  if (ssd == nullptr) return;
+  std::string cursor;
+  std::uint64_t announced = 0;
+  do {
+    protocol::ScanResult page = ssd->Scan("", cursor, 4096);
+    for (const protocol::ScanEntry& e : page.entries) {
+      events.StoredWait(e.key, EventMedium::kDisk);
+      ++announced;
+    }
+    cursor = std::move(page.next_cursor);
+  } while (!cursor.empty());
+  Log(LogLevel::kInfo, "kv events: announced the SSD tier's recovered chunks",
+      {{"chunks", std::to_string(announced)}});
+}
+
 // kvdepotd itself (DaemonMain without its last-resort exception handler).
 int Run(int argc, char** argv) {
   std::vector<std::string_view> args(argv + 1, argv + argc);
@@ -386,6 +436,13 @@ int Run(int argc, char** argv) {
   }
   WarnExposedListeners(config);
   Metrics metrics(kVersion);
+  // KV events (docs/events.md): started before the tiers so that the SSD tier's changes reach it.
+  std::unique_ptr<KvEventPublisher> events;
+  if (!config.events.publish.empty()) {
+    auto started = StartEvents(config);
+    if (!started.ok()) return Fail(1, started.status().message());
+    events = std::move(*started);
+  }
   HostTier host(config.host);
   std::unique_ptr<SsdTier> ssd;
   if (!config.ssd.dir.empty()) {
@@ -394,6 +451,7 @@ int Run(int argc, char** argv) {
       return Fail(1, SettingError("ssd.dir", config.ssd.dir, opened.status().message()));
     ssd = std::move(*opened);
   }
+  if (events) AnnounceRecovered(*events, ssd.get());
   if (config.host.shared_memory) {
     // Under write-back, evicted values keep their arena ranges until the SSD has them.
     const std::uint64_t headroom =
@@ -405,6 +463,7 @@ int Run(int argc, char** argv) {
     }
   }
   Store store(host, ssd.get());
+  store.SetEvents(events.get());
   // The GPU tier: only when asked for; asking without CUDA or without a GPU is an error.
   [[maybe_unused]] const char* tiers = ssd ? "host + SSD tiers" : "the host tier only (no ssd.dir)";
   std::unique_ptr<DeviceTier> gpu;
@@ -482,6 +541,7 @@ int Run(int argc, char** argv) {
     metrics.SetSsdSource([&ssd] { return ssd->stats(); });
   }
   metrics.SetServerSource([&server] { return server.stats(); });
+  if (events) metrics.SetEventsSource([&events] { return events->stats(); });
   if (Status s = server.Start(); !s.ok()) return Fail(1, ServerStartError(config, server, s));
   LmServer lm_server(config.lm, store);  // LMCache's lm:// protocol (docs/lmcache.md)
   if (!config.lm.listen.empty()) {
@@ -590,6 +650,7 @@ int Run(int argc, char** argv) {
     FlushHostTier(config.ssd, host, *ssd);
     ssd->Close();  // completes queued writes
   }
+  if (events) events->Stop();  // publishes what the tiers announced until now (the flush too)
   http.reset();  // its sources read the server and the tiers
   const ServerStats st = server.stats();
   Log(LogLevel::kInfo, "stopped after " + std::to_string(st.requests) + " requests",

@@ -240,6 +240,10 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     std::lock_guard lock(mu_);
     resp_ = std::move(source);
   }
+  void SetEvents(std::function<KvEventStats()> source) {
+    std::lock_guard lock(mu_);
+    events_ = std::move(source);
+  }
 
   std::vector<MetricFamily> Collect() const override {
     std::lock_guard lock(mu_);
@@ -259,6 +263,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     if (lm_) CollectLm(lm_(), out);
     if (resp_) CollectResp(resp_(), out);
     CollectProcessMetrics(out);
+    if (events_) CollectEvents(events_(), out);
     return out;
   }
 
@@ -341,6 +346,32 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
          MetricType::Counter, s.bytes_in},
         {"kvdepot_lm_network_transmit_bytes_total", "Bytes written to lm:// clients",
          MetricType::Counter, s.bytes_out},
+    };
+    AddRows(rows, out);
+  }
+
+  static void CollectEvents(const KvEventStats& s, std::vector<MetricFamily>& out) {
+    const UnlabelledRow rows[] = {
+        {"kvdepot_events_queued_total", "KV events accepted into the publisher's queue",
+         MetricType::Counter, s.events_queued},
+        {"kvdepot_events_dropped_total",
+         "KV events dropped because the queue (events.queue_size) was full", MetricType::Counter,
+         s.events_dropped},
+        {"kvdepot_events_skipped_total",
+         "KV events of keys that name no chunk (neither a chunk key nor an LMCache key)",
+         MetricType::Counter, s.events_skipped},
+        {"kvdepot_events_published_total", "KV events sent in a batch", MetricType::Counter,
+         s.events_published},
+        {"kvdepot_events_batches_total", "KV-event batches (ZeroMQ messages) published",
+         MetricType::Counter, s.batches_published},
+        {"kvdepot_events_send_errors_total", "KV-event batches ZeroMQ refused to send",
+         MetricType::Counter, s.send_errors},
+        {"kvdepot_events_replay_requests_total", "Replay requests served", MetricType::Counter,
+         s.replay_requests},
+        {"kvdepot_events_replayed_batches_total", "Batches sent again to replay requests",
+         MetricType::Counter, s.replay_batches_sent},
+        {"kvdepot_events_queue_depth", "KV events waiting for the publisher thread",
+         MetricType::Gauge, s.queue_depth},
     };
     AddRows(rows, out);
   }
@@ -487,6 +518,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
   std::function<SsdTierStats()> ssd_;
   std::function<LmServerStats()> lm_;
   std::function<RespServerStats()> resp_;
+  std::function<KvEventStats()> events_;
 };
 
 Metrics::Metrics(std::string version)
@@ -543,6 +575,10 @@ void Metrics::SetLmSource(std::function<LmServerStats()> source) {
 
 void Metrics::SetRespSource(std::function<RespServerStats()> source) {
   collector_->SetResp(std::move(source));
+}
+
+void Metrics::SetEventsSource(std::function<KvEventStats()> source) {
+  collector_->SetEvents(std::move(source));
 }
 
 void Metrics::OnRequest(protocol::Op op, StatusCode status,

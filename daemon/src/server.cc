@@ -2,6 +2,7 @@
 
 #include "kvdepot/daemon/server.h"
 
+#include "kvdepot/daemon/kv_events.h"
 #include "kvdepot/daemon/log.h"
 #include "kvdepot/daemon/ssd_tier.h"
 #include "listen_address.h"
@@ -556,8 +557,25 @@ class Connection : public ConnectionBase,
       case Op::kLeaseGet: return HandleLeaseGet(h);
       case Op::kRelease: return HandleRelease(h);
       case Op::kGetAs: return HandleGetAs(h);
+      case Op::kEventOrigin: return HandleEventOrigin(h);
       case Op::kPut: break;  // handled while reading
     }
+  }
+
+  // ---- KV events (docs/events.md) -------------------------------------------------------------
+  // Names the engine instance and model of a namespace's chunks in the events' topic. Answered ok
+  // with events off too (nothing to name them in): a client need not know the daemon's setup.
+  void HandleEventOrigin(const FrameHeader& h) {
+    auto origin = protocol::DecodeEventOriginRequest(body_);
+    if (!origin.ok()) return RequestError(h, origin.status());
+    if (!scope_->all && !scope_->AllowsNamespace(origin->namespace_id)) {
+      return RequestError(h, PermissionDenied("event_origin: the namespace is outside the "
+                                              "token's namespaces"));
+    }
+    if (KvEventPublisher* events = server_.store().events(); events != nullptr) {
+      events->SetOrigin(origin->namespace_id, origin->instance, origin->model);
+    }
+    SendBody(h, StatusCode::kOk, {});
   }
 
   // ---- authentication and authorisation ------------------------------------------------------

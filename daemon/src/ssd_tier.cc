@@ -717,6 +717,7 @@ void SsdTier::Impl::CommitFinished() {
         it->second.last_access_ms = NowMs();
         live_bytes_ += job.location.value_length;
         changes.push_back({job.key, job.location});
+        if (options_.on_index_change) options_.on_index_change(job.key, true);
       }
     }
     indexed = index_store_->Apply(changes);
@@ -823,6 +824,7 @@ bool SsdTier::Impl::EvictOldestSegment() {
         live_bytes_ -= it->second.location.value_length;
         index_.erase(it);
         deletes.push_back({key, std::nullopt});
+        if (options_.on_index_change) options_.on_index_change(key, false);
       }
     }
     if (Status s = index_store_->Apply(deletes); !s.ok()) Log(LogLevel::kError, s.message());
@@ -970,6 +972,7 @@ bool SsdTier::Impl::RemoveIfAt(std::string_view key, const Location& at) {
     }
     live_bytes_ -= it->second.location.value_length;
     index_.erase(it);
+    if (options_.on_index_change) options_.on_index_change(key, false);
   }
   if (Status s = index_store_->Apply({{std::string(key), std::nullopt}}); !s.ok()) {
     Log(LogLevel::kError, s.message() +

@@ -3,20 +3,32 @@
 #include <algorithm>
 #include <utility>
 
+#include "kvdepot/daemon/kv_events.h"
 #include "kvdepot/daemon/ssd_tier.h"
 
 namespace kvdepot::daemon {
 
 Store::Store(HostTier& host, SsdTier* ssd) : host_(host), ssd_(ssd) {
-  if (ssd_ != nullptr) {
-    host_.SetEvictionListener([ssd](std::string_view key, const ValueRef& value) {
-      return ssd->Demote(key, value);
-    });
-  }
+  InstallEvictionListener();
 }
 
 Store::~Store() {
-  if (ssd_ != nullptr) host_.SetEvictionListener(nullptr);
+  if (ssd_ != nullptr || events_ != nullptr) host_.SetEvictionListener(nullptr);
+}
+
+void Store::SetEvents(KvEventPublisher* events) {
+  events_ = events;
+  InstallEvictionListener();
+}
+
+void Store::InstallEvictionListener() {
+  if (ssd_ == nullptr && events_ == nullptr) return;
+  host_.SetEvictionListener(
+      [ssd = ssd_, events = events_](std::string_view key, const ValueRef& value) {
+        if (ssd != nullptr && !ssd->Demote(key, value)) return false;
+        if (events != nullptr) events->Removed(key, EventMedium::kCpu);
+        return true;
+      });
 }
 
 Result<std::shared_ptr<Value>> Store::Allocate(std::string_view key, std::size_t size) {
@@ -24,13 +36,18 @@ Result<std::shared_ptr<Value>> Store::Allocate(std::string_view key, std::size_t
 }
 
 void Store::Put(std::string_view key, ValueRef value, PutCallback done) {
-  if (device_ != nullptr) device_->Erase(key);  // its copy is stale now
+  // The GPU copy is stale now.
+  if (device_ != nullptr && device_->Erase(key) && events_ != nullptr) {
+    events_->Removed(key, EventMedium::kGpu);
+  }
   if (ssd_ == nullptr) {
     host_.Insert(key, std::move(value));
+    if (events_ != nullptr) events_->Stored(key, EventMedium::kCpu);
     return done(Status::Ok());
   }
   const SsdTierOptions& o = ssd_->options();
   host_.Insert(key, value);
+  if (events_ != nullptr) events_->Stored(key, EventMedium::kCpu);
   if (o.durability == SsdDurability::kSync) {
     // The committed write replaces the index entry atomically: until it is acknowledged, a crash
     // keeps the previous acknowledged value.
@@ -57,7 +74,10 @@ void Store::Get(std::string_view key, GetCallback done) {
     };
     auto fetched = [this, k = std::string(key), done](Result<ValueRef> value) {
       if (!value.ok()) return done(value.status());
-      host_.InsertIfAbsent(k, *value);  // back in the host tier; a newer PUT wins
+      // Back in the host tier; a newer PUT wins.
+      if (host_.InsertIfAbsent(k, *value) && events_ != nullptr) {
+        events_->Stored(k, EventMedium::kCpu);
+      }
       done(Found{std::move(*value), protocol::Tier::kGpu});
     };
     if (device_->FetchToHost(key, std::move(allocate), std::move(fetched))) return;
@@ -68,7 +88,10 @@ void Store::Get(std::string_view key, GetCallback done) {
       [this, k = std::string(key), done = std::move(done)](Result<ValueRef> value) {
         if (!value.ok()) return done(value.status());
         // A promotion never replaces a value PUT while the read was in flight.
-        if (ssd_->ShouldPromote(k) && host_.InsertIfAbsent(k, *value)) ssd_->CountPromotion();
+        if (ssd_->ShouldPromote(k) && host_.InsertIfAbsent(k, *value)) {
+          ssd_->CountPromotion();
+          if (events_ != nullptr) events_->Stored(k, EventMedium::kCpu);
+        }
         done(Found{std::move(*value), protocol::Tier::kSsd});
       });
 }
@@ -83,7 +106,11 @@ protocol::Tier Store::Locate(std::string_view key) const {
 bool Store::Erase(std::string_view key) {
   const bool in_gpu = device_ != nullptr && device_->Erase(key);
   const bool in_host = host_.Erase(key);
-  const bool in_ssd = ssd_ != nullptr && ssd_->Erase(key);
+  if (events_ != nullptr) {
+    if (in_gpu) events_->Removed(key, EventMedium::kGpu);
+    if (in_host) events_->Removed(key, EventMedium::kCpu);
+  }
+  const bool in_ssd = ssd_ != nullptr && ssd_->Erase(key);  // announced by the SSD tier
   return in_gpu || in_host || in_ssd;
 }
 

@@ -42,8 +42,10 @@ enum class Op : std::uint8_t {
   kLeaseGet = 10,  // (offset, length, lease id) of values in shared memory instead of the bytes
   kRelease = 11,   // ends leases
   kGetAs = 12,     // GET transcoded into another codec
+  // KV events (docs/events.md): names the engine instance and model of a namespace's chunks.
+  kEventOrigin = 13,
 };
-inline constexpr std::uint8_t kMaxOp = 12;
+inline constexpr std::uint8_t kMaxOp = 13;
 // AUTH tokens: 1 ..= kMaxTokenBytes bytes.
 inline constexpr std::size_t kMaxTokenBytes = 1024;
 inline constexpr std::uint8_t kResponseBit = 0x80;
@@ -157,6 +159,19 @@ Result<ScanResult> DecodeScanResult(std::span<const std::byte> body);
 
 // AUTH request body: `u16 n` + the token (1 ..= kMaxTokenBytes bytes). Decoding errors are
 // kCorruption (a malformed body) or kOutOfRange (a token of 0 or more than kMaxTokenBytes bytes).
+// EVENT_ORIGIN: the chunks of a namespace belong to this engine instance and model (KV events
+// carry them in their topic, docs/events.md). Each name is at most kMaxOriginNameBytes bytes of
+// printable ASCII or UTF-8 without '@' (the topic's separator) and control characters; the
+// model may not be empty.
+inline constexpr std::size_t kMaxOriginNameBytes = 256;
+struct EventOrigin {
+  std::string namespace_id;  // 16 bytes
+  std::string instance;
+  std::string model;
+};
+std::vector<std::byte> EncodeEventOriginRequest(const EventOrigin& origin);
+Result<EventOrigin> DecodeEventOriginRequest(std::span<const std::byte> body);
+
 std::vector<std::byte> EncodeAuthRequest(std::string_view token);
 Result<std::string> DecodeAuthRequest(std::span<const std::byte> body);
 

@@ -73,6 +73,9 @@ class Connection {
   bool tls() const { return tls_ != nullptr; }
 
   Status Ping();
+  // EVENT_ORIGIN: the daemon's KV events name `instance` and `model` for the chunks of
+  // namespace `origin.namespace_id` (docs/events.md).
+  Status SetEventOrigin(const protocol::EventOrigin& origin);
   // Per-item statuses (ok, resource_exhausted, out_of_range, ...).
   Result<std::vector<StatusCode>> Put(std::span<const protocol::PutItemView> items);
   Status Put(std::string_view key, std::span<const std::byte> value);
@@ -199,6 +202,7 @@ class Client {
   std::future<Status> GetAsync(std::vector<std::string> keys, GetCallback on_item);
 
   Status Ping();
+  Status SetEventOrigin(const protocol::EventOrigin& origin);
   Status Put(std::string_view key, std::span<const std::byte> value);
   Result<std::optional<std::vector<std::byte>>> Get(std::string_view key);
   Status Get(std::span<const std::string> keys, const GetCallback& on_item);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/daemon/kv_events.h"
 #include "kvdepot/daemon/lm_server.h"
 #include "kvdepot/daemon/resp_server.h"
 #include "kvdepot/daemon/server.h"
@@ -33,6 +34,8 @@ struct Config {
   // The resp:// listener (the Redis protocol, docs/resp.md); off unless resp.listen is set. Its
   // value and key limits and its tokens are the native listener's (set at start).
   RespServerOptions resp;
+  // KV events (docs/events.md); off unless events.publish is set.
+  KvEventsOptions events;
   std::string data_dir = "kvdepot-data";
   LogLevel log_level = LogLevel::kInfo;
   // HTTP address of /metrics and /healthz (HOST:PORT; port 0 = ephemeral); empty = none.

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "kvdepot/daemon/host_tier.h"
+#include "kvdepot/daemon/kv_events.h"
 #include "kvdepot/daemon/lm_server.h"
 #include "kvdepot/daemon/resp_server.h"
 #include "kvdepot/daemon/request_observer.h"
@@ -84,6 +85,9 @@ class Metrics final : public RequestObserver {
   // hits, refusals, connections, timeouts, bytes); read at every scrape. Without it the
   // kvdepot_resp_* families are absent (no resp:// listener).
   void SetRespSource(std::function<RespServerStats()> source);
+  // The KV-event publisher's counters (kvdepot_events_*: queued, dropped, published, batches,
+  // replays, queue depth); read at every scrape. Without it the families are absent (events off).
+  void SetEventsSource(std::function<KvEventStats()> source);
   // The SSD tier's own counters (kvdepot_ssd_*: I/O, errors, checksum failures, the I/O path);
   // read at every scrape. Its generic tier series come through AddTier("ssd", ...).
   void SetSsdSource(std::function<SsdTierStats()> source);

@@ -75,6 +75,11 @@ struct SsdTierOptions {
   // recently used first, for at most flush_budget (shutdown_flush.h). Read by kvdepotd only.
   bool flush_on_shutdown = true;
   std::chrono::milliseconds flush_budget{20000};
+  // Called under the tier's index lock when a key becomes readable from the tier (its write was
+  // indexed) or stops being readable (segment eviction, Erase, a failed checksum); not for the
+  // entries found by Open. Must be quick and must not call into the tier (KV events, which only
+  // queue it: docs/events.md). May be empty.
+  std::function<void(std::string_view key, bool readable)> on_index_change;
   // Tests only: fail chosen requests (see ssd::FaultHook).
   std::function<int(const ssd::IoRequest&)> fault;
 };

@@ -25,6 +25,7 @@
 namespace kvdepot::daemon {
 
 class SsdTier;
+class KvEventPublisher;
 
 struct DeviceTierStats {
   std::uint64_t bytes = 0;     // pool bytes in live ranges (stored + evicted but still leased)
@@ -96,6 +97,12 @@ class Store {
   // that fails reports its error; the value stays served from memory either way.
   void Put(std::string_view key, ValueRef value, PutCallback done);
 
+  // Publishes KV events (docs/events.md) for what becomes readable or stops being readable in the
+  // host and GPU tiers (the SSD tier reports its own through SsdTierOptions::on_index_change).
+  // May be null; must outlive the store. Call before use.
+  void SetEvents(KvEventPublisher* events);
+  KvEventPublisher* events() const { return events_; }
+
   // Adds the GPU tier (may be null; must outlive the store). Call before use.
   void SetDeviceTier(DeviceTier* device) { device_ = device; }
   DeviceTier* device() const { return device_; }
@@ -126,6 +133,9 @@ class Store {
   HostTier& host_;
   SsdTier* ssd_;
   DeviceTier* device_ = nullptr;
+  KvEventPublisher* events_ = nullptr;
+  // Demotes evicted values to the SSD tier and announces their removal, as configured.
+  void InstallEvictionListener();
 };
 
 }  // namespace kvdepot::daemon

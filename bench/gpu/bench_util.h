@@ -17,7 +17,7 @@
 
 #include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/status.h"
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::cuda::bench {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kvdepot/chunk_key.h"
+#include "kvdepot/protocol/chunk_key.h"
 #include "kvdepot/client/client.h"
 
 struct kvdepot_client {

@@ -9,7 +9,7 @@
 
 #include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/status.h"
-#include "kvdepot/numeric.h"
+#include "kvdepot/codec/numeric.h"
 #include "launch.h"
 
 namespace kvdepot::cuda {

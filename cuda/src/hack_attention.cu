@@ -43,7 +43,7 @@
 #include "kvdepot/cuda/hack.h"
 #include "launch.h"
 #include "kvdepot/cuda/status.h"
-#include "kvdepot/hack_format.h"
+#include "kvdepot/codec/hack_format.h"
 
 namespace kvdepot::cuda {
 

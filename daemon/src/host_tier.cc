@@ -9,7 +9,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "kvdepot/checksum.h"
+#include "kvdepot/base/checksum.h"
 #include "kvdepot/daemon/log.h"
 #include "kvdepot/daemon/shm_arena.h"
 

@@ -7,7 +7,7 @@
 #include "listen_address.h"
 #include "registration_guard.h"
 
-#include "kvdepot/byte_order.h"
+#include "kvdepot/base/byte_order.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "kvdepot/daemon/shm_arena.h"
+#include "kvdepot/base/hex.h"
 
 #include <algorithm>
 #include <array>
@@ -380,7 +381,7 @@ class Connection : public ConnectionBase,
     put_.results = std::make_shared<PutResults>();
     put_.header = h;
     put_.remaining = h.body_length;
-    ReadSmall(4, [this] {
+    ReadSmall(protocol::kPutCountBytes, [this] {
       put_.count = LoadLE<std::uint32_t>(small_.data());
       if (put_.count == 0 || put_.count > limits_.max_batch) {
         // A well-formed request over a limit: answered as a whole, its body skipped, the
@@ -421,7 +422,7 @@ class Connection : public ConnectionBase,
       MaybeFinishPut(put_.header, *put_.results);
       return ReadHeader();
     }
-    ReadSmall(2, [this] {
+    ReadSmall(protocol::kPutKeyLengthBytes, [this] {
       const auto key_len = LoadLE<std::uint16_t>(small_.data());
       if (key_len == 0 || key_len > limits_.max_key_bytes) {
         // Over the key limit: this item is out_of_range, the others go on. Its key is skipped,
@@ -429,7 +430,7 @@ class Connection : public ConnectionBase,
         if (key_len > put_.remaining) return BodyEndsInsideItem();
         put_.remaining -= key_len;
         return Discard(key_len, [this] {
-          ReadSmall(8, [this] {
+          ReadSmall(protocol::kPutValueLengthBytes, [this] {
             const auto value_length = LoadLE<std::uint64_t>(small_.data());
             if (value_length > put_.remaining) return ValuePastBody();
             put_.remaining -= value_length;
@@ -437,7 +438,7 @@ class Connection : public ConnectionBase,
           });
         });
       }
-      ReadSmall(key_len + 8u, [this, key_len] {
+      ReadSmall(key_len + protocol::kPutValueLengthBytes, [this, key_len] {
         put_.key.assign(reinterpret_cast<const char*>(small_.data()), key_len);
         put_.value_length = LoadLE<std::uint64_t>(small_.data() + key_len);
         if (put_.value_length > put_.remaining) return ValuePastBody();
@@ -1499,15 +1500,10 @@ std::string Server::Impl::StatsJson(const AuthScope* scope) const {
   }
   out += "},";
   out += "\"namespaces\":[";
-  static constexpr char kHex[] = "0123456789abcdef";
   bool first = true;
   for (std::size_t i = 0; i < h.namespaces.size(); ++i) {
     if (scope != nullptr && !scope->AllowsNamespace(h.namespaces[i].id)) continue;
-    std::string id;
-    for (unsigned char c : h.namespaces[i].id) {
-      id += kHex[c >> 4];
-      id += kHex[c & 15];
-    }
+    const std::string id = HexLower(h.namespaces[i].id);
     out += std::string(first ? "" : ",") + "{\"id\":\"" + id + "\",";
     first = false;
     field("bytes", h.namespaces[i].bytes);

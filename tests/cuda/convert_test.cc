@@ -12,8 +12,8 @@
 
 #include "gpu_test_util.h"
 #include "kvdepot/cuda/device.h"
-#include "kvdepot/numeric.h"
-#include "kvdepot/tensor.h"
+#include "kvdepot/codec/numeric.h"
+#include "kvdepot/codec/tensor.h"
 
 namespace kvdepot::cuda {
 namespace {

@@ -24,7 +24,7 @@
 #include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/gpu_tier.h"
 #include "kvdepot/cuda/leased.h"
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::client {
 

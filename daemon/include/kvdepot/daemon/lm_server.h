@@ -27,7 +27,7 @@
 #include <string_view>
 
 #include "kvdepot/daemon/store.h"
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::daemon {
 

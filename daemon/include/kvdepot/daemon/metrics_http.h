@@ -16,7 +16,7 @@
 #include <string>
 
 #include "kvdepot/daemon/metrics.h"
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::daemon {
 

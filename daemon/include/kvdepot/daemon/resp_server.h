@@ -29,7 +29,7 @@
 
 #include "kvdepot/daemon/auth.h"
 #include "kvdepot/daemon/store.h"
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::daemon {
 

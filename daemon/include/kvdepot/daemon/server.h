@@ -43,8 +43,8 @@
 #include "kvdepot/daemon/request_observer.h"
 #include "kvdepot/daemon/store.h"
 #include "kvdepot/daemon/transcoder.h"
-#include "kvdepot/protocol.h"
-#include "kvdepot/status.h"
+#include "kvdepot/protocol/protocol.h"
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::daemon {
 

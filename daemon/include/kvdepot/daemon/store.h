@@ -19,8 +19,8 @@
 #include <string_view>
 
 #include "kvdepot/daemon/host_tier.h"
-#include "kvdepot/protocol.h"
-#include "kvdepot/status.h"
+#include "kvdepot/protocol/protocol.h"
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::daemon {
 

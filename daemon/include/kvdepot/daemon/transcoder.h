@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "kvdepot/daemon/host_tier.h"
-#include "kvdepot/transcode.h"
+#include "kvdepot/codec/transcode.h"
 
 namespace kvdepot::daemon {
 

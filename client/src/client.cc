@@ -626,8 +626,8 @@ Result<std::optional<std::size_t>> Connection::GetInto(std::string_view key,
                                                        std::span<std::byte> head,
                                                        const OutChooser& choose_out) {
   const std::string keys[] = {std::string(key)};
-  KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> body, protocol::EncodeKeyList(keys));
-  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendRequest(Op::kGet, body));
+  KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> request, protocol::EncodeKeyList(keys));
+  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendRequest(Op::kGet, request));
   std::byte raw[protocol::kFrameHeaderBytes];
   KVD_RETURN_IF_ERROR(RecvAll(raw, sizeof(raw)));
   protocol::Limits limits = options_.limits;

@@ -19,10 +19,11 @@ namespace kvdepot::daemon {
 
 class InProcessServerTest : public ::testing::Test {
  protected:
-  // Starts host tier + store + server. `o.listen` defaults to an ephemeral loopback port.
+  // Starts host tier + store + server; the server listens on an ephemeral loopback port
+  // (`o.listen` is overridden) and on `o.unix_path` when set.
   // `metrics`, when given, receives the server's request counts and the host tier's statistics.
   void StartServerWith(const HostTierOptions& host, ServerOptions o, Metrics* metrics = nullptr) {
-    if (o.listen.empty()) o.listen = "127.0.0.1:0";
+    o.listen = "127.0.0.1:0";
     host_ = std::make_unique<HostTier>(host);
     store_ = std::make_unique<Store>(*host_, nullptr);
     server_ = std::make_unique<Server>(o, *store_, metrics);

@@ -55,10 +55,7 @@ std::vector<std::byte> GetFrame(const std::string& key, std::uint64_t id) {
 
 class ServerFaultsTest : public InProcessServerTest {
  protected:
-  void Start(ServerOptions o) {
-    o.listen = "127.0.0.1:0";
-    StartServerWith(HostTierOptions::With(64u << 20), o);
-  }
+  void Start(const ServerOptions& o) { StartServerWith(HostTierOptions::With(64u << 20), o); }
   std::unique_ptr<client::Connection> Client(protocol::Limits limits = {}) {
     client::ClientOptions co = TcpOptions();
     co.limits = limits;

@@ -22,7 +22,8 @@ std::string HexLower(std::string_view bytes) {
 
 std::string HexU64(std::uint64_t value) {
   std::string hex(16, '0');
-  for (int i = 15; i >= 0; --i, value >>= 4) hex[static_cast<std::size_t>(i)] = kDigits[value & 0xf];
+  for (int i = 15; i >= 0; --i, value >>= 4)
+    hex[static_cast<std::size_t>(i)] = kDigits[value & 0xf];
   return hex;
 }
 

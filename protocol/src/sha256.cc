@@ -65,8 +65,7 @@ void Sha256::Update(std::span<const std::byte> data) {
 Sha256Digest Sha256::Finish() {
   Sha256Digest digest;
   unsigned int length = 0;
-  if (EVP_DigestFinal_ex(Ctx(context_), digest.data(), &length) != 1 ||
-      length != digest.size()) {
+  if (EVP_DigestFinal_ex(Ctx(context_), digest.data(), &length) != 1 || length != digest.size()) {
     Fatal("EVP_DigestFinal_ex");
   }
   if (EVP_DigestInit_ex(Ctx(context_), Sha256Algorithm(), nullptr) != 1) Fatal("EVP_DigestInit_ex");
@@ -84,6 +83,8 @@ Sha256Digest Sha256Of(std::span<const std::byte> data) {
   return digest;
 }
 
-std::string Sha256DigestHex(const Sha256Digest& digest) { return HexLower(digest); }
+std::string Sha256DigestHex(const Sha256Digest& digest) {
+  return HexLower(digest);
+}
 
 }  // namespace kvdepot

@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "kvdepot/codec/cachegen.h"
 #include "kvdepot/base/checksum.h"
+#include "kvdepot/codec/cachegen.h"
 #include "kvdepot/codec/codec.h"
 #include "kvdepot/codec/container.h"
 #include "kvdepot/codec/raw_codec.h"

@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "kvdepot/codec/synth.h"
 #include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/gpu_tier.h"
 #include "kvdepot/cuda/leased.h"
-#include "kvdepot/codec/synth.h"
 #include "kvdepot/cuda/paged_layout.h"
 
 using namespace kvdepot;

@@ -21,8 +21,8 @@
 
 #include "kvdepot/client/gpu_fetch.h"
 #include "kvdepot/codec/codec.h"
-#include "kvdepot/cuda/device.h"
 #include "kvdepot/codec/synth.h"
+#include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/paged_layout.h"
 
 using namespace kvdepot;

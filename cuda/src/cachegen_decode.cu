@@ -19,8 +19,8 @@
 
 #include "kvdepot/base/byte_order.h"
 #include "kvdepot/codec/cachegen_format.h"
-#include "kvdepot/cuda/status.h"
 #include "kvdepot/codec/numeric.h"
+#include "kvdepot/cuda/status.h"
 
 namespace kvdepot::cuda {
 

@@ -32,10 +32,10 @@
 #include <utility>
 
 #include "kvdepot/base/byte_order.h"
-#include "kvdepot/codec/cachegen_format.h"
 #include "kvdepot/base/checksum.h"
-#include "kvdepot/cuda/status.h"
+#include "kvdepot/codec/cachegen_format.h"
 #include "kvdepot/codec/numeric.h"
+#include "kvdepot/cuda/status.h"
 
 namespace kvdepot::cuda {
 

@@ -41,10 +41,10 @@
 
 #include "kvdepot/base/byte_order.h"
 #include "kvdepot/codec/container.h"
-#include "kvdepot/cuda/hack.h"
-#include "kvdepot/cuda/status.h"
 #include "kvdepot/codec/hack_format.h"
 #include "kvdepot/codec/numeric.h"
+#include "kvdepot/cuda/hack.h"
+#include "kvdepot/cuda/status.h"
 #include "launch.h"
 
 namespace kvdepot::cuda {

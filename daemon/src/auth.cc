@@ -6,8 +6,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "kvdepot/protocol/sha256.h"
 #include "kvdepot/base/hex.h"
+#include "kvdepot/protocol/sha256.h"
 
 namespace kvdepot::daemon {
 namespace {

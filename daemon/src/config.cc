@@ -16,9 +16,9 @@
 #include <map>
 #include <string>
 
-#include "kvdepot/daemon/log.h"
 #include "kvdepot/base/file_io.h"
 #include "kvdepot/base/hex.h"
+#include "kvdepot/daemon/log.h"
 #include "listen_address.h"
 
 namespace kvdepot::daemon {

@@ -5,8 +5,8 @@
 #include <string>
 #include <string_view>
 
-#include "kvdepot/daemon/log.h"
 #include "kvdepot/base/hex.h"
+#include "kvdepot/daemon/log.h"
 
 namespace kvdepot::daemon {
 namespace {

@@ -17,20 +17,20 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "kvdepot/daemon/shm_arena.h"
 #include "kvdepot/base/hex.h"
+#include "kvdepot/daemon/shm_arena.h"
 
 #include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
-#include <nlohmann/json.hpp>
 #include <chrono>
 #include <cstdio>
 #include <deque>
 #include <functional>
 #include <list>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -1443,9 +1443,9 @@ std::string Server::Impl::StatsJson(const AuthScope* scope) const {
               {"bytes_out", s.bytes_out},
               {"request_timeouts", s.request_timeouts},
               {"idle_timeouts", s.idle_timeouts}};
-  Json host = {{"bytes", h.bytes},         {"capacity", h.capacity}, {"chunks", h.chunks},
-               {"hits", h.hits},           {"misses", h.misses},     {"evictions", h.evictions},
-               {"inserts", h.inserts},     {"rejected", h.rejected}};
+  Json host = {{"bytes", h.bytes},     {"capacity", h.capacity}, {"chunks", h.chunks},
+               {"hits", h.hits},       {"misses", h.misses},     {"evictions", h.evictions},
+               {"inserts", h.inserts}, {"rejected", h.rejected}};
   if (h.arena_bytes != 0) {
     host["arena_bytes"] = h.arena_bytes;
     host["arena_used"] = h.arena_used;
@@ -1479,9 +1479,9 @@ std::string Server::Impl::StatsJson(const AuthScope* scope) const {
   }
   if (const DeviceTier* gpu = store_.device(); gpu != nullptr) {
     const DeviceTierStats g = gpu->stats();
-    tiers["gpu"] = {{"bytes", g.bytes},         {"capacity", g.capacity},
-                    {"chunks", g.chunks},       {"hits", g.hits},
-                    {"misses", g.misses},       {"evictions", g.evictions},
+    tiers["gpu"] = {{"bytes", g.bytes},           {"capacity", g.capacity},
+                    {"chunks", g.chunks},         {"hits", g.hits},
+                    {"misses", g.misses},         {"evictions", g.evictions},
                     {"promotions", g.promotions}, {"rejected", g.rejected},
                     {"device", g.device}};
   }

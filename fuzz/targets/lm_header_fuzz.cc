@@ -1,6 +1,6 @@
-// lm_header: the lm:// listener's request header decoder (kvdepot/protocol/lm_wire.h), in both layouts:
-// the layout DetectWire picks, on exactly that many bytes (shorter inputs are zero-padded, longer
-// ones cut), and each layout on the raw length.
+// lm_header: the lm:// listener's request header decoder (kvdepot/protocol/lm_wire.h), in both
+// layouts: the layout DetectWire picks, on exactly that many bytes (shorter inputs are zero-padded,
+// longer ones cut), and each layout on the raw length.
 #include <array>
 #include <cstring>
 

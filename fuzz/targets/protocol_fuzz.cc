@@ -1,6 +1,6 @@
-// protocol: the native protocol's frame header and body decoders (kvdepot/protocol/protocol.h). Byte 0
-// picks the decoder, byte 1 the limits; the rest is the input. Bodies that decode must encode
-// back to the same bytes (the encodings are canonical).
+// protocol: the native protocol's frame header and body decoders (kvdepot/protocol/protocol.h).
+// Byte 0 picks the decoder, byte 1 the limits; the rest is the input. Bodies that decode must
+// encode back to the same bytes (the encodings are canonical).
 #include <cstring>
 #include <string>
 #include <vector>

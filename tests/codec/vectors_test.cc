@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "kvdepot/codec/codec.h"
 #include "kvdepot/base/file_io.h"
+#include "kvdepot/codec/codec.h"
 #include "kvdepot/codec/npy.h"
 
 namespace kvdepot {

@@ -18,9 +18,9 @@
 #include "kvdepot/base/byte_order.h"
 #include "kvdepot/codec/cachegen.h"
 #include "kvdepot/codec/cachegen_format.h"
-#include "kvdepot/cuda/device.h"
 #include "kvdepot/codec/numeric.h"
 #include "kvdepot/codec/synth.h"
+#include "kvdepot/cuda/device.h"
 
 namespace kvdepot::cuda {
 namespace {

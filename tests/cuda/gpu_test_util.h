@@ -11,10 +11,10 @@
 
 #include "kvdepot/base/byte_order.h"
 #include "kvdepot/codec/container.h"
-#include "kvdepot/cuda/device.h"
 #include "kvdepot/codec/numeric.h"
 #include "kvdepot/codec/synth.h"
 #include "kvdepot/codec/tensor.h"
+#include "kvdepot/cuda/device.h"
 
 // Skips the current test, printing the reason, when no usable CUDA device is present.
 #define KVD_REQUIRE_GPU()                                                  \

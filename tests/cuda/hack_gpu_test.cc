@@ -20,12 +20,12 @@
 #include "gpu_test_util.h"
 #include "kvdepot/base/byte_order.h"
 #include "kvdepot/codec/container.h"
-#include "kvdepot/cuda/device.h"
-#include "kvdepot/cuda/status.h"
 #include "kvdepot/codec/hack.h"
 #include "kvdepot/codec/hack_attention.h"
 #include "kvdepot/codec/numeric.h"
 #include "kvdepot/codec/synth.h"
+#include "kvdepot/cuda/device.h"
+#include "kvdepot/cuda/status.h"
 
 namespace kvdepot::cuda {
 namespace {

@@ -15,13 +15,13 @@
 #include <thread>
 #include <vector>
 
+#include "in_process_server.h"
 #include "kvdepot/client/client.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/lm_server.h"
 #include "kvdepot/daemon/metrics_http.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/store.h"
-#include "in_process_server.h"
 #include "socket_test_util.h"
 
 namespace kvdepot::daemon {
@@ -94,9 +94,11 @@ TEST_F(MetricsTest, RequestsAreCountedByOperationAndOutcome) {
 
   EXPECT_EQ(WaitForSample(metrics_, R"(kvdepot_requests_total{op="put",status="ok"})", 2), 2);
   EXPECT_EQ(WaitForSample(metrics_, R"(kvdepot_requests_total{op="get",status="ok"})", 1), 1);
-  EXPECT_EQ(WaitForSample(metrics_, R"(kvdepot_requests_total{op="get",status="not_found"})", 1), 1);
+  EXPECT_EQ(WaitForSample(metrics_, R"(kvdepot_requests_total{op="get",status="not_found"})", 1),
+            1);
   EXPECT_EQ(WaitForSample(metrics_, R"(kvdepot_requests_total{op="lookup",status="ok"})", 1), 1);
-  EXPECT_EQ(WaitForSample(metrics_, R"(kvdepot_requests_total{op="delete",status="not_found"})", 1), 1)
+  EXPECT_EQ(WaitForSample(metrics_, R"(kvdepot_requests_total{op="delete",status="not_found"})", 1),
+            1)
       << "a DELETE with an absent key reports the item's status";
   const std::string text = metrics_.Text();
   EXPECT_EQ(Sample(text, R"(kvdepot_request_duration_seconds_count{op="put"})"), 2);
@@ -124,7 +126,8 @@ TEST_F(MetricsTest, RequestsAreCountedByOperationAndOutcome) {
 TEST_F(MetricsTest, RefusedPutItemsAreCountedWithTheirCode) {
   const std::vector<std::byte> big(9ull << 20, std::byte{1});  // over the tier's capacity
   EXPECT_FALSE(conn_->Put("big", big).ok());
-  EXPECT_EQ(WaitForSample(metrics_, R"(kvdepot_requests_total{op="put",status="out_of_range"})", 1), 1);
+  EXPECT_EQ(WaitForSample(metrics_, R"(kvdepot_requests_total{op="put",status="out_of_range"})", 1),
+            1);
 }
 
 TEST_F(MetricsTest, CodecSeriesAppearOnceFed) {

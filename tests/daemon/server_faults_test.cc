@@ -16,16 +16,16 @@
 #include <thread>
 
 #include "../common/random_bytes.h"
+#include "in_process_server.h"
 #include "kvdepot/client/client.h"
 #include "kvdepot/codec/codec.h"
+#include "kvdepot/codec/synth.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/lm_server.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/ssd_tier.h"
 #include "kvdepot/daemon/store.h"
 #include "kvdepot/protocol/lm_wire.h"
-#include "kvdepot/codec/synth.h"
-#include "in_process_server.h"
 #include "socket_test_util.h"
 #include "ssd/io_engine.h"
 

@@ -15,11 +15,11 @@
 #include <thread>
 
 #include "../common/random_bytes.h"
+#include "in_process_server.h"
 #include "kvdepot/base/byte_order.h"
 #include "kvdepot/client/client.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/ssd_tier.h"
-#include "in_process_server.h"
 #include "socket_test_util.h"
 
 namespace kvdepot::daemon {

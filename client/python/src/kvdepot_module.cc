@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "kvdepot/protocol/chunk_key.h"
 #include "kvdepot/client/client.h"
+#include "kvdepot/protocol/chunk_key.h"
 #include "kvdepot/protocol/lm_value.h"
 
 namespace py = pybind11;

@@ -1,5 +1,5 @@
-#include "kvdepot/base/hex.h"
 #include "resp/resp_codec.h"
+#include "kvdepot/base/hex.h"
 
 #include <algorithm>
 #include <charconv>
@@ -225,7 +225,8 @@ bool SplitInline(std::string_view line, std::vector<std::string>& words) {
         if (i == line.size()) return false;
         if (line[i] == '\\' && i + 3 < line.size() && line[i + 1] == 'x' &&
             HexDigitValue(line[i + 2]) >= 0 && HexDigitValue(line[i + 3]) >= 0) {
-          word.push_back(static_cast<char>(HexDigitValue(line[i + 2]) * 16 + HexDigitValue(line[i + 3])));
+          word.push_back(
+              static_cast<char>(HexDigitValue(line[i + 2]) * 16 + HexDigitValue(line[i + 3])));
           i += 4;
         } else if (line[i] == '\\' && i + 1 < line.size()) {
           const char e = line[i + 1];

@@ -9,8 +9,8 @@
 #include "kvdepot/client/client.h"
 #include "kvdepot/codec/container.h"
 #include "kvdepot/codec/hack.h"
-#include "kvdepot/kvdepot.h"
 #include "kvdepot/codec/tensor.h"
+#include "kvdepot/kvdepot.h"
 #if SDK_CONSUMER_CUDA
 #include "kvdepot/cuda/hack.h"
 #endif

@@ -24,10 +24,10 @@
 #include <string_view>
 #include <vector>
 
-#include "kvdepot/protocol/chunk_key.h"
-#include "kvdepot/codec/codec_id.h"
-#include "kvdepot/protocol/protocol.h"
 #include "kvdepot/base/status.h"
+#include "kvdepot/codec/codec_id.h"
+#include "kvdepot/protocol/chunk_key.h"
+#include "kvdepot/protocol/protocol.h"
 
 namespace kvdepot::client {
 

@@ -27,9 +27,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include "kvdepot/codec/codec.h"
 #include "kvdepot/base/range_allocator.h"
 #include "kvdepot/base/status.h"
+#include "kvdepot/codec/codec.h"
 #include "kvdepot/codec/transcode.h"
 
 namespace kvdepot::cuda {

@@ -14,13 +14,13 @@
 #include <utility>
 #include <vector>
 
+#include "kvdepot/base/status.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/lm_server.h"
 #include "kvdepot/daemon/log.h"
 #include "kvdepot/daemon/resp_server.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/ssd_tier.h"
-#include "kvdepot/base/status.h"
 
 namespace kvdepot::daemon {
 

@@ -28,9 +28,9 @@
 #include <string>
 #include <string_view>
 
+#include "kvdepot/base/status.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/protocol/protocol.h"
-#include "kvdepot/base/status.h"
 
 namespace kvdepot::daemon {
 

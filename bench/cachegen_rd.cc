@@ -22,12 +22,12 @@
 #include <string>
 #include <vector>
 
-#include "kvdepot/cachegen.h"
-#include "kvdepot/codec.h"
-#include "kvdepot/npy.h"
-#include "kvdepot/numeric.h"
-#include "kvdepot/synth.h"
-#include "kvdepot/tensor.h"
+#include "kvdepot/codec/cachegen.h"
+#include "kvdepot/codec/codec.h"
+#include "kvdepot/codec/npy.h"
+#include "kvdepot/codec/numeric.h"
+#include "kvdepot/codec/synth.h"
+#include "kvdepot/codec/tensor.h"
 
 namespace kvdepot {
 namespace {

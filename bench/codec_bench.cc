@@ -7,13 +7,13 @@
 #include <random>
 #include <vector>
 
-#include "kvdepot/cachegen.h"
-#include "kvdepot/checksum.h"
-#include "kvdepot/codec.h"
-#include "kvdepot/container.h"
-#include "kvdepot/raw_codec.h"
-#include "kvdepot/synth.h"
-#include "kvdepot/tensor.h"
+#include "kvdepot/base/checksum.h"
+#include "kvdepot/codec/cachegen.h"
+#include "kvdepot/codec/codec.h"
+#include "kvdepot/codec/container.h"
+#include "kvdepot/codec/raw_codec.h"
+#include "kvdepot/codec/synth.h"
+#include "kvdepot/codec/tensor.h"
 
 namespace kvdepot {
 namespace {

@@ -21,13 +21,13 @@
 #include <string>
 #include <vector>
 
-#include "kvdepot/codec.h"
-#include "kvdepot/compare.h"
-#include "kvdepot/hack.h"
-#include "kvdepot/hack_attention.h"
-#include "kvdepot/npy.h"
-#include "kvdepot/synth.h"
-#include "kvdepot/tensor.h"
+#include "kvdepot/codec/codec.h"
+#include "kvdepot/codec/compare.h"
+#include "kvdepot/codec/hack.h"
+#include "kvdepot/codec/hack_attention.h"
+#include "kvdepot/codec/npy.h"
+#include "kvdepot/codec/synth.h"
+#include "kvdepot/codec/tensor.h"
 
 namespace kvdepot {
 namespace {

@@ -4,9 +4,11 @@
 #   P/etc/kvdepot/kvdepot.yaml                    (config/kvdepot.yaml; an existing file is kept)
 #   P/${KVDEPOT_SYSTEMD_UNITDIR}/kvdepotd.service (systemd/kvdepotd.service, with /usr/local/
 #                                                  replaced by P/ so that it runs what was installed)
-#   P/include/kvdepot/...                         (the public headers of codec/, client/, cuda/)
-#   P/lib/libkvdepot_{codec,client,cuda,client_gpu}.a, P/lib/libkvdepot_lmcache.so
-#   P/lib/cmake/kvdepot/                          (find_package(kvdepot): kvdepot::codec,
+#   P/include/kvdepot/...                         (the public headers of base/, codec/,
+#                                                  protocol/, client/, cuda/)
+#   P/lib/libkvdepot_{base,codec,protocol,client,cuda,client_gpu}.a, P/lib/libkvdepot_lmcache.so
+#   P/lib/cmake/kvdepot/                          (find_package(kvdepot): kvdepot::base,
+#                                                  kvdepot::codec, kvdepot::protocol,
 #                                                  kvdepot::client, with CUDA kvdepot::cuda and
 #                                                  kvdepot::client_gpu)
 include(CMakePackageConfigHelpers)
@@ -34,8 +36,9 @@ install(CODE "
 ")
 
 # ---- the client SDK ----
-set(_kvd_sdk_targets kvdepot_codec kvdepot_client)
-set(_kvd_sdk_headers ${PROJECT_SOURCE_DIR}/codec/include/ ${PROJECT_SOURCE_DIR}/client/include/)
+set(_kvd_sdk_targets kvdepot_base kvdepot_codec kvdepot_protocol kvdepot_client)
+set(_kvd_sdk_headers ${PROJECT_SOURCE_DIR}/base/include/ ${PROJECT_SOURCE_DIR}/codec/include/
+                      ${PROJECT_SOURCE_DIR}/protocol/include/ ${PROJECT_SOURCE_DIR}/client/include/)
 if(KVDEPOT_WITH_CUDA)
   list(APPEND _kvd_sdk_targets kvdepot_cuda kvdepot_client_gpu)
   list(APPEND _kvd_sdk_headers ${PROJECT_SOURCE_DIR}/cuda/include/)

@@ -12,6 +12,8 @@ packages=(
   libxxhash-dev libsystemd-dev
   # TLS (Boost.Asio SSL over OpenSSL); the openssl CLI makes the tests' self-signed certificates.
   libssl-dev openssl
+  # JSON (the LMCache connector's configuration document): header-only nlohmann-json.
+  nlohmann-json3-dev
   python3 python3-numpy python3-pytest python3-xxhash
   python3-dev pybind11-dev python3-pybind11 python3-setuptools
   redis-server iperf3 fio

@@ -15,9 +15,9 @@
 #include <string_view>
 #include <vector>
 
+#include "kvdepot/base/status.h"
 #include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/status.h"
-#include "kvdepot/status.h"
 
 namespace kvdepot::cuda::bench {
 

@@ -31,14 +31,14 @@
 #include <string_view>
 #include <vector>
 
-#include "kvdepot/cachegen.h"
 #include "bench_util.h"
+#include "kvdepot/base/status.h"
+#include "kvdepot/codec/cachegen.h"
+#include "kvdepot/codec/synth.h"
+#include "kvdepot/codec/tensor.h"
 #include "kvdepot/cuda/cachegen.h"
 #include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/status.h"
-#include "kvdepot/status.h"
-#include "kvdepot/synth.h"
-#include "kvdepot/tensor.h"
 
 namespace kvdepot::cuda {
 namespace {

@@ -21,12 +21,12 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "kvdepot/base/status.h"
+#include "kvdepot/codec/numeric.h"
+#include "kvdepot/codec/tensor.h"
 #include "kvdepot/cuda/convert.h"
 #include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/status.h"
-#include "kvdepot/numeric.h"
-#include "kvdepot/status.h"
-#include "kvdepot/tensor.h"
 
 namespace kvdepot::cuda {
 namespace {

@@ -50,16 +50,16 @@
 #include <utility>
 #include <vector>
 
-#include "kvdepot/container.h"
 #include "bench_util.h"
+#include "kvdepot/base/status.h"
+#include "kvdepot/codec/container.h"
+#include "kvdepot/codec/hack.h"
+#include "kvdepot/codec/hack_attention.h"
+#include "kvdepot/codec/numeric.h"
+#include "kvdepot/codec/tensor.h"
 #include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/hack.h"
 #include "kvdepot/cuda/status.h"
-#include "kvdepot/hack.h"
-#include "kvdepot/hack_attention.h"
-#include "kvdepot/numeric.h"
-#include "kvdepot/status.h"
-#include "kvdepot/tensor.h"
 
 namespace kvdepot::cuda {
 namespace {

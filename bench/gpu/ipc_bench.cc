@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "kvdepot/codec/synth.h"
 #include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/gpu_tier.h"
 #include "kvdepot/cuda/leased.h"
-#include "kvdepot/synth.h"
-#include "paged_layout.h"
+#include "kvdepot/cuda/paged_layout.h"
 
 using namespace kvdepot;
 
@@ -84,7 +84,7 @@ int Child(int in) {
   for (std::uint64_t c = 0; c < m.chunks; ++c) {
     outs.push_back(static_cast<std::byte*>(d_out) + c * m.decoded_bytes);
   }
-  bench::PagedLayout paged_layout;
+  cuda::PagedLayout paged_layout;
   if (!paged_layout
            .Init(static_cast<std::byte*>(d_out), {m.layers, m.tokens, m.kv_heads, m.head_dim},
                  static_cast<std::uint32_t>(m.chunks))

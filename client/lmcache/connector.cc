@@ -11,7 +11,7 @@
 
 #include "flat_json.h"
 #include "kvdepot/client/client.h"
-#include "kvdepot/lm_value.h"
+#include "kvdepot/protocol/lm_value.h"
 
 namespace kvdepot::lmcache {
 namespace {

@@ -5,7 +5,7 @@
  * kvdepot's implementation: every function is thread-safe (a pool of connections); no function
  * throws or aborts; a NULL handle or key is an error. Keys are NUL-terminated, 1..240 bytes, and
  * are stored as `namespace id (16 bytes) || key` with a 32-byte metadata header in front of the
- * value (kvdepot/lm_value.h), so chunks are shared with the lm:// listener and the Python
+ * value (kvdepot/protocol/lm_value.h), so chunks are shared with the lm:// listener and the Python
  * adapter under the same namespace name. */
 #ifndef KVDEPOT_LMCACHE_CONNECTOR_API_H_
 #define KVDEPOT_LMCACHE_CONNECTOR_API_H_

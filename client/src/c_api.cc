@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "kvdepot/chunk_key.h"
 #include "kvdepot/client/client.h"
+#include "kvdepot/protocol/chunk_key.h"
 
 struct kvdepot_client {
   explicit kvdepot_client(kvdepot::client::ClientOptions options) : client(std::move(options)) {}

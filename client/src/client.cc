@@ -21,8 +21,7 @@
 #include <sstream>
 #include <string>
 
-#include "kvdepot/byte_order.h"
-#include "socket_io.h"
+#include "kvdepot/base/socket_io.h"
 
 namespace kvdepot::client {
 namespace {
@@ -336,11 +335,8 @@ Result<std::uint64_t> Connection::SendRequest(Op op, std::span<const std::byte> 
 }
 
 Result<std::uint64_t> Connection::SendPut(std::string_view key, std::span<const std::byte> value) {
-  std::vector<std::byte> prefix(4 + 2 + key.size() + 8);
-  StoreLE<std::uint32_t>(prefix.data(), 1);
-  StoreLE<std::uint16_t>(prefix.data() + 4, static_cast<std::uint16_t>(key.size()));
-  std::memcpy(prefix.data() + 6, key.data(), key.size());
-  StoreLE<std::uint64_t>(prefix.data() + 6 + key.size(), value.size());
+  KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> prefix,
+                       protocol::EncodeSinglePutHead(key, value.size()));
   FrameHeader h;
   h.type = static_cast<std::uint8_t>(Op::kPut);
   h.request_id = next_id_++;
@@ -382,11 +378,13 @@ Result<std::vector<std::byte>> Connection::Call(Op op, std::span<const std::byte
 Status Connection::Ping() { return Call(Op::kPing, {}).status(); }
 
 Status Connection::SetEventOrigin(const protocol::EventOrigin& origin) {
-  return Call(Op::kEventOrigin, protocol::EncodeEventOriginRequest(origin)).status();
+  KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> body,
+                       protocol::EncodeEventOriginRequest(origin));
+  return Call(Op::kEventOrigin, body).status();
 }
 
 Result<std::vector<StatusCode>> Connection::Put(std::span<const protocol::PutItemView> items) {
-  const std::vector<std::byte> body = protocol::EncodePutBody(items);
+  KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> body, protocol::EncodePutBody(items));
   KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kPut, body));
   return protocol::DecodeStatusList(response);
 }
@@ -406,15 +404,15 @@ Status Connection::Put(std::string_view key, std::span<const std::byte> value) {
 }
 
 Status Connection::Get(std::span<const std::string> keys, const GetCallback& on_item) {
-  const std::vector<std::byte> body = protocol::EncodeKeyList(keys);
+  KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> body, protocol::EncodeKeyList(keys));
   KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendRequest(Op::kGet, body));
   return ReadGetFrames(id, Op::kGet, keys.size(), on_item);
 }
 
 Status Connection::GetAs(std::span<const std::string> keys, CodecId codec,
                          const GetCallback& on_item) {
-  const std::vector<std::byte> body =
-      protocol::EncodeGetAsRequest(static_cast<std::uint8_t>(codec), keys);
+  KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> body,
+                       protocol::EncodeGetAsRequest(static_cast<std::uint8_t>(codec), keys));
   KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendRequest(Op::kGetAs, body));
   return ReadGetFrames(id, Op::kGetAs, keys.size(), on_item);
 }
@@ -518,8 +516,9 @@ Result<Connection::MapResult> Connection::Map() {
 
 Result<std::vector<protocol::Lease>> Connection::LeaseGet(std::span<const std::string> keys,
                                                           protocol::Tier tier) {
-  KVD_ASSIGN_OR_RETURN(auto response,
-                       Call(Op::kLeaseGet, protocol::EncodeLeaseGetRequest(tier, keys)));
+  KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> body,
+                       protocol::EncodeLeaseGetRequest(tier, keys));
+  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kLeaseGet, body));
   KVD_ASSIGN_OR_RETURN(auto leases, protocol::DecodeLeases(response));
   if (leases.size() != keys.size()) return Broken(Corruption("protocol: lease_get count"));
   return leases;
@@ -581,12 +580,8 @@ Status Connection::PutParts(std::string_view key,
                             std::span<const std::span<const std::byte>> parts) {
   std::uint64_t total = 0;
   for (auto p : parts) total += p.size();
-  std::vector<std::byte> prefix(4 + 2 + key.size() + 8);
-  StoreLE<std::uint32_t>(prefix.data(), 1);
-  StoreLE<std::uint16_t>(prefix.data() + 4, static_cast<std::uint16_t>(key.size()));
-  std::memcpy(prefix.data() + 6, key.data(), key.size());
-  StoreLE<std::uint64_t>(prefix.data() + 6 + key.size(), total);
-  if (prefix.size() + total > 0xffffffffull) return OutOfRange("put: value too large for a frame");
+  KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> prefix,
+                       protocol::EncodeSinglePutHead(key, total));
   FrameHeader h;
   h.type = static_cast<std::uint8_t>(Op::kPut);
   h.request_id = next_id_++;
@@ -637,7 +632,8 @@ Result<std::optional<std::size_t>> Connection::GetInto(std::string_view key,
                                                        std::span<std::byte> head,
                                                        const OutChooser& choose_out) {
   const std::string keys[] = {std::string(key)};
-  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendRequest(Op::kGet, protocol::EncodeKeyList(keys)));
+  KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> request, protocol::EncodeKeyList(keys));
+  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendRequest(Op::kGet, request));
   std::byte raw[protocol::kFrameHeaderBytes];
   KVD_RETURN_IF_ERROR(RecvAll(raw, sizeof(raw)));
   protocol::Limits limits = options_.limits;
@@ -682,12 +678,14 @@ Result<std::optional<std::size_t>> Connection::GetInto(std::string_view key,
 }
 
 Result<protocol::LookupResult> Connection::Lookup(std::span<const std::string> keys) {
-  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kLookup, protocol::EncodeKeyList(keys)));
+  KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> body, protocol::EncodeKeyList(keys));
+  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kLookup, body));
   return protocol::DecodeLookupResult(response);
 }
 
 Result<std::vector<StatusCode>> Connection::Delete(std::span<const std::string> keys) {
-  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kDelete, protocol::EncodeKeyList(keys)));
+  KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> body, protocol::EncodeKeyList(keys));
+  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kDelete, body));
   return protocol::DecodeStatusList(response);
 }
 
@@ -697,7 +695,8 @@ Result<std::string> Connection::Stats() {
 }
 
 Result<protocol::ScanResult> Connection::Scan(const protocol::ScanRequest& request) {
-  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kScan, protocol::EncodeScanRequest(request)));
+  KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> body, protocol::EncodeScanRequest(request));
+  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kScan, body));
   return protocol::DecodeScanResult(response);
 }
 

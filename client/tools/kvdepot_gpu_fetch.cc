@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "kvdepot/client/gpu_fetch.h"
-#include "kvdepot/codec.h"
+#include "kvdepot/codec/codec.h"
+#include "kvdepot/codec/synth.h"
 #include "kvdepot/cuda/device.h"
-#include "kvdepot/synth.h"
-#include "paged_layout.h"
+#include "kvdepot/cuda/paged_layout.h"
 
 using namespace kvdepot;
 
@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
   for (std::uint32_t c = 0; c < chunks; ++c) outs.push_back(out->as<std::byte>() + c * decoded);
   cuda::CacheGenDecodeTarget contiguous;
   contiguous.contiguous = outs;
-  bench::PagedLayout layout;  // pages of 16 tokens, shuffled, carved out of the same buffer
+  cuda::PagedLayout layout;  // pages of 16 tokens, shuffled, carved out of the same buffer
   if (Status st = layout.Init(out->as<std::byte>(), shape, chunks); !st.ok()) {
     return Fail("paged layout", st);
   }

@@ -1,4 +1,4 @@
-#include "kvdepot/cachegen.h"
+#include "kvdepot/codec/cachegen.h"
 
 #include <algorithm>
 #include <charconv>
@@ -6,9 +6,9 @@
 #include <cstring>
 #include <string>
 
-#include "kvdepot/byte_order.h"
-#include "kvdepot/cachegen_format.h"
-#include "kvdepot/numeric.h"
+#include "kvdepot/base/byte_order.h"
+#include "kvdepot/codec/cachegen_format.h"
+#include "kvdepot/codec/numeric.h"
 
 namespace kvdepot {
 namespace {

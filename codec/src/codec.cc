@@ -1,10 +1,10 @@
-#include "kvdepot/codec.h"
+#include "kvdepot/codec/codec.h"
 
 #include <string>
 
-#include "kvdepot/cachegen.h"
-#include "kvdepot/hack.h"
-#include "kvdepot/raw_codec.h"
+#include "kvdepot/codec/cachegen.h"
+#include "kvdepot/codec/hack.h"
+#include "kvdepot/codec/raw_codec.h"
 
 namespace kvdepot {
 

@@ -1,4 +1,4 @@
-#include "kvdepot/codec_id.h"
+#include "kvdepot/codec/codec_id.h"
 
 #include <string>
 

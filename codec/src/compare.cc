@@ -1,4 +1,4 @@
-#include "kvdepot/compare.h"
+#include "kvdepot/codec/compare.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,12 +1,13 @@
-#include "kvdepot/container.h"
+#include "kvdepot/codec/container.h"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
 
-#include "kvdepot/byte_order.h"
-#include "kvdepot/checksum.h"
+#include "kvdepot/base/byte_order.h"
+#include "kvdepot/base/checksum.h"
+#include "kvdepot/base/hex.h"
 
 namespace kvdepot {
 namespace {
@@ -49,13 +50,6 @@ std::uint64_t ComputeHeaderChecksum(std::span<const std::byte> bytes, std::uint3
   builder.Update(bytes.first(kOffHeaderChecksum));
   builder.Update(bytes.subspan(kContainerHeaderBytes, sections * kSectionEntryBytes));
   return builder.Digest();
-}
-
-std::string Hex64(std::uint64_t v) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string s(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = kDigits[v & 0xf];
-  return s;
 }
 
 Status Bad(const std::string& what) { return Corruption("container: " + what); }
@@ -159,8 +153,8 @@ Result<ContainerView> ParseContainer(std::span<const std::byte> bytes,
   if (options.verify_checksums) {
     const std::uint64_t computed = ComputeHeaderChecksum(bytes, h.section_count);
     if (computed != h.header_checksum) {
-      return Bad("header checksum mismatch (stored " + Hex64(h.header_checksum) + ", computed " +
-                 Hex64(computed) + ")");
+      return Bad("header checksum mismatch (stored " + HexU64(h.header_checksum) + ", computed " +
+                 HexU64(computed) + ")");
     }
   }
 
@@ -257,8 +251,8 @@ Result<ContainerView> ParseContainer(std::span<const std::byte> bytes,
       const SectionView& s = view.sections[i];
       const std::uint64_t computed = Checksum64(s.bytes);
       if (computed != s.checksum) {
-        return Bad(SectionLabel(i, s.kind) + ": checksum mismatch (stored " + Hex64(s.checksum) +
-                   ", computed " + Hex64(computed) + ")");
+        return Bad(SectionLabel(i, s.kind) + ": checksum mismatch (stored " + HexU64(s.checksum) +
+                   ", computed " + HexU64(computed) + ")");
       }
     }
   }

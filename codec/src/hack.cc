@@ -1,11 +1,11 @@
-#include "kvdepot/hack.h"
+#include "kvdepot/codec/hack.h"
 
 #include <cmath>
 #include <string>
 #include <utility>
 
-#include "kvdepot/byte_order.h"
-#include "kvdepot/numeric.h"
+#include "kvdepot/base/byte_order.h"
+#include "kvdepot/codec/numeric.h"
 
 namespace kvdepot {
 namespace {

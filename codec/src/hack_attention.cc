@@ -1,4 +1,4 @@
-#include "kvdepot/hack_attention.h"
+#include "kvdepot/codec/hack_attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "kvdepot/hack_format.h"
+#include "kvdepot/codec/hack_format.h"
 
 namespace kvdepot {
 namespace {

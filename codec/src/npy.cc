@@ -1,4 +1,4 @@
-#include "kvdepot/npy.h"
+#include "kvdepot/codec/npy.h"
 
 #include <bit>
 #include <cstring>
@@ -7,7 +7,8 @@
 #include <string_view>
 #include <utility>
 
-#include "kvdepot/file_io.h"
+#include "kvdepot/base/file_io.h"
+#include "kvdepot/base/hex.h"
 
 namespace kvdepot {
 namespace {
@@ -25,16 +26,13 @@ constexpr std::string_view kShapeAxes = "[layers, 2, tokens, kv_heads, head_dim]
 // Untrusted header text made safe for a one-line message: at most kMaxQuotedChars characters,
 // bytes outside printable ASCII as \xNN.
 std::string Printable(std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   for (std::size_t i = 0; i < text.size() && i < kMaxQuotedChars; ++i) {
     const auto c = static_cast<unsigned char>(text[i]);
     if (c >= 0x20 && c < 0x7f && c != '\\') {
       out.push_back(static_cast<char>(c));
     } else {
-      out += "\\x";
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 0xf]);
+      AppendHexEscape(out, c);
     }
   }
   if (text.size() > kMaxQuotedChars) out += "...";

@@ -1,4 +1,4 @@
-#include "kvdepot/raw_codec.h"
+#include "kvdepot/codec/raw_codec.h"
 
 #include <cstring>
 #include <string>

@@ -1,4 +1,4 @@
-#include "kvdepot/synth.h"
+#include "kvdepot/codec/synth.h"
 
 #include <cmath>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "kvdepot/numeric.h"
+#include "kvdepot/codec/numeric.h"
 
 namespace kvdepot {
 namespace {

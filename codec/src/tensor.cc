@@ -1,10 +1,10 @@
-#include "kvdepot/tensor.h"
+#include "kvdepot/codec/tensor.h"
 
 #include <cstring>
 #include <initializer_list>
 #include <string>
 
-#include "kvdepot/numeric.h"
+#include "kvdepot/codec/numeric.h"
 
 namespace kvdepot {
 

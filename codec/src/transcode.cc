@@ -1,8 +1,8 @@
-#include "kvdepot/transcode.h"
+#include "kvdepot/codec/transcode.h"
 
 #include <chrono>
 
-#include "kvdepot/container.h"
+#include "kvdepot/codec/container.h"
 
 namespace kvdepot {
 namespace {

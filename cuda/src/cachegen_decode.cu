@@ -17,10 +17,10 @@
 #include <string>
 #include <utility>
 
-#include "kvdepot/byte_order.h"
-#include "kvdepot/cachegen_format.h"
+#include "kvdepot/base/byte_order.h"
+#include "kvdepot/codec/cachegen_format.h"
+#include "kvdepot/codec/numeric.h"
 #include "kvdepot/cuda/status.h"
-#include "kvdepot/numeric.h"
 
 namespace kvdepot::cuda {
 

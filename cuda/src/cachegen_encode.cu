@@ -31,11 +31,11 @@
 #include <type_traits>
 #include <utility>
 
-#include "kvdepot/byte_order.h"
-#include "kvdepot/cachegen_format.h"
-#include "kvdepot/checksum.h"
+#include "kvdepot/base/byte_order.h"
+#include "kvdepot/base/checksum.h"
+#include "kvdepot/codec/cachegen_format.h"
+#include "kvdepot/codec/numeric.h"
 #include "kvdepot/cuda/status.h"
-#include "kvdepot/numeric.h"
 
 namespace kvdepot::cuda {
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <utility>
 
+#include "kvdepot/codec/numeric.h"
 #include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/status.h"
-#include "kvdepot/numeric.h"
 #include "launch.h"
 
 namespace kvdepot::cuda {

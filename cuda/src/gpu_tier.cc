@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kvdepot/container.h"
+#include "kvdepot/codec/container.h"
 #include "kvdepot/cuda/cachegen.h"
 #include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/hack.h"

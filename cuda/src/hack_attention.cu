@@ -40,10 +40,10 @@
 #include <string>
 #include <utility>
 
+#include "kvdepot/codec/hack_format.h"
 #include "kvdepot/cuda/hack.h"
-#include "launch.h"
 #include "kvdepot/cuda/status.h"
-#include "kvdepot/hack_format.h"
+#include "launch.h"
 
 namespace kvdepot::cuda {
 

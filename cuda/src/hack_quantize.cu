@@ -39,12 +39,12 @@
 #include <type_traits>
 #include <utility>
 
-#include "kvdepot/byte_order.h"
-#include "kvdepot/container.h"
+#include "kvdepot/base/byte_order.h"
+#include "kvdepot/codec/container.h"
+#include "kvdepot/codec/hack_format.h"
+#include "kvdepot/codec/numeric.h"
 #include "kvdepot/cuda/hack.h"
 #include "kvdepot/cuda/status.h"
-#include "kvdepot/hack_format.h"
-#include "kvdepot/numeric.h"
 #include "launch.h"
 
 namespace kvdepot::cuda {

@@ -9,8 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kvdepot/numeric.h"
-#include "kvdepot/tensor.h"
+#include "kvdepot/codec/numeric.h"
+#include "kvdepot/codec/tensor.h"
 
 namespace kvdepot::cuda::internal {
 

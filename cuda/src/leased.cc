@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "kvdepot/container.h"
+#include "kvdepot/codec/container.h"
 #include "kvdepot/cuda/status.h"
 
 namespace kvdepot::cuda {

@@ -1,10 +1,13 @@
 #include "kvdepot/daemon/auth.h"
 
+#include <openssl/crypto.h>
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
 
-#include "kvdepot/sha256.h"
+#include "kvdepot/base/hex.h"
+#include "kvdepot/protocol/sha256.h"
 
 namespace kvdepot::daemon {
 namespace {
@@ -17,34 +20,20 @@ std::array<std::uint8_t, 32> Digest(std::string_view token) {
   return out;
 }
 
-// Equal or not, without an early exit: the time does not depend on where the digests differ.
+// Equal or not, in time that does not depend on where the digests differ (OpenSSL's
+// CRYPTO_memcmp).
 bool ConstantTimeEqual(const std::array<std::uint8_t, 32>& a,
                        const std::array<std::uint8_t, 32>& b) {
-  volatile std::uint8_t diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) diff = diff | static_cast<std::uint8_t>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 Result<std::string> ParseNamespaceId(std::string_view hex) {
   if (hex.size() != 2 * kNamespaceIdBytes) {
     return InvalidArgument("namespace id '" + std::string(hex) + "' is not 32 hex digits");
   }
-  std::string id(kNamespaceIdBytes, '\0');
-  for (std::size_t i = 0; i < kNamespaceIdBytes; ++i) {
-    const int hi = HexValue(hex[2 * i]), lo = HexValue(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) {
-      return InvalidArgument("namespace id '" + std::string(hex) + "' is not 32 hex digits");
-    }
-    id[i] = static_cast<char>(hi * 16 + lo);
-  }
-  return id;
+  std::optional<std::string> id = HexDecode(hex);
+  if (!id) return InvalidArgument("namespace id '" + std::string(hex) + "' is not 32 hex digits");
+  return *std::move(id);
 }
 
 Result<AuthScope> ParseScope(std::string_view text) {

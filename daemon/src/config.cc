@@ -18,8 +18,9 @@
 #include <map>
 #include <string>
 
+#include "kvdepot/base/file_io.h"
+#include "kvdepot/base/hex.h"
 #include "kvdepot/daemon/log.h"
-#include "kvdepot/file_io.h"
 #include "listen_address.h"
 
 namespace kvdepot::daemon {
@@ -486,17 +487,12 @@ const KeySpec* FindKey(std::string_view key) {
 
 // host.quotas.<NSID>: SIZE — a namespace id is 32 hex digits (the first 16 bytes of its keys).
 Status SetQuota(std::string_view nsid, std::string_view size, Config& c) {
-  if (nsid.size() != 32 || !std::all_of(nsid.begin(), nsid.end(), [](char ch) {
-        return std::isxdigit(static_cast<unsigned char>(ch)) != 0;
-      })) {
+  std::optional<std::string> id = HexDecode(nsid);
+  if (nsid.size() != 32 || !id) {
     return InvalidArgument("namespace id '" + std::string(nsid) + "' is not 32 hex digits");
   }
   KVD_ASSIGN_OR_RETURN(std::uint64_t bytes, ParseSizeIn(size, 1 << 20, 1ull << 50));
-  std::string id(16, '\0');
-  for (std::size_t i = 0; i < 16; ++i) {
-    id[i] = static_cast<char>(std::stoi(std::string(nsid.substr(2 * i, 2)), nullptr, 16));
-  }
-  c.host.namespace_quotas[id] = bytes;
+  c.host.namespace_quotas[*id] = bytes;
   return Status::Ok();
 }
 
@@ -740,7 +736,6 @@ Status ValidateConfig(const Config& config) {
 }
 
 std::vector<std::pair<std::string, std::string>> ConfigEntries(const Config& c) {
-  static constexpr char kHex[] = "0123456789abcdef";
   const auto n = [](std::uint64_t v) { return std::to_string(v); };
   std::vector<std::pair<std::string, std::string>> out = {
       {"listen", c.server.listen},
@@ -797,12 +792,7 @@ std::vector<std::pair<std::string, std::string>> ConfigEntries(const Config& c) 
       {"limits.idle_timeout", DurationText(c.server.idle_timeout)},
   };
   for (const auto& [id, bytes] : c.host.namespace_quotas) {
-    std::string hex;
-    for (const unsigned char ch : id) {
-      hex += kHex[ch >> 4];
-      hex += kHex[ch & 15];
-    }
-    out.emplace_back(std::string(kQuotaPrefix) + hex, n(bytes));
+    out.emplace_back(std::string(kQuotaPrefix) + HexLower(id), n(bytes));
   }
   return out;
 }

@@ -38,7 +38,7 @@
 #include "kvdepot/daemon/ssd_tier.h"
 #include "kvdepot/daemon/store.h"
 #include "kvdepot/daemon/transcoder.h"
-#include "kvdepot/lm_value.h"
+#include "kvdepot/protocol/lm_value.h"
 #include "listen_address.h"
 #if defined(KVDEPOT_WITH_CUDA)
 #include "gpu_device_tier.h"

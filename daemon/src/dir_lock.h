@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::daemon {
 

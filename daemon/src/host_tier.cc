@@ -10,7 +10,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "kvdepot/checksum.h"
+#include "kvdepot/base/checksum.h"
 #include "kvdepot/daemon/log.h"
 #include "kvdepot/daemon/shm_arena.h"
 

@@ -15,10 +15,10 @@
 #include <thread>
 #include <vector>
 
-#include "kvdepot/byte_order.h"
+#include "kvdepot/base/byte_order.h"
 #include "kvdepot/daemon/log.h"
-#include "kvdepot/lm_value.h"
-#include "kvdepot/lm_wire.h"
+#include "kvdepot/protocol/lm_value.h"
+#include "kvdepot/protocol/lm_wire.h"
 #include "listen_address.h"
 #include "log_limiter.h"
 #include "registration_guard.h"
@@ -45,7 +45,7 @@ std::string_view LmWireModeName(LmWireMode mode) {
 
 namespace {
 
-// LMCache's wire protocol: headers in kvdepot/lm_wire.h (docs/lmcache.md).
+// LMCache's wire protocol: headers in kvdepot/protocol/lm_wire.h (docs/lmcache.md).
 using lm::kReplyFail;
 using lm::kReplySuccess;
 constexpr std::size_t kDiscardChunk = 64 * 1024;

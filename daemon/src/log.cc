@@ -1,4 +1,5 @@
 #include "kvdepot/daemon/log.h"
+#include "kvdepot/base/hex.h"
 
 #include <atomic>
 #include <chrono>
@@ -28,7 +29,6 @@ void AppendValue(std::string& out, std::string_view v) {
     out += v;
     return;
   }
-  static constexpr char kHex[] = "0123456789abcdef";
   out += '"';
   for (const char c : v) {
     const auto u = static_cast<unsigned char>(c);
@@ -40,9 +40,7 @@ void AppendValue(std::string& out, std::string_view v) {
     } else if (c == '\t') {
       out += "\\t";
     } else if (u < ' ' || u == 0x7f) {
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
+      AppendHexEscape(out, u);
     } else {
       out += c;
     }

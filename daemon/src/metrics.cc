@@ -1,4 +1,5 @@
 #include "kvdepot/daemon/metrics.h"
+#include "kvdepot/base/hex.h"
 
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
@@ -15,7 +16,7 @@
 #include <limits>
 #include <utility>
 
-#include "kvdepot/codec_id.h"
+#include "kvdepot/codec/codec_id.h"
 #include "process_metrics.h"
 
 namespace kvdepot::daemon {
@@ -120,16 +121,6 @@ void AddRows(const UnlabelledRow (&rows)[N], std::vector<MetricFamily>& out) {
     Add(f, {}, static_cast<double>(r.value));
     out.push_back(std::move(f));
   }
-}
-
-std::string NamespaceHex(const std::string& id) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (const unsigned char c : id) {
-    hex += kHex[c >> 4];
-    hex += kHex[c & 15];
-  }
-  return hex;
 }
 
 }  // namespace
@@ -500,7 +491,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
         NewFamily("kvdepot_namespace_quota_bytes", "Byte quota of a namespace", MetricType::Gauge);
     for (const auto& [name, st] : stats) {
       for (const NamespaceUsage& ns : st.namespaces) {
-        const std::string id = NamespaceHex(ns.id);
+        const std::string id = HexLower(ns.id);
         Add(used, {{"namespace", id}, {"tier", name}}, static_cast<double>(ns.bytes));
         Add(quota, {{"namespace", id}, {"tier", name}}, static_cast<double>(ns.quota));
       }

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string>
 
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::daemon {
 namespace {

@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "kvdepot/base/hex.h"
 #include "kvdepot/daemon/log.h"
 
 namespace kvdepot::daemon {
@@ -16,16 +17,6 @@ std::map<std::string, std::string> Entries(const Config& c) {
   std::map<std::string, std::string> out;
   for (auto& [k, v] : ConfigEntries(c)) out.emplace(std::move(k), std::move(v));
   return out;
-}
-
-// The namespace id a ConfigEntries quota key names (32 lower-case hex digits).
-std::string Unhex(std::string_view hex) {
-  const auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-  std::string id;
-  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
-    id += static_cast<char>(nibble(hex[i]) << 4 | nibble(hex[i + 1]));
-  }
-  return id;
 }
 
 }  // namespace
@@ -98,7 +89,9 @@ ReloadResult ApplyReload(const Config& next, Config& running, HostTier& host,
       continue;
     }
     if (key.rfind(kQuotaPrefix, 0) == 0 && before.count(key) != 0 && after.count(key) != 0) {
-      const std::string id = Unhex(std::string_view(key).substr(kQuotaPrefix.size()));
+      // ConfigEntries wrote the quota key's namespace id with HexLower.
+      const std::string id =
+          HexDecode(std::string_view(key).substr(kQuotaPrefix.size())).value_or(std::string());
       const std::uint64_t bytes = next.host.namespace_quotas.at(id);
       auto evicted = host.SetNamespaceQuota(id, bytes);
       if (evicted.ok()) {

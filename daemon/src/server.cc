@@ -9,7 +9,7 @@
 #include "registration_guard.h"
 #include "unix_socket.h"
 
-#include "kvdepot/byte_order.h"
+#include "kvdepot/base/byte_order.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -19,6 +19,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "kvdepot/base/hex.h"
 #include "kvdepot/daemon/shm_arena.h"
 
 #include <algorithm>
@@ -31,6 +32,7 @@
 #include <functional>
 #include <list>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -383,7 +385,7 @@ class Connection : public ConnectionBase,
     put_.results = std::make_shared<PutResults>();
     put_.header = h;
     put_.remaining = h.body_length;
-    ReadSmall(4, [this] {
+    ReadSmall(protocol::kPutCountBytes, [this] {
       put_.count = LoadLE<std::uint32_t>(small_.data());
       if (put_.count == 0 || put_.count > limits_.max_batch) {
         // A well-formed request over a limit: answered as a whole, its body skipped, the
@@ -424,7 +426,7 @@ class Connection : public ConnectionBase,
       MaybeFinishPut(put_.header, *put_.results);
       return ReadHeader();
     }
-    ReadSmall(2, [this] {
+    ReadSmall(protocol::kPutKeyLengthBytes, [this] {
       const auto key_len = LoadLE<std::uint16_t>(small_.data());
       if (key_len == 0 || key_len > limits_.max_key_bytes) {
         // Over the key limit: this item is out_of_range, the others go on. Its key is skipped,
@@ -432,7 +434,7 @@ class Connection : public ConnectionBase,
         if (key_len > put_.remaining) return BodyEndsInsideItem();
         put_.remaining -= key_len;
         return Discard(key_len, [this] {
-          ReadSmall(8, [this] {
+          ReadSmall(protocol::kPutValueLengthBytes, [this] {
             const auto value_length = LoadLE<std::uint64_t>(small_.data());
             if (value_length > put_.remaining) return ValuePastBody();
             put_.remaining -= value_length;
@@ -440,7 +442,7 @@ class Connection : public ConnectionBase,
           });
         });
       }
-      ReadSmall(key_len + 8u, [this, key_len] {
+      ReadSmall(key_len + protocol::kPutValueLengthBytes, [this, key_len] {
         put_.key.assign(reinterpret_cast<const char*>(small_.data()), key_len);
         put_.value_length = LoadLE<std::uint64_t>(small_.data() + key_len);
         if (put_.value_length > put_.remaining) return ValuePastBody();
@@ -1444,103 +1446,78 @@ void Server::Impl::OnTlsFailure(const std::string& peer, const std::string& erro
 }
 
 std::string Server::Impl::StatsJson(const AuthScope* scope) const {
+  using Json = nlohmann::ordered_json;  // members in the order docs/protocol.md lists them
   const HostTierStats h = store_.host().stats();
   const ServerStats s = stats();
   const auto uptime = std::chrono::duration_cast<std::chrono::seconds>(
                           std::chrono::steady_clock::now() - started_)
                           .count();
-  std::string out = "{";
-  auto field = [&out](const char* name, std::uint64_t v) {
-    out += "\"" + std::string(name) + "\":" + std::to_string(v) + ",";
-  };
-  field("uptime_s", static_cast<std::uint64_t>(uptime));
-  field("connections_open", s.connections_open);
-  field("connections_total", s.connections_total);
-  field("requests", s.requests);
-  field("protocol_errors", s.protocol_errors);
-  field("auth_failures", s.auth_failures);
-  field("tls_handshake_failures", s.tls_handshake_failures);
-  field("bytes_in", s.bytes_in);
-  field("bytes_out", s.bytes_out);
-  field("request_timeouts", s.request_timeouts);
-  field("idle_timeouts", s.idle_timeouts);
+  Json out = {{"uptime_s", static_cast<std::uint64_t>(uptime)},
+              {"connections_open", s.connections_open},
+              {"connections_total", s.connections_total},
+              {"requests", s.requests},
+              {"protocol_errors", s.protocol_errors},
+              {"auth_failures", s.auth_failures},
+              {"tls_handshake_failures", s.tls_handshake_failures},
+              {"bytes_in", s.bytes_in},
+              {"bytes_out", s.bytes_out},
+              {"request_timeouts", s.request_timeouts},
+              {"idle_timeouts", s.idle_timeouts}};
   // The limits a client meets (docs/protocol.md): the CLI quotes them when a PUT is refused.
-  out += "\"limits\":{";
-  field("max_key_bytes", options_.limits.max_key_bytes);
-  field("max_value_bytes", options_.limits.max_value_bytes);
-  field("max_batch", options_.limits.max_batch);
-  out += "\"max_body_bytes\":" + std::to_string(options_.limits.max_body_bytes) + "},";
-  out += "\"tiers\":{\"host\":{";
-  field("bytes", h.bytes);
-  field("capacity", h.capacity);
-  field("chunks", h.chunks);
-  field("hits", h.hits);
-  field("misses", h.misses);
-  field("evictions", h.evictions);
-  field("inserts", h.inserts);
-  field("rejected", h.rejected);
+  out["limits"] = {{"max_key_bytes", options_.limits.max_key_bytes},
+                   {"max_value_bytes", options_.limits.max_value_bytes},
+                   {"max_batch", options_.limits.max_batch},
+                   {"max_body_bytes", options_.limits.max_body_bytes}};
+  Json host = {{"bytes", h.bytes},     {"capacity", h.capacity}, {"chunks", h.chunks},
+               {"hits", h.hits},       {"misses", h.misses},     {"evictions", h.evictions},
+               {"inserts", h.inserts}, {"rejected", h.rejected}};
   if (h.arena_bytes != 0) {
-    field("arena_bytes", h.arena_bytes);
-    field("arena_used", h.arena_used);
-    field("arena_fallbacks", h.arena_fallbacks);
+    host["arena_bytes"] = h.arena_bytes;
+    host["arena_used"] = h.arena_used;
+    host["arena_fallbacks"] = h.arena_fallbacks;
   }
-  out += "\"policy\":\"" + std::string(EvictionPolicyName(store_.host().policy())) + "\"}";
+  host["policy"] = EvictionPolicyName(store_.host().policy());
+  Json tiers = {{"host", std::move(host)}};
   if (const SsdTier* ssd = store_.ssd(); ssd != nullptr) {
     const SsdTierStats d = ssd->stats();
-    out += ",\"ssd\":{";
-    field("bytes", d.bytes);
-    field("live_bytes", d.live_bytes);
-    field("capacity", d.capacity);
-    field("chunks", d.chunks);
-    field("segments", d.segments);
-    field("hits", d.hits);
-    field("misses", d.misses);
-    field("evictions", d.evictions);
-    field("demotions", d.demotions);
-    field("demotions_dropped", d.demotions_dropped);
-    field("demotions_refused", d.demotions_refused);
-    field("promotions", d.promotions);
-    field("reads", d.reads);
-    field("writes", d.writes);
-    field("read_errors", d.read_errors);
-    field("write_errors", d.write_errors);
-    field("checksum_failures", d.checksum_failures);
-    field("write_buffer_bytes", d.write_buffer_bytes);
-    field("recovered_chunks", d.recovered_chunks);
-    out += "\"durability\":\"" + std::string(SsdDurabilityName(ssd->options().durability)) +
-           "\",\"io_path\":\"" + d.io_path + "\"}";
+    tiers["ssd"] = {{"bytes", d.bytes},
+                    {"live_bytes", d.live_bytes},
+                    {"capacity", d.capacity},
+                    {"chunks", d.chunks},
+                    {"segments", d.segments},
+                    {"hits", d.hits},
+                    {"misses", d.misses},
+                    {"evictions", d.evictions},
+                    {"demotions", d.demotions},
+                    {"demotions_dropped", d.demotions_dropped},
+                    {"demotions_refused", d.demotions_refused},
+                    {"promotions", d.promotions},
+                    {"reads", d.reads},
+                    {"writes", d.writes},
+                    {"read_errors", d.read_errors},
+                    {"write_errors", d.write_errors},
+                    {"checksum_failures", d.checksum_failures},
+                    {"write_buffer_bytes", d.write_buffer_bytes},
+                    {"recovered_chunks", d.recovered_chunks},
+                    {"durability", SsdDurabilityName(ssd->options().durability)},
+                    {"io_path", d.io_path}};
   }
   if (const DeviceTier* gpu = store_.device(); gpu != nullptr) {
     const DeviceTierStats g = gpu->stats();
-    out += ",\"gpu\":{";
-    field("bytes", g.bytes);
-    field("capacity", g.capacity);
-    field("chunks", g.chunks);
-    field("hits", g.hits);
-    field("misses", g.misses);
-    field("evictions", g.evictions);
-    field("promotions", g.promotions);
-    field("rejected", g.rejected);
-    out += "\"device\":" + std::to_string(g.device) + "}";
+    tiers["gpu"] = {{"bytes", g.bytes},           {"capacity", g.capacity},
+                    {"chunks", g.chunks},         {"hits", g.hits},
+                    {"misses", g.misses},         {"evictions", g.evictions},
+                    {"promotions", g.promotions}, {"rejected", g.rejected},
+                    {"device", g.device}};
   }
-  out += "},";
-  out += "\"namespaces\":[";
-  static constexpr char kHex[] = "0123456789abcdef";
-  bool first = true;
-  for (std::size_t i = 0; i < h.namespaces.size(); ++i) {
-    if (scope != nullptr && !scope->AllowsNamespace(h.namespaces[i].id)) continue;
-    std::string id;
-    for (unsigned char c : h.namespaces[i].id) {
-      id += kHex[c >> 4];
-      id += kHex[c & 15];
-    }
-    out += std::string(first ? "" : ",") + "{\"id\":\"" + id + "\",";
-    first = false;
-    field("bytes", h.namespaces[i].bytes);
-    out += "\"quota\":" + std::to_string(h.namespaces[i].quota) + "}";
+  out["tiers"] = std::move(tiers);
+  Json namespaces = Json::array();
+  for (const auto& ns : h.namespaces) {
+    if (scope != nullptr && !scope->AllowsNamespace(ns.id)) continue;
+    namespaces.push_back({{"id", HexLower(ns.id)}, {"bytes", ns.bytes}, {"quota", ns.quota}});
   }
-  out += "]}";
-  return out;
+  out["namespaces"] = std::move(namespaces);
+  return out.dump();
 }
 
 void Server::Impl::Probe(std::function<void()> done) {

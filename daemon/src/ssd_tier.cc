@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "kvdepot/checksum.h"
+#include "kvdepot/base/checksum.h"
 #include "kvdepot/daemon/log.h"
 #include "ssd/index_store.h"
 #include "ssd/io_engine.h"

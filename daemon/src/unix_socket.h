@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::daemon {
 

@@ -6,8 +6,8 @@
 // with a Status or writes a container that parses (checksums verified) and decodes to the same
 // shape and dtype (raw: the same bytes).
 #include "fuzz_targets.h"
-#include "kvdepot/codec.h"
-#include "kvdepot/container.h"
+#include "kvdepot/codec/codec.h"
+#include "kvdepot/codec/container.h"
 
 namespace kvdepot::fuzz {
 namespace {

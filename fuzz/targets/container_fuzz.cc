@@ -2,7 +2,7 @@
 #include <vector>
 
 #include "fuzz_targets.h"
-#include "kvdepot/container.h"
+#include "kvdepot/codec/container.h"
 
 namespace kvdepot::fuzz {
 

@@ -1,11 +1,11 @@
-// lm_header: the lm:// listener's request header decoder (kvdepot/lm_wire.h), in both layouts:
-// the layout DetectWire picks, on exactly that many bytes (shorter inputs are zero-padded, longer
-// ones cut), and each layout on the raw length.
+// lm_header: the lm:// listener's request header decoder (kvdepot/protocol/lm_wire.h), in both
+// layouts: the layout DetectWire picks, on exactly that many bytes (shorter inputs are zero-padded,
+// longer ones cut), and each layout on the raw length.
 #include <array>
 #include <cstring>
 
 #include "fuzz_targets.h"
-#include "kvdepot/lm_wire.h"
+#include "kvdepot/protocol/lm_wire.h"
 
 namespace kvdepot::fuzz {
 

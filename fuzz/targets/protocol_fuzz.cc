@@ -1,12 +1,12 @@
-// protocol: the native protocol's frame header and body decoders (kvdepot/protocol.h). Byte 0
-// picks the decoder, byte 1 the limits; the rest is the input. Bodies that decode must encode
-// back to the same bytes (the encodings are canonical).
+// protocol: the native protocol's frame header and body decoders (kvdepot/protocol/protocol.h).
+// Byte 0 picks the decoder, byte 1 the limits; the rest is the input. Bodies that decode must
+// encode back to the same bytes (the encodings are canonical).
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "fuzz_targets.h"
-#include "kvdepot/protocol.h"
+#include "kvdepot/protocol/protocol.h"
 
 namespace kvdepot::fuzz {
 namespace {
@@ -44,13 +44,17 @@ int FuzzProtocol(const std::uint8_t* data, std::size_t size) {
       auto keys = protocol::DecodeKeyList(in, limits);
       if (keys.ok()) {
         std::vector<std::string> owned(keys->begin(), keys->end());
-        if (!SameBytes(protocol::EncodeKeyList(owned), in)) __builtin_trap();
+        const auto body = protocol::EncodeKeyList(owned);
+        if (!body.ok() || !SameBytes(*body, in)) __builtin_trap();
       }
       break;
     }
     case 3: {
       auto items = protocol::DecodePutBody(in, limits);
-      if (items.ok() && !SameBytes(protocol::EncodePutBody(*items), in)) __builtin_trap();
+      if (items.ok()) {
+        const auto body = protocol::EncodePutBody(*items);
+        if (!body.ok() || !SameBytes(*body, in)) __builtin_trap();
+      }
       break;
     }
     case 4: (void)protocol::DecodeStatusList(in); break;
@@ -58,7 +62,7 @@ int FuzzProtocol(const std::uint8_t* data, std::size_t size) {
     case 6: (void)protocol::DecodeLookupResult(in); break;
     case 7: {
       auto q = protocol::DecodeScanRequest(in, limits);
-      if (q.ok()) (void)protocol::EncodeScanRequest(*q);
+      if (q.ok() && !protocol::EncodeScanRequest(*q).ok()) __builtin_trap();
       break;
     }
     case 8: {
@@ -91,7 +95,8 @@ int FuzzProtocol(const std::uint8_t* data, std::size_t size) {
       if (q.ok()) {
         const std::vector<std::string> keys(q->keys.begin(), q->keys.end());
         const auto body = protocol::EncodeLeaseGetRequest(q->tier, keys);
-        const auto again = protocol::DecodeLeaseGetRequest(body, limits);
+        if (!body.ok()) __builtin_trap();
+        const auto again = protocol::DecodeLeaseGetRequest(*body, limits);
         if (!again.ok() || again->tier != q->tier || again->keys.size() != keys.size()) {
           __builtin_trap();
         }
@@ -118,8 +123,9 @@ int FuzzProtocol(const std::uint8_t* data, std::size_t size) {
       auto q = protocol::DecodeGetAsRequest(in, limits);
       if (q.ok()) {
         const std::vector<std::string> keys(q->keys.begin(), q->keys.end());
-        const auto again =
-            protocol::DecodeGetAsRequest(protocol::EncodeGetAsRequest(q->codec, keys), limits);
+        const auto body = protocol::EncodeGetAsRequest(q->codec, keys);
+        if (!body.ok()) __builtin_trap();
+        const auto again = protocol::DecodeGetAsRequest(*body, limits);
         if (!again.ok() || again->codec != q->codec || again->keys.size() != keys.size()) {
           __builtin_trap();
         }

@@ -15,7 +15,7 @@
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/store.h"
-#include "kvdepot/protocol.h"
+#include "kvdepot/protocol/protocol.h"
 #include "socket_driver.h"
 
 namespace kvdepot::fuzz {

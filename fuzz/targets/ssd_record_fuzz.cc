@@ -8,8 +8,8 @@
 #include <string_view>
 
 #include "fuzz_targets.h"
-#include "kvdepot/byte_order.h"
-#include "kvdepot/checksum.h"
+#include "kvdepot/base/byte_order.h"
+#include "kvdepot/base/checksum.h"
 #include "ssd/record.h"
 
 namespace kvdepot::fuzz {

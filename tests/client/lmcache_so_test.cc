@@ -122,6 +122,26 @@ TEST(FlatJsonTest, EveryTruncationAndFlipIsAnErrorNotACrash) {
   EXPECT_FALSE(ParseFlatJsonObject("{\"a\":" + std::string(1000, '[')).ok());
 }
 
+TEST(FlatJsonTest, StrictLiteralsSurrogatePairsAndDepth) {
+  EXPECT_FALSE(ParseFlatJsonObject(R"({"tls": tru})").ok());
+  EXPECT_FALSE(ParseFlatJsonObject(R"({"tls": true,})").ok());
+  EXPECT_FALSE(ParseFlatJsonObject(R"(["not", "an", "object"])").ok());
+  EXPECT_FALSE(ParseFlatJsonObject(R"({"s": "\ud83d"})").ok());  // a lone high surrogate
+  auto r = ParseFlatJsonObject(R"({"emoji": "\ud83d\ude00", "n": -1.5})");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->at("emoji"), "\xf0\x9f\x98\x80");  // U+1F600 in UTF-8
+  EXPECT_EQ(r->at("n"), "-1.5");
+  const auto nested = [](int depth) {
+    return R"({"a":)" + std::string(depth, '[') + std::string(depth, ']') + "}";
+  };
+  EXPECT_TRUE(ParseFlatJsonObject(nested(10)).ok());
+  EXPECT_FALSE(ParseFlatJsonObject(nested(100)).ok());
+  EXPECT_FALSE(ParseFlatJsonObject(nested(100000)).ok());
+  auto error = ParseFlatJsonObject(R"({"address": })");
+  ASSERT_FALSE(error.ok());
+  EXPECT_NE(error.status().message().find("byte"), std::string::npos) << error.status().message();
+}
+
 }  // namespace
 }  // namespace kvdepot::lmcache
 

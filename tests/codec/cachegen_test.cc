@@ -1,4 +1,4 @@
-#include "kvdepot/cachegen.h"
+#include "kvdepot/codec/cachegen.h"
 
 #include <gtest/gtest.h>
 
@@ -6,10 +6,10 @@
 #include <limits>
 #include <random>
 
-#include "kvdepot/cachegen_format.h"
-#include "kvdepot/codec.h"
-#include "kvdepot/compare.h"
-#include "kvdepot/synth.h"
+#include "kvdepot/codec/cachegen_format.h"
+#include "kvdepot/codec/codec.h"
+#include "kvdepot/codec/compare.h"
+#include "kvdepot/codec/synth.h"
 #include "test_util.h"
 
 namespace kvdepot {

@@ -1,4 +1,4 @@
-#include "kvdepot/compare.h"
+#include "kvdepot/codec/compare.h"
 
 #include <gtest/gtest.h>
 
@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "kvdepot/numeric.h"
-#include "kvdepot/synth.h"
-#include "kvdepot/tensor.h"
+#include "kvdepot/codec/numeric.h"
+#include "kvdepot/codec/synth.h"
+#include "kvdepot/codec/tensor.h"
 
 namespace kvdepot {
 namespace {

@@ -1,4 +1,4 @@
-#include "kvdepot/container.h"
+#include "kvdepot/codec/container.h"
 
 #include <gtest/gtest.h>
 
@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "kvdepot/codec.h"
-#include "kvdepot/raw_codec.h"
+#include "kvdepot/codec/codec.h"
+#include "kvdepot/codec/raw_codec.h"
 #include "test_util.h"
 
 namespace kvdepot {

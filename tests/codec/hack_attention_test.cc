@@ -1,4 +1,4 @@
-#include "kvdepot/hack_attention.h"
+#include "kvdepot/codec/hack_attention.h"
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,9 @@
 #include <limits>
 #include <random>
 
-#include "kvdepot/hack.h"
-#include "kvdepot/npy.h"
-#include "kvdepot/synth.h"
+#include "kvdepot/codec/hack.h"
+#include "kvdepot/codec/npy.h"
+#include "kvdepot/codec/synth.h"
 
 namespace kvdepot {
 namespace {

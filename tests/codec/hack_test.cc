@@ -1,4 +1,4 @@
-#include "kvdepot/hack.h"
+#include "kvdepot/codec/hack.h"
 
 #include <gtest/gtest.h>
 
@@ -7,10 +7,10 @@
 #include <random>
 #include <set>
 
-#include "kvdepot/codec.h"
-#include "kvdepot/compare.h"
-#include "kvdepot/hack_format.h"
-#include "kvdepot/synth.h"
+#include "kvdepot/codec/codec.h"
+#include "kvdepot/codec/compare.h"
+#include "kvdepot/codec/hack_format.h"
+#include "kvdepot/codec/synth.h"
 #include "test_util.h"
 
 namespace kvdepot {

@@ -1,4 +1,4 @@
-#include "kvdepot/npy.h"
+#include "kvdepot/codec/npy.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "kvdepot/file_io.h"
-#include "kvdepot/tensor.h"
+#include "kvdepot/base/file_io.h"
+#include "kvdepot/codec/tensor.h"
 
 namespace kvdepot {
 namespace {

@@ -1,4 +1,4 @@
-#include "kvdepot/numeric.h"
+#include "kvdepot/codec/numeric.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <limits>
 #include <random>
 
-#include "kvdepot/tensor.h"
+#include "kvdepot/codec/tensor.h"
 
 namespace kvdepot {
 namespace {

@@ -1,8 +1,8 @@
-#include "kvdepot/raw_codec.h"
+#include "kvdepot/codec/raw_codec.h"
 
 #include <gtest/gtest.h>
 
-#include "kvdepot/codec.h"
+#include "kvdepot/codec/codec.h"
 #include "test_util.h"
 
 namespace kvdepot {

@@ -1,4 +1,4 @@
-#include "kvdepot/synth.h"
+#include "kvdepot/codec/synth.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kvdepot/tensor.h"
+#include "kvdepot/codec/tensor.h"
 
 namespace kvdepot {
 namespace {

@@ -7,11 +7,11 @@
 #include <span>
 #include <vector>
 
-#include "kvdepot/byte_order.h"
-#include "kvdepot/checksum.h"
-#include "kvdepot/container.h"
-#include "kvdepot/numeric.h"
-#include "kvdepot/tensor.h"
+#include "kvdepot/base/byte_order.h"
+#include "kvdepot/base/checksum.h"
+#include "kvdepot/codec/container.h"
+#include "kvdepot/codec/numeric.h"
+#include "kvdepot/codec/tensor.h"
 
 namespace kvdepot::testing {
 

@@ -1,8 +1,8 @@
-#include "kvdepot/transcode.h"
+#include "kvdepot/codec/transcode.h"
 
 #include <gtest/gtest.h>
 
-#include "kvdepot/synth.h"
+#include "kvdepot/codec/synth.h"
 
 namespace kvdepot {
 namespace {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "kvdepot/codec.h"
-#include "kvdepot/file_io.h"
-#include "kvdepot/npy.h"
+#include "kvdepot/base/file_io.h"
+#include "kvdepot/codec/codec.h"
+#include "kvdepot/codec/npy.h"
 
 namespace kvdepot {
 namespace {

@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "kvdepot/byte_order.h"
-#include "kvdepot/cachegen.h"
-#include "kvdepot/cachegen_format.h"
+#include "kvdepot/base/byte_order.h"
+#include "kvdepot/codec/cachegen.h"
+#include "kvdepot/codec/cachegen_format.h"
+#include "kvdepot/codec/numeric.h"
+#include "kvdepot/codec/synth.h"
 #include "kvdepot/cuda/device.h"
-#include "kvdepot/numeric.h"
-#include "kvdepot/synth.h"
 
 namespace kvdepot::cuda {
 namespace {

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "kvdepot/codec/numeric.h"
+#include "kvdepot/codec/tensor.h"
 #include "kvdepot/cuda/device.h"
-#include "kvdepot/numeric.h"
-#include "kvdepot/tensor.h"
 
 namespace kvdepot::cuda {
 namespace {

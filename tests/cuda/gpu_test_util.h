@@ -9,12 +9,12 @@
 #include <utility>
 #include <vector>
 
-#include "kvdepot/byte_order.h"
-#include "kvdepot/container.h"
+#include "kvdepot/base/byte_order.h"
+#include "kvdepot/codec/container.h"
+#include "kvdepot/codec/numeric.h"
+#include "kvdepot/codec/synth.h"
+#include "kvdepot/codec/tensor.h"
 #include "kvdepot/cuda/device.h"
-#include "kvdepot/numeric.h"
-#include "kvdepot/synth.h"
-#include "kvdepot/tensor.h"
 
 // Skips the current test, printing the reason, when no usable CUDA device is present.
 #define KVD_REQUIRE_GPU()                                                  \

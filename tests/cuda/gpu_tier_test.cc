@@ -14,7 +14,7 @@
 
 #include "../common/random_bytes.h"
 #include "gpu_test_util.h"
-#include "kvdepot/synth.h"
+#include "kvdepot/codec/synth.h"
 
 namespace kvdepot::cuda {
 namespace {

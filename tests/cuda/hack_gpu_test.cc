@@ -18,14 +18,14 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "kvdepot/byte_order.h"
-#include "kvdepot/container.h"
+#include "kvdepot/base/byte_order.h"
+#include "kvdepot/codec/container.h"
+#include "kvdepot/codec/hack.h"
+#include "kvdepot/codec/hack_attention.h"
+#include "kvdepot/codec/numeric.h"
+#include "kvdepot/codec/synth.h"
 #include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/status.h"
-#include "kvdepot/hack.h"
-#include "kvdepot/hack_attention.h"
-#include "kvdepot/numeric.h"
-#include "kvdepot/synth.h"
 
 namespace kvdepot::cuda {
 namespace {

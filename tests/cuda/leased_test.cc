@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "kvdepot/byte_order.h"
-#include "kvdepot/codec.h"
-#include "kvdepot/synth.h"
+#include "kvdepot/base/byte_order.h"
+#include "kvdepot/codec/codec.h"
+#include "kvdepot/codec/synth.h"
 
 namespace kvdepot::cuda {
 namespace {

@@ -272,10 +272,23 @@ TEST(ConfigTest, RelativeSsdDirIsUnderDataDir) {
   EXPECT_EQ(c.ssd.dir, "/mnt/nvme");
 }
 
-TEST(ConfigTest, EveryKeyHasAFlag) {
-  for (const ConfigKeyHelp& k : ConfigKeys()) {
-    EXPECT_EQ(k.flag.rfind("--", 0), 0u);
-    EXPECT_FALSE(k.help.empty()) << k.key;
+// Every key's effective value, as ConfigEntries prints it (the start-up log line), is accepted by
+// the key's flag and sets exactly that value: an operator can copy any logged value to a flag.
+TEST(ConfigTest, EveryPrintedValueRoundTripsThroughItsFlag) {
+  Config changed;
+  ASSERT_TRUE(ApplyConfigFlag("host-capacity", "3GiB", changed).ok());
+  ASSERT_TRUE(ApplyConfigFlag("limits-request-timeout", "1500ms", changed).ok());
+  ASSERT_TRUE(ApplyConfigFlag("log-level", "debug", changed).ok());
+  for (const Config& source : {Config{}, changed}) {
+    const auto entries = ConfigEntries(source);
+    Config target;
+    for (const auto& [key, value] : entries) {
+      const std::string flag = FlagOf(key).substr(2);
+      const Status s = ApplyConfigFlag(flag, value, target);
+      EXPECT_TRUE(s.ok()) << key << " = '" << value << "': " << s.message();
+    }
+    EXPECT_EQ(ConfigEntries(target), entries);
+    EXPECT_TRUE(ChangedKeys(source, target).empty());
   }
 }
 

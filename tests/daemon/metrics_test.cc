@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "in_process_server.h"
 #include "kvdepot/client/client.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/lm_server.h"
@@ -38,14 +39,9 @@ double Sample(const std::string& text, const std::string& series) {
 
 // Polls `metrics` until `series` reaches `at_least` (requests are counted once their response
 // has been handed to the socket, which may be just after the client has read it).
-double WaitFor(const Metrics& metrics, const std::string& series, double at_least) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+double WaitForSample(const Metrics& metrics, const std::string& series, double at_least) {
   double v = -1;
-  while (std::chrono::steady_clock::now() < deadline) {
-    v = Sample(metrics.Text(), series);
-    if (v >= at_least) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  (void)test::WaitFor([&] { return (v = Sample(metrics.Text(), series)) >= at_least; });
   return v;
 }
 
@@ -65,33 +61,21 @@ std::pair<int, std::string> HttpGet(std::uint16_t port, const std::string& path)
           body == std::string::npos ? "" : response.substr(body + 4)};
 }
 
-class MetricsTest : public ::testing::Test {
+class MetricsTest : public InProcessServerTest {
  protected:
   void SetUp() override {
-    tier_ = std::make_unique<HostTier>(HostTierOptions::With(8ull << 20, EvictionPolicy::kLru, 4));
-    store_ = std::make_unique<Store>(*tier_, nullptr);
     ServerOptions o;
-    o.listen = "127.0.0.1:0";
     o.io_threads = 2;
-    server_ = std::make_unique<Server>(o, *store_, &metrics_);
-    metrics_.AddTier("host", [this] { return ToTierStats(tier_->stats()); });
-    metrics_.SetServerSource([this] { return server_->stats(); });
-    ASSERT_TRUE(server_->Start().ok());
-    client::ClientOptions co;
-    co.address = "127.0.0.1:" + std::to_string(server_->tcp_port());
-    auto c = client::Connection::Connect(co);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    conn_ = std::move(*c);
+    StartServerWith(HostTierOptions::With(8ull << 20, EvictionPolicy::kLru, 4), o, &metrics_);
+    conn_ = ConnectOrFail(TcpOptions());
+    ASSERT_NE(conn_, nullptr);
   }
   void TearDown() override {
     conn_.reset();
-    if (server_) server_->Stop();
+    InProcessServerTest::TearDown();
   }
 
   Metrics metrics_{"test"};
-  std::unique_ptr<HostTier> tier_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<Server> server_;
   std::unique_ptr<client::Connection> conn_;
 };
 
@@ -108,11 +92,13 @@ TEST_F(MetricsTest, RequestsAreCountedByOperationAndOutcome) {
   const std::vector<std::string> gone = {"a", "zz"};
   ASSERT_TRUE(conn_->Delete(gone).ok());
 
-  EXPECT_EQ(WaitFor(metrics_, R"(kvdepot_requests_total{op="put",status="ok"})", 2), 2);
-  EXPECT_EQ(WaitFor(metrics_, R"(kvdepot_requests_total{op="get",status="ok"})", 1), 1);
-  EXPECT_EQ(WaitFor(metrics_, R"(kvdepot_requests_total{op="get",status="not_found"})", 1), 1);
-  EXPECT_EQ(WaitFor(metrics_, R"(kvdepot_requests_total{op="lookup",status="ok"})", 1), 1);
-  EXPECT_EQ(WaitFor(metrics_, R"(kvdepot_requests_total{op="delete",status="not_found"})", 1), 1)
+  EXPECT_EQ(WaitForSample(metrics_, R"(kvdepot_requests_total{op="put",status="ok"})", 2), 2);
+  EXPECT_EQ(WaitForSample(metrics_, R"(kvdepot_requests_total{op="get",status="ok"})", 1), 1);
+  EXPECT_EQ(WaitForSample(metrics_, R"(kvdepot_requests_total{op="get",status="not_found"})", 1),
+            1);
+  EXPECT_EQ(WaitForSample(metrics_, R"(kvdepot_requests_total{op="lookup",status="ok"})", 1), 1);
+  EXPECT_EQ(WaitForSample(metrics_, R"(kvdepot_requests_total{op="delete",status="not_found"})", 1),
+            1)
       << "a DELETE with an absent key reports the item's status";
   const std::string text = metrics_.Text();
   EXPECT_EQ(Sample(text, R"(kvdepot_request_duration_seconds_count{op="put"})"), 2);
@@ -140,7 +126,8 @@ TEST_F(MetricsTest, RequestsAreCountedByOperationAndOutcome) {
 TEST_F(MetricsTest, RefusedPutItemsAreCountedWithTheirCode) {
   const std::vector<std::byte> big(9ull << 20, std::byte{1});  // over the tier's capacity
   EXPECT_FALSE(conn_->Put("big", big).ok());
-  EXPECT_EQ(WaitFor(metrics_, R"(kvdepot_requests_total{op="put",status="out_of_range"})", 1), 1);
+  EXPECT_EQ(WaitForSample(metrics_, R"(kvdepot_requests_total{op="put",status="out_of_range"})", 1),
+            1);
 }
 
 TEST_F(MetricsTest, CodecSeriesExistAtZeroAndCountOnceFed) {
@@ -284,10 +271,7 @@ TEST(MetricsLmTest, LmListenerCountersAreExported) {
   ASSERT_TRUE(send_all(bad, header(99, 0, "x")));  // unknown command: 400, closed
   EXPECT_EQ(reply_code(bad), 400);
   ::close(bad);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (lm.stats().connections_open != 1 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  EXPECT_TRUE(test::WaitFor([&] { return lm.stats().connections_open == 1; }));
   const std::string text = metrics.Text();
   EXPECT_EQ(Sample(text, R"(kvdepot_lm_requests_total{command="put"})"), 2) << text;
   EXPECT_EQ(Sample(text, R"(kvdepot_lm_requests_total{command="get"})"), 2);
@@ -325,11 +309,7 @@ TEST(MetricsProbeTest, ProbeRunsOnceEveryIoLoopWentRound) {
   ASSERT_TRUE(server.Start().ok());
   std::atomic<int> done{0};
   for (int i = 0; i < 5; ++i) server.Probe([&done] { ++done; });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (done.load() < 5 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  EXPECT_EQ(done.load(), 5);
+  EXPECT_TRUE(test::WaitFor([&] { return done.load() == 5; })) << done.load();
   server.Stop();
 }
 

@@ -15,7 +15,7 @@
 #include "kvdepot/client/client.h"
 #include "kvdepot/daemon/log.h"
 #include "kvdepot/daemon/store.h"
-#include "kvdepot/lm_wire.h"
+#include "kvdepot/protocol/lm_wire.h"
 #include "socket_test_util.h"
 
 namespace kvdepot::daemon {

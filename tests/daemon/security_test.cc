@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "in_process_server.h"
 #include "kvdepot/client/client.h"
 #include "kvdepot/daemon/auth.h"
 #include "kvdepot/daemon/config.h"
@@ -101,7 +102,7 @@ TEST(SecurityConfigTest, LmNeedsExplicitOptInUnderAuthAndTlsFilesGoTogether) {
   EXPECT_FALSE(ValidateConfig(t).ok());  // TLS without a TCP listener
 }
 
-class SecurityTest : public ::testing::Test {
+class SecurityTest : public InProcessServerTest {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
@@ -110,17 +111,14 @@ class SecurityTest : public ::testing::Test {
     fs::create_directories(dir_);
   }
   void TearDown() override {
-    if (server_) server_->Stop();
+    InProcessServerTest::TearDown();
     std::error_code ec;
     fs::remove_all(dir_, ec);
   }
   void Start(bool auth, const TlsOptions& tls = {}) {
     HostTierOptions host = HostTierOptions::With(64ull << 20, EvictionPolicy::kLru, 4);
     host.namespace_quotas = quotas_;
-    tier_ = std::make_unique<HostTier>(host);
-    store_ = std::make_unique<Store>(*tier_, nullptr);
     ServerOptions o;
-    o.listen = "127.0.0.1:0";
     o.io_threads = 2;
     o.tls = tls;
     if (auth) {
@@ -130,22 +128,14 @@ class SecurityTest : public ::testing::Test {
       ASSERT_TRUE(a.ok()) << a.status().ToString();
       o.auth = *a;
     }
-    server_ = std::make_unique<Server>(o, *store_);
-    const Status s = server_->Start();
-    ASSERT_TRUE(s.ok()) << s.ToString();
+    StartServerWith(host, o);
   }
   ClientOptions Options(const std::string& token = "") const {
-    ClientOptions o;
-    o.address = "127.0.0.1:" + std::to_string(server_->tcp_port());
-    o.timeout = std::chrono::milliseconds(5000);
+    ClientOptions o = TcpOptions(std::chrono::milliseconds(5000));
     o.token = token;
     return o;
   }
-  std::unique_ptr<Connection> Connect(const ClientOptions& o) {
-    auto c = Connection::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return c.ok() ? std::move(*c) : nullptr;
-  }
+  std::unique_ptr<Connection> Connect(const ClientOptions& o) { return ConnectOrFail(o); }
   // A self-signed certificate for 127.0.0.1 / localhost: PEM files NAME.crt and NAME.key.
   std::string MakeCert(const std::string& name) {
     const std::string base = (dir_ / name).string();
@@ -159,9 +149,6 @@ class SecurityTest : public ::testing::Test {
 
   fs::path dir_;
   std::map<std::string, std::uint64_t> quotas_;
-  std::unique_ptr<HostTier> tier_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<Server> server_;
 };
 
 TEST_F(SecurityTest, RequestBeforeAuthIsRefusedAndClosed) {

@@ -16,15 +16,16 @@
 #include <thread>
 
 #include "../common/random_bytes.h"
+#include "in_process_server.h"
 #include "kvdepot/client/client.h"
-#include "kvdepot/codec.h"
+#include "kvdepot/codec/codec.h"
+#include "kvdepot/codec/synth.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/lm_server.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/ssd_tier.h"
 #include "kvdepot/daemon/store.h"
-#include "kvdepot/lm_wire.h"
-#include "kvdepot/synth.h"
+#include "kvdepot/protocol/lm_wire.h"
 #include "socket_test_util.h"
 #include "ssd/io_engine.h"
 
@@ -41,7 +42,7 @@ using test::RandomBytes;
 
 std::vector<std::byte> GetFrame(const std::string& key, std::uint64_t id) {
   const std::string keys[] = {key};
-  const std::vector<std::byte> body = protocol::EncodeKeyList(keys);
+  const std::vector<std::byte> body = protocol::EncodeKeyList(keys).value();
   protocol::FrameHeader h;
   h.type = static_cast<std::uint8_t>(protocol::Op::kGet);
   h.request_id = id;
@@ -52,29 +53,14 @@ std::vector<std::byte> GetFrame(const std::string& key, std::uint64_t id) {
   return out;
 }
 
-class ServerFaultsTest : public ::testing::Test {
+class ServerFaultsTest : public InProcessServerTest {
  protected:
-  void Start(ServerOptions o) {
-    host_ = std::make_unique<HostTier>(HostTierOptions::With(64u << 20));
-    store_ = std::make_unique<Store>(*host_, nullptr);
-    o.listen = "127.0.0.1:0";
-    server_ = std::make_unique<Server>(o, *store_);
-    ASSERT_TRUE(server_->Start().ok());
-  }
+  void Start(const ServerOptions& o) { StartServerWith(HostTierOptions::With(64u << 20), o); }
   std::unique_ptr<client::Connection> Client(protocol::Limits limits = {}) {
-    client::ClientOptions co;
+    client::ClientOptions co = TcpOptions();
     co.limits = limits;
-    co.address = "127.0.0.1:" + std::to_string(server_->tcp_port());
-    auto c = client::Connection::Connect(co);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return c.ok() ? std::move(*c) : nullptr;
+    return ConnectOrFail(co);
   }
-  void TearDown() override {
-    if (server_) server_->Stop();
-  }
-  std::unique_ptr<HostTier> host_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<Server> server_;
 };
 
 // Regression (fuzz/regressions/server/put-key-600-bytes): a PUT key longer than 256 bytes under
@@ -107,7 +93,7 @@ TEST_F(ServerFaultsTest, AWriteEndingAfterTheConnectionClosedIsHarmless) {
   ASSERT_TRUE(c->Put("c", *EncodeChunk(t.view(), raw)).ok());
   const std::string keys[] = {"c", "c"};
   const std::vector<std::byte> body =
-      protocol::EncodeGetAsRequest(static_cast<std::uint8_t>(CodecId::kCacheGen), keys);
+      protocol::EncodeGetAsRequest(static_cast<std::uint8_t>(CodecId::kCacheGen), keys).value();
   std::vector<std::byte> wire;
   for (std::uint64_t id = 1; id <= 3; ++id) {
     protocol::FrameHeader h;
@@ -164,7 +150,7 @@ TEST_F(ServerFaultsTest, APartialFrameThenSilenceIsClosedAndItsValueReleased) {
   // A PUT announcing a 1 MiB value, of which only 1000 bytes ever arrive.
   const std::vector<std::byte> value = RandomBytes(1 << 20, 2);
   const protocol::PutItemView item{"partial", value};
-  std::vector<std::byte> body = protocol::EncodePutBody(std::span(&item, 1));
+  std::vector<std::byte> body = protocol::EncodePutBody(std::span(&item, 1)).value();
   protocol::FrameHeader h;
   h.type = static_cast<std::uint8_t>(protocol::Op::kPut);
   h.request_id = 3;
@@ -190,7 +176,7 @@ TEST_F(ServerFaultsTest, DisconnectingMidFrameLeavesNothingBehind) {
   for (std::size_t cut : {5u, 24u, 30u, 60u}) {  // inside the header, after it, inside the body
     const std::vector<std::byte> value = RandomBytes(50000, cut);
     const protocol::PutItemView item{"cut", value};
-    std::vector<std::byte> body = protocol::EncodePutBody(std::span(&item, 1));
+    std::vector<std::byte> body = protocol::EncodePutBody(std::span(&item, 1)).value();
     protocol::FrameHeader h;
     h.type = static_cast<std::uint8_t>(protocol::Op::kPut);
     h.body_length = static_cast<std::uint32_t>(body.size());

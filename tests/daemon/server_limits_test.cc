@@ -15,11 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "kvdepot/byte_order.h"
+#include "in_process_server.h"
+#include "kvdepot/base/byte_order.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/store.h"
-#include "kvdepot/protocol.h"
+#include "kvdepot/protocol/protocol.h"
 #include "socket_test_util.h"
 
 namespace kvdepot::daemon {
@@ -112,21 +113,16 @@ std::string Message(const Response& r) {
   return std::string(reinterpret_cast<const char*>(r.body.data()), r.body.size());
 }
 
-class ServerLimitsTest : public ::testing::Test {
+class ServerLimitsTest : public InProcessServerTest {
  protected:
   void SetUp() override {
     socket_path_ = (std::filesystem::temp_directory_path() /
                     ("kvdepot-limits-" + std::to_string(::getpid()) + ".sock"))
                        .string();
-    host_ = std::make_unique<HostTier>(HostTierOptions::With(64u << 20));
-    store_ = std::make_unique<Store>(*host_, nullptr);
     ServerOptions o;
-    o.listen = "127.0.0.1:0";
     o.unix_path = socket_path_;
-    server_ = std::make_unique<Server>(o, *store_);
-    ASSERT_TRUE(server_->Start().ok());
+    StartServerWith(HostTierOptions::With(64u << 20), o);
   }
-  void TearDown() override { server_->Stop(); }
 
   int ConnectUnix() const {
     const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
@@ -170,9 +166,6 @@ class ServerLimitsTest : public ::testing::Test {
   }
 
   std::string socket_path_;
-  std::unique_ptr<HostTier> host_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<Server> server_;
 };
 
 const std::string kLongKey(257, 'k');  // one past the default limits.max_key_bytes

@@ -15,7 +15,8 @@
 #include <thread>
 
 #include "../common/random_bytes.h"
-#include "kvdepot/byte_order.h"
+#include "in_process_server.h"
+#include "kvdepot/base/byte_order.h"
 #include "kvdepot/client/client.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/ssd_tier.h"
@@ -31,7 +32,7 @@ using client::Connection;
 
 using test::RandomBytes;
 
-class ServerTest : public ::testing::Test {
+class ServerTest : public InProcessServerTest {
  protected:
   void StartServer(std::uint64_t capacity = 64ull << 20,
                    EvictionPolicy policy = EvictionPolicy::kSieve,
@@ -40,42 +41,23 @@ class ServerTest : public ::testing::Test {
     socket_path_ = (std::filesystem::temp_directory_path() /
                     ("kvdepot-test-" + std::to_string(::getpid()) + ".sock"))
                        .string();
-    tier_ = std::make_unique<HostTier>(HostTierOptions::With(capacity, policy, 8));
     ServerOptions o;
-    o.listen = "127.0.0.1:0";
     o.unix_path = socket_path_;
     o.io_threads = 2;
     o.limits.max_value_bytes = 16ull << 20;
     o.limits.max_body_bytes = 32ull << 20;
     o.max_output_bytes = max_output;
     o.drain_timeout = drain_timeout;
-    store_ = std::make_unique<Store>(*tier_, nullptr);
-    server_ = std::make_unique<Server>(o, *store_);
-    ASSERT_TRUE(server_->Start().ok());
+    StartServerWith(HostTierOptions::With(capacity, policy, 8), o);
   }
-  void TearDown() override {
-    if (server_) server_->Stop();
-  }
-  ClientOptions Tcp() const {
-    ClientOptions o;
-    o.address = "127.0.0.1:" + std::to_string(server_->tcp_port());
-    o.timeout = std::chrono::milliseconds(10000);
-    return o;
-  }
+  ClientOptions Tcp() const { return TcpOptions(); }
   ClientOptions Unix() const {
     ClientOptions o = Tcp();
     o.address = "unix:" + socket_path_;
     return o;
   }
-  std::unique_ptr<Connection> Connect(const ClientOptions& o) {
-    auto c = Connection::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return c.ok() ? std::move(*c) : nullptr;
-  }
+  std::unique_ptr<Connection> Connect(const ClientOptions& o) { return ConnectOrFail(o); }
   std::string socket_path_;
-  std::unique_ptr<HostTier> tier_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<Server> server_;
 };
 
 // Reads until EOF (or timeout); returns the bytes read.
@@ -204,7 +186,7 @@ TEST_F(ServerTest, PipelinedRequestsAllComplete) {
     seen.insert(h->request_id);
   }
   EXPECT_EQ(seen, std::set<std::uint64_t>(ids.begin(), ids.end()));
-  EXPECT_EQ(tier_->stats().chunks, 200u);
+  EXPECT_EQ(host_->stats().chunks, 200u);
 }
 
 TEST_F(ServerTest, ConcurrentClients) {
@@ -233,9 +215,9 @@ TEST_F(ServerTest, CapacityHoldsAndEvictionFollowsThePolicy) {
   const auto value = RandomBytes(100 * 1024, 5);
   for (int i = 0; i < 3 * 40; ++i) {  // 3x capacity
     ASSERT_TRUE(c->Put("e" + std::to_string(i), value).ok());
-    ASSERT_LE(tier_->stats().bytes, 4ull << 20);
+    ASSERT_LE(host_->stats().bytes, 4ull << 20);
   }
-  EXPECT_GT(tier_->stats().evictions, 0u);
+  EXPECT_GT(host_->stats().evictions, 0u);
   // LRU: reading an old key protects it from the next eviction.
   const std::string newest = "e119";
   ASSERT_TRUE(c->Get(newest).ok());
@@ -312,10 +294,12 @@ TEST_F(ServerTest, SlowReaderDoesNotGrowTheDaemon) {
   auto c = Connect(Tcp());
   ASSERT_TRUE(c->Put("big", RandomBytes(1 << 20, 8)).ok());
   const std::string keys[] = {"big"};
-  const std::vector<std::byte> body = protocol::EncodeKeyList(keys);
+  const std::vector<std::byte> body = protocol::EncodeKeyList(keys).value();
   // 300 GETs of 1 MiB each (300 MiB of responses) without reading any of them.
   for (int i = 0; i < 300; ++i) ASSERT_TRUE(c->SendRequest(protocol::Op::kGet, body).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Once the socket's buffers are full the server stops reading requests.
+  ASSERT_TRUE(test::WaitForSteady([&] { return server_->stats().requests; },
+                                  std::chrono::milliseconds(300)));
   const std::uint64_t requests_read = server_->stats().requests;
   EXPECT_LT(requests_read, 300u) << "the server must stop reading a client that does not read";
   // Now read everything: every response arrives, intact.
@@ -333,9 +317,12 @@ TEST_F(ServerTest, StopClosesAClientThatNeverReadsAfterTheDrainTimeout) {
   auto c = Connect(Tcp());
   ASSERT_TRUE(c->Put("big", RandomBytes(1 << 20, 8)).ok());
   const std::string keys[] = {"big"};
-  const std::vector<std::byte> body = protocol::EncodeKeyList(keys);
+  const std::vector<std::byte> body = protocol::EncodeKeyList(keys).value();
   for (int i = 0; i < 50; ++i) ASSERT_TRUE(c->SendRequest(protocol::Op::kGet, body).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The server has read what it will read and is stuck writing to a client that never reads.
+  ASSERT_TRUE(test::WaitFor([&] { return server_->stats().requests > 0; }));
+  ASSERT_TRUE(test::WaitForSteady([&] { return server_->stats().requests; },
+                                  std::chrono::milliseconds(200)));
   const auto start = std::chrono::steady_clock::now();
   server_->Stop();
   const auto took = std::chrono::steady_clock::now() - start;

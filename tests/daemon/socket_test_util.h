@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <thread>
 
+#include "../common/wait.h"
+
 namespace kvdepot::test_socket {
 
 // A TCP connection to 127.0.0.1:`port` with a 5 s receive timeout, or -1 when connect fails.
@@ -44,15 +46,6 @@ inline bool ClosedByPeer(int fd) {
   }
 }
 
-// Polls `pred` every 5 ms until it holds (true) or `limit` passes (false).
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(5)) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
+using ::kvdepot::test::WaitFor;  // tests/common/wait.h
 
 }  // namespace kvdepot::test_socket

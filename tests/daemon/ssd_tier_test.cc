@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "../common/wait.h"
 #include "kvdepot/daemon/store.h"
 #include "ssd/io_engine.h"
 #include "ssd/record.h"
@@ -543,15 +544,9 @@ TEST(StoreWithSsdTest, QueuedValuesAreServedAndAFullWriteBufferIsBackpressure) {
   }
   hold = false;  // the disk catches up
   Status later = Status::Ok();
-  for (int tries = 0; tries < 200; ++tries) {
-    later = put("k6");
-    if (later.ok()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_TRUE(later.ok()) << later.ToString();
-  for (int tries = 0; tries < 400 && (*ssd)->stats().write_buffer_bytes != 0; ++tries) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the queued writes land
-  }
+  EXPECT_TRUE(test::WaitFor([&] { return (later = put("k6")).ok(); })) << later.ToString();
+  EXPECT_TRUE(test::WaitFor([&] { return (*ssd)->stats().write_buffer_bytes == 0; }))
+      << "the queued writes land";
   for (int i = 0; i < 7; ++i) {
     auto v = GetAndWait(store, "k" + std::to_string(i));
     ASSERT_TRUE(v.ok()) << i << ": " << v.status().ToString();

@@ -15,15 +15,15 @@
 #include <thread>
 
 #include "../common/random_bytes.h"
-#include "socket_test_util.h"
 #include "kvdepot/client/client.h"
-#include "kvdepot/codec.h"
+#include "kvdepot/codec/codec.h"
+#include "kvdepot/codec/synth.h"
+#include "kvdepot/codec/transcode.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/shm_arena.h"
 #include "kvdepot/daemon/ssd_tier.h"
-#include "kvdepot/synth.h"
-#include "kvdepot/transcode.h"
+#include "socket_test_util.h"
 #include "ssd/record.h"
 
 namespace kvdepot::daemon {
@@ -229,11 +229,8 @@ TEST_F(ZeroCopyTest, AKilledClientsLeasesAreReleased) {
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   // The daemon notices the closed connection and drops its leases.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (tier_->stats().bytes != 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(tier_->stats().bytes, 0u);
+  EXPECT_TRUE(test::WaitFor([&] { return tier_->stats().bytes == 0; }, std::chrono::seconds(10)))
+      << tier_->stats().bytes;
   EXPECT_EQ(tier_->arena()->stats().used, 0u);
 }
 
@@ -461,8 +458,9 @@ TEST_F(ZeroCopyTest, SsdLeasesKeepResponseOrderAndTheLeaseBound) {
   ASSERT_GE(on_ssd.size(), 20u);
   std::vector<std::string> keys;
   for (std::size_t i = 0; i < 20; ++i) keys.push_back(on_ssd[i].first);
-  auto lease_id = c->SendRequest(protocol::Op::kLeaseGet,
-                                 protocol::EncodeLeaseGetRequest(protocol::Tier::kNone, keys));
+  auto lease_id =
+      c->SendRequest(protocol::Op::kLeaseGet,
+                     protocol::EncodeLeaseGetRequest(protocol::Tier::kNone, keys).value());
   ASSERT_TRUE(lease_id.ok());
   auto ping_id = c->SendRequest(protocol::Op::kPing, {});
   ASSERT_TRUE(ping_id.ok());

@@ -29,7 +29,7 @@ def test_installed_sdk_builds_and_runs_a_consumer(tmp_path):
     prefix = tmp_path / "prefix"
     run([CMAKE, "--install", BUILD_DIR, "--prefix", str(prefix)], 120)
     libs = ["libkvdepot_codec.a", "libkvdepot_client.a", "libkvdepot_lmcache.so"]
-    headers = ["kvdepot/status.h", "kvdepot/hack.h", "kvdepot/kvdepot.h",
+    headers = ["kvdepot/base/status.h", "kvdepot/codec/hack.h", "kvdepot/kvdepot.h",
                "kvdepot/client/client.h"]
     if WITH_CUDA:
         libs += ["libkvdepot_cuda.a", "libkvdepot_client_gpu.a"]

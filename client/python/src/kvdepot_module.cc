@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "kvdepot/chunk_key.h"
 #include "kvdepot/client/client.h"
-#include "kvdepot/lm_value.h"
+#include "kvdepot/protocol/chunk_key.h"
+#include "kvdepot/protocol/lm_value.h"
 #include "py_buffer.h"
 
 namespace py = pybind11;

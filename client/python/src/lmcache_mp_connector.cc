@@ -10,7 +10,7 @@
 #include <string_view>
 #include <utility>
 
-#include "kvdepot/protocol.h"
+#include "kvdepot/protocol/protocol.h"
 
 namespace kvdepot::python::lmcache_mp {
 

@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "kvdepot/client/client.h"
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::python::lmcache_mp {
 

@@ -1,4 +1,5 @@
 #include "resp/resp_codec.h"
+#include "kvdepot/base/hex.h"
 
 #include <algorithm>
 #include <charconv>
@@ -26,19 +27,13 @@ int TakeLine(std::string_view rest, std::size_t max, std::string_view& line, std
   return 1;
 }
 
-int HexDigit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 // `c` as text for an error message: itself when printable, else \xHH.
 std::string Printable(char c) {
-  static constexpr char kHex[] = "0123456789abcdef";
   const auto u = static_cast<unsigned char>(c);
   if (u >= 0x20 && u < 0x7f) return std::string(1, c);
-  return std::string{'\\', 'x', kHex[u >> 4], kHex[u & 15]};
+  std::string escaped;
+  AppendHexEscape(escaped, u);
+  return escaped;
 }
 
 bool IsBlank(char c) {
@@ -229,8 +224,9 @@ bool SplitInline(std::string_view line, std::vector<std::string>& words) {
       if (in_double) {
         if (i == line.size()) return false;
         if (line[i] == '\\' && i + 3 < line.size() && line[i + 1] == 'x' &&
-            HexDigit(line[i + 2]) >= 0 && HexDigit(line[i + 3]) >= 0) {
-          word.push_back(static_cast<char>(HexDigit(line[i + 2]) * 16 + HexDigit(line[i + 3])));
+            HexDigitValue(line[i + 2]) >= 0 && HexDigitValue(line[i + 3]) >= 0) {
+          word.push_back(
+              static_cast<char>(HexDigitValue(line[i + 2]) * 16 + HexDigitValue(line[i + 3])));
           i += 4;
         } else if (line[i] == '\\' && i + 1 < line.size()) {
           const char e = line[i + 1];

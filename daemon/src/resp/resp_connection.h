@@ -24,9 +24,9 @@
 #include <utility>
 #include <vector>
 
+#include "kvdepot/base/status.h"
 #include "kvdepot/daemon/auth.h"
 #include "kvdepot/daemon/store.h"
-#include "kvdepot/status.h"
 #include "registration_guard.h"
 #include "resp/resp_codec.h"
 #include "resp/resp_server_impl.h"

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
 #include "ssd/record.h"
 
 namespace rocksdb {

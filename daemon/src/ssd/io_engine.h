@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::daemon::ssd {
 

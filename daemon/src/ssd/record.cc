@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "kvdepot/byte_order.h"
-#include "kvdepot/checksum.h"
+#include "kvdepot/base/byte_order.h"
+#include "kvdepot/base/checksum.h"
 
 namespace kvdepot::daemon::ssd {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::daemon::ssd {
 

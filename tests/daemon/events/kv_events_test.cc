@@ -15,7 +15,7 @@
 #include "events/event_key.h"
 #include "events/event_queue.h"
 #include "kvdepot/daemon/kv_events.h"
-#include "kvdepot/protocol.h"
+#include "kvdepot/protocol/protocol.h"
 
 namespace kvdepot::daemon {
 namespace {
@@ -131,13 +131,13 @@ TEST(KvEventQueueTest, BoundedQueueRefusesWhenFullAndDrainsInOrder) {
 
 TEST(KvEventOriginProtocolTest, RoundTripAndRefusals) {
   const protocol::EventOrigin origin{std::string(16, 'n'), "pod-7", "meta-llama/Llama-3.1-8B"};
-  auto decoded = protocol::DecodeEventOriginRequest(protocol::EncodeEventOriginRequest(origin));
+  auto decoded = protocol::DecodeEventOriginRequest(protocol::EncodeEventOriginRequest(origin).value());
   ASSERT_TRUE(decoded.ok()) << decoded.status().message();
   EXPECT_EQ(decoded->namespace_id, origin.namespace_id);
   EXPECT_EQ(decoded->instance, "pod-7");
   EXPECT_EQ(decoded->model, "meta-llama/Llama-3.1-8B");
   const auto code = [](protocol::EventOrigin o) {
-    return protocol::DecodeEventOriginRequest(protocol::EncodeEventOriginRequest(o))
+    return protocol::DecodeEventOriginRequest(protocol::EncodeEventOriginRequest(o).value())
         .status()
         .code();
   };
@@ -146,7 +146,7 @@ TEST(KvEventOriginProtocolTest, RoundTripAndRefusals) {
   EXPECT_EQ(code({std::string(16, 'n'), "a", "m\n"}), StatusCode::kInvalidArgument);
   EXPECT_EQ(code({std::string(16, 'n'), "a", ""}), StatusCode::kInvalidArgument);
   EXPECT_EQ(code({std::string(16, 'n'), std::string(257, 'a'), "m"}), StatusCode::kOutOfRange);
-  auto body = protocol::EncodeEventOriginRequest(origin);
+  auto body = protocol::EncodeEventOriginRequest(origin).value();
   body.pop_back();  // truncated: malformed
   EXPECT_EQ(protocol::DecodeEventOriginRequest(body).status().code(), StatusCode::kCorruption);
   EXPECT_EQ(protocol::MaxRequestBody(protocol::Op::kEventOrigin, protocol::Limits{}), 532u);

@@ -7,10 +7,10 @@
 #include <utility>
 
 #include "kvdepot/client/client.h"
-#include "kvdepot/container.h"
-#include "kvdepot/hack.h"
+#include "kvdepot/codec/container.h"
+#include "kvdepot/codec/hack.h"
+#include "kvdepot/codec/tensor.h"
 #include "kvdepot/kvdepot.h"
-#include "kvdepot/tensor.h"
 #if SDK_CONSUMER_CUDA
 #include "kvdepot/cuda/hack.h"
 #endif

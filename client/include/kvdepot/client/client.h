@@ -24,10 +24,10 @@
 #include <string_view>
 #include <vector>
 
-#include "kvdepot/chunk_key.h"
-#include "kvdepot/codec_id.h"
-#include "kvdepot/protocol.h"
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
+#include "kvdepot/codec/codec_id.h"
+#include "kvdepot/protocol/chunk_key.h"
+#include "kvdepot/protocol/protocol.h"
 
 namespace kvdepot::client {
 

@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "kvdepot/base/status.h"
 #include "kvdepot/client/client.h"
 #include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/gpu_tier.h"
 #include "kvdepot/cuda/leased.h"
-#include "kvdepot/status.h"
 
 namespace kvdepot::client {
 

@@ -29,11 +29,11 @@
 #include <string_view>
 #include <vector>
 
-#include "kvdepot/cachegen.h"
-#include "kvdepot/container.h"
+#include "kvdepot/base/status.h"
+#include "kvdepot/codec/cachegen.h"
+#include "kvdepot/codec/container.h"
+#include "kvdepot/codec/tensor.h"
 #include "kvdepot/cuda/device.h"
-#include "kvdepot/status.h"
-#include "kvdepot/tensor.h"
 
 namespace kvdepot::cuda {
 

@@ -13,8 +13,8 @@
 
 #include <cstdint>
 
-#include "kvdepot/status.h"
-#include "kvdepot/tensor.h"
+#include "kvdepot/base/status.h"
+#include "kvdepot/codec/tensor.h"
 
 namespace kvdepot::cuda {
 

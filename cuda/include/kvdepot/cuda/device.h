@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::cuda {
 

@@ -27,10 +27,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include "kvdepot/codec.h"
-#include "kvdepot/range_allocator.h"
-#include "kvdepot/status.h"
-#include "kvdepot/transcode.h"
+#include "kvdepot/base/range_allocator.h"
+#include "kvdepot/base/status.h"
+#include "kvdepot/codec/codec.h"
+#include "kvdepot/codec/transcode.h"
 
 namespace kvdepot::cuda {
 

@@ -1,7 +1,7 @@
-// Kernel family "hack": the HACK INT2 codec on the GPU (codec/include/kvdepot/hack.h) and the
+// Kernel family "hack": the HACK INT2 codec on the GPU (codec/include/kvdepot/codec/hack.h) and the
 // quantized-attention kernels that consume its 2-bit codes without dequantizing them
-// (codec/include/kvdepot/hack_attention.h has the CPU references). Design, layouts, what bounds
-// each kernel: docs/hack-gpu.md.
+// (codec/include/kvdepot/codec/hack_attention.h has the CPU references). Design, layouts, what
+// bounds each kernel: docs/hack-gpu.md.
 //
 // Three kernels (cuda/src/hack_quantize.cu, cuda/src/hack_attention.cu):
 //  * quantize: fp16/bf16 KV chunk -> the codes, scales, sums and tail sections of a hack-int2
@@ -28,11 +28,11 @@
 #include <span>
 #include <vector>
 
+#include "kvdepot/base/status.h"
+#include "kvdepot/codec/hack.h"
+#include "kvdepot/codec/hack_format.h"
+#include "kvdepot/codec/tensor.h"
 #include "kvdepot/cuda/device.h"
-#include "kvdepot/hack.h"
-#include "kvdepot/hack_format.h"
-#include "kvdepot/status.h"
-#include "kvdepot/tensor.h"
 
 namespace kvdepot::cuda {
 

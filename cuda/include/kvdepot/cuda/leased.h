@@ -29,13 +29,13 @@
 #include <span>
 #include <vector>
 
-#include "kvdepot/codec.h"
+#include "kvdepot/base/status.h"
+#include "kvdepot/codec/codec.h"
+#include "kvdepot/codec/hack.h"
+#include "kvdepot/codec/tensor.h"
 #include "kvdepot/cuda/cachegen.h"
 #include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/hack.h"
-#include "kvdepot/hack.h"
-#include "kvdepot/status.h"
-#include "kvdepot/tensor.h"
 
 namespace kvdepot::cuda {
 

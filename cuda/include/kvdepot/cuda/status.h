@@ -7,7 +7,7 @@
 
 #include <string_view>
 
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::cuda {
 

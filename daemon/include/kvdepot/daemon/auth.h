@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::daemon {
 

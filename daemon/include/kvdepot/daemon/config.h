@@ -14,17 +14,16 @@
 #include <utility>
 #include <vector>
 
+#include "kvdepot/base/status.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/kv_events.h"
 #include "kvdepot/daemon/lm_server.h"
+#include "kvdepot/daemon/log.h"
 #include "kvdepot/daemon/resp_server.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/ssd_tier.h"
-#include "kvdepot/status.h"
 
 namespace kvdepot::daemon {
-
-enum class LogLevel { kDebug, kInfo, kWarn, kError };
 
 struct Config {
   ServerOptions server;  // listen, unix, io_threads, limits, max_output_bytes

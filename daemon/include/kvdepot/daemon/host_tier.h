@@ -39,8 +39,8 @@
 #include <utility>
 #include <vector>
 
-#include "kvdepot/protocol.h"
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
+#include "kvdepot/protocol/protocol.h"
 
 namespace kvdepot::daemon {
 

@@ -26,8 +26,8 @@
 #include <string>
 #include <string_view>
 
+#include "kvdepot/base/status.h"
 #include "kvdepot/daemon/store.h"
-#include "kvdepot/status.h"
 
 namespace kvdepot::daemon {
 

@@ -19,9 +19,9 @@
 #include <utility>
 #include <vector>
 
-#include "kvdepot/daemon/config.h"
-
 namespace kvdepot::daemon {
+
+enum class LogLevel { kDebug, kInfo, kWarn, kError };
 
 // One key=value pair of a log line.
 struct LogField {

@@ -15,8 +15,8 @@
 #include <memory>
 #include <string>
 
+#include "kvdepot/base/status.h"
 #include "kvdepot/daemon/metrics.h"
-#include "kvdepot/status.h"
 
 namespace kvdepot::daemon {
 

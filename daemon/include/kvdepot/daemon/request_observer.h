@@ -9,8 +9,8 @@
 #include <chrono>
 #include <cstdint>
 
-#include "kvdepot/protocol.h"
-#include "kvdepot/status.h"
+#include "kvdepot/base/status.h"
+#include "kvdepot/protocol/protocol.h"
 
 namespace kvdepot::daemon {
 

@@ -27,9 +27,9 @@
 #include <memory>
 #include <string>
 
+#include "kvdepot/base/status.h"
 #include "kvdepot/daemon/auth.h"
 #include "kvdepot/daemon/store.h"
-#include "kvdepot/status.h"
 
 namespace kvdepot::daemon {
 

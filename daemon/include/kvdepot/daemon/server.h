@@ -39,12 +39,12 @@
 #include <memory>
 #include <string>
 
+#include "kvdepot/base/status.h"
 #include "kvdepot/daemon/auth.h"
 #include "kvdepot/daemon/request_observer.h"
 #include "kvdepot/daemon/store.h"
 #include "kvdepot/daemon/transcoder.h"
-#include "kvdepot/protocol.h"
-#include "kvdepot/status.h"
+#include "kvdepot/protocol/protocol.h"
 
 namespace kvdepot::daemon {
 

@@ -19,8 +19,8 @@
 #include <memory>
 #include <optional>
 
-#include "kvdepot/range_allocator.h"
-#include "kvdepot/status.h"
+#include "kvdepot/base/range_allocator.h"
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::daemon {
 

@@ -29,9 +29,9 @@
 #include <string>
 #include <string_view>
 
+#include "kvdepot/base/status.h"
 #include "kvdepot/daemon/host_tier.h"
-#include "kvdepot/protocol.h"
-#include "kvdepot/status.h"
+#include "kvdepot/protocol/protocol.h"
 
 namespace kvdepot::daemon {
 

@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "kvdepot/codec/transcode.h"
 #include "kvdepot/daemon/host_tier.h"
-#include "kvdepot/transcode.h"
 
 namespace kvdepot::daemon {
 

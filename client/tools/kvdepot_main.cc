@@ -1,6 +1,0 @@
-// kvdepot: the command-line tool (see `kvdepot help`).
-#include <iostream>
-
-#include "kvdepot/client/cli.h"
-
-int main(int argc, char** argv) { return kvdepot::cli::RunCli(argc, argv, std::cout, std::cerr); }

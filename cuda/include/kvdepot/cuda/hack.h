@@ -3,7 +3,7 @@
 // (codec/include/kvdepot/hack_attention.h has the CPU references). Design, layouts, what bounds
 // each kernel: docs/hack-gpu.md.
 //
-// Three kernels (cuda/src/hack_quantize.cu, cuda/src/hack_attention.cu):
+// Four kernels (cuda/src/hack_quantize.cu, cuda/src/hack_attention.cu, hack_prefill_fp16.cu):
 //  * quantize: fp16/bf16 KV chunk -> the codes, scales, sums and tail sections of a hack-int2
 //    container, byte-identical to kvdepot::EncodeHack (both roundings, sinks, every partition size
 //    and orientation);
@@ -12,7 +12,10 @@
 //  * attention: decode (one query token per sequence, ragged batch, contiguous or paged KV) and
 //    causal prefill over hack-int2 KV, with INT8 Q and INT8 P against the 2-bit codes on integer
 //    tensor cores (mma.sync m16n8k32), equal to kvdepot::HackDecodeAttention /
-//    HackPrefillAttention within the tolerance stated at HackAttentionTolerance below.
+//    HackPrefillAttention within the tolerance stated at HackAttentionTolerance below;
+//  * dequantize-on-load prefill (HackPrefillMath::kDequantFp16): the same prefill call with the
+//    codes unpacked to fp16 in shared memory and fp16 tensor-core MMAs — attention over the
+//    dequantized KV, the faster path (docs/hack-gpu.md, "Prefill attention: the fp16 path").
 //
 // Sections in device memory are read and written in the container's own layout (docs/hack.md
 // §"Container format"): a container copied to the device as it is can be attended over directly.
@@ -256,7 +259,8 @@ enum class HackPrefillMath : std::uint8_t {
   // kHomomorphicInt8 (docs/benchmarks.md) and closer to exact attention (no INT8 Q or P): the path
   // an engine should call for prefill. Queries times the softmax scale must be within fp16's range
   // (|q * scale| <= 65504); bf16 unquantized tokens are converted to fp16 (exact for magnitudes
-  // >= 2^-14).
+  // >= 2^-14). lse is written as for kHomomorphicInt8 (checked finite by the tests, not against a
+  // reference); outputs of a query head with NaN / Inf values are not specified (untested).
   kDequantFp16 = 1,
 };
 

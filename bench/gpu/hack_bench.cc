@@ -10,7 +10,9 @@
 //  * causal prefill over 1K and 4K prompts (same heads), and chunked prefill (--chunked
 //    NEW:PREFIX,...: NEW queries at positions PREFIX.. over a sequence of PREFIX + NEW tokens,
 //    the call an engine makes after a prefix hit), reported against torch SDPA bf16 by
-//    bench/gpu/torch_sdpa.py;
+//    bench/gpu/torch_sdpa.py; each with HACK's INT8 math ("prefill", "prefill-chunked") and with
+//    the dequantize-on-load fp16 path ("...-fp16"; --prefill-math picks), replayed from CUDA
+//    graphs;
 //  * quantize and dequantize of Llama-3.1-8B and 70B-shaped chunks [32|80, 2, 256, 8, 128] fp16:
 //    one synchronous call per rep (launch to finish); "-stream": 8 calls enqueued back to back
 //    on one stream per rep (as an engine streams chunks; the launch of one call overlaps the
@@ -32,7 +34,8 @@
 // Usage: kvdepot_hack_bench [--json FILE] [--reps N] [--warmup N] [--device N]
 //                           [--only decode|prefill|quantize|dequantize] [--lengths 4096,...]
 //                           [--batches 1,16] [--prefill-lengths 1024,...]
-//                           [--chunked 4096:28672,...] [--codec-layers 32,80]
+//                           [--chunked 4096:28672,...] [--prefill-math int8|fp16|both]
+//                           [--codec-layers 32,80]
 // Exit status: 0 ok, 1 error or mismatch, 2 no GPU, 64 bad usage.
 #include <cuda_runtime_api.h>
 
@@ -83,6 +86,7 @@ struct Options : bench::CommonOptions {
   std::vector<std::uint32_t> batches = {1, 16};
   std::vector<std::uint32_t> prefill_lengths = {1024, 4096};
   std::vector<std::pair<std::uint32_t, std::uint32_t>> chunked;  // {new tokens, cached prefix}
+  std::string prefill_math = "both";                   // int8 | fp16 | both (HackPrefillMath)
   std::vector<std::uint32_t> codec_layers = {32, 80};  // quantize / dequantize chunk layers
 };
 
@@ -246,7 +250,7 @@ std::vector<float> RandomFloats(std::size_t n, std::uint64_t seed) {
 }
 
 Status CheckClose(const std::vector<double>& ref, const std::vector<float>& got,
-                  const std::string& what) {
+                  const std::string& what, double tolerance = kHackAttentionRelL2Tolerance) {
   double num = 0, den = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
     const double e = static_cast<double>(got[i]) - ref[i];
@@ -254,10 +258,9 @@ Status CheckClose(const std::vector<double>& ref, const std::vector<float>& got,
     den += ref[i] * ref[i];
   }
   const double rel = std::sqrt(num / std::max(den, 1e-300));
-  if (!(rel <= kHackAttentionRelL2Tolerance)) {
+  if (!(rel <= tolerance)) {
     return Internal("verify: " + what + ": relative L2 " + std::to_string(rel) +
-                    " against the CPU reference exceeds " +
-                    std::to_string(kHackAttentionRelL2Tolerance));
+                    " against the CPU reference exceeds " + std::to_string(tolerance));
   }
   return Status::Ok();
 }
@@ -362,10 +365,15 @@ Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, std::uint32
 }
 
 // Causal prefill of `queries` new tokens at positions `prefix` .. over a sequence of prefix +
-// queries tokens (prefix 0: a whole prompt). One synchronous call per rep (milliseconds: the
-// launch is noise). Verified on up to 64 queries where the sequence is <= kVerifyMaxTokens.
-Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, const DeviceInfo& info,
-                           HackAttentionWorkspace& ws, cudaStream_t stream, const Options& opt) {
+// queries tokens (prefix 0: a whole prompt), computed with `math`. A rep is one replay of a CUDA
+// graph of one call per KV set (at most 8; as torch_sdpa.py --graph times SDPA), reported per
+// call. Verified
+// on up to 64 queries where the sequence is <= kVerifyMaxTokens: kHomomorphicInt8 against
+// HackPrefillAttention (INT8 Q and P), kDequantFp16 against the same with exact Q and P (attention
+// over the dequantized KV), each within its tolerance (kvdepot/cuda/hack.h).
+Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, HackPrefillMath math,
+                           const DeviceInfo& info, HackAttentionWorkspace& ws, cudaStream_t stream,
+                           const Options& opt) {
   const std::uint32_t tokens = prefix + queries;
   const HostSeq host = MakeHostSeq(tokens, 2000 + tokens);
   const int sets = SetsFor(HackSectionBytesFor(host.lay, DType::kFloat16).codes * 5 / 4,
@@ -382,21 +390,31 @@ Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, const De
   KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_q.data(), q.data(), q.size() * 4, cudaMemcpyHostToDevice),
                            "upload q");
   const HackKvCache cache = Kv();
-  KVD_ASSIGN_OR_RETURN(
-      std::vector<double> us,
-      Time(
-          opt, sets, stream,
-          [&](int s) {
-            HackPrefillArgs a;
-            a.seq = descs[static_cast<std::size_t>(s)];
-            a.queries = queries;
-            a.first_position = prefix;
-            a.q_heads = kQHeads;
-            a.q = d_q.as<float>();
-            a.out = d_out.as<float>();
-            return EnqueueHackPrefillAttention(cache, a, ws, stream);
-          },
-          [&]() { return FinishHackAttention(ws, stream); }));
+  const bool fp16 = math == HackPrefillMath::kDequantFp16;
+  auto enqueue = [&](std::uint32_t calls) -> Status {
+    for (std::uint32_t c = 0; c < calls; ++c) {
+      HackPrefillArgs a;
+      a.seq = descs[c % descs.size()];
+      a.queries = queries;
+      a.first_position = prefix;
+      a.q_heads = kQHeads;
+      a.q = d_q.as<float>();
+      a.out = d_out.as<float>();
+      a.math = math;
+      KVD_RETURN_IF_ERROR(EnqueueHackPrefillAttention(cache, a, ws, stream));
+    }
+    return Status::Ok();
+  };
+  auto finish = [&]() { return FinishHackAttention(ws, stream); };
+  // At most 8 calls per graph: a call takes milliseconds, and each KV is read by every query tile
+  // of its call anyway (L2 residency across calls does not matter for prefill).
+  const auto calls = static_cast<std::uint32_t>(std::min(sets, 8));
+  KVD_RETURN_IF_ERROR(enqueue(1));  // configures the kernel outside the capture
+  KVD_RETURN_IF_ERROR(finish());
+  bench::Graph captured;
+  KVD_RETURN_IF_ERROR(captured.Capture(stream, [&] { return enqueue(calls); }));
+  KVD_ASSIGN_OR_RETURN(std::vector<double> us, bench::TimeGraph(opt, captured, stream, finish));
+  for (double& u : us) u /= calls;
   if (tokens <= kVerifyMaxTokens) {  // verify the first (up to) 64 queries
     std::vector<float> got(std::size_t{std::min(queries, 64u)} * kQHeads * kDim);
     KVD_CUDA_RETURN_IF_ERROR(
@@ -404,14 +422,17 @@ Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, const De
     const HackChunk chunk = ToChunk(host);
     AttentionOptions ao;
     ao.q_heads = kQHeads;
+    ao.int8_q = ao.int8_p = !fp16;
     KVD_ASSIGN_OR_RETURN(
         AttentionResult ref,
         HackPrefillAttention(HackSequence(&chunk, 1), 0,
                              std::span<const float>(q.data(), got.size()), prefix, ao));
-    KVD_RETURN_IF_ERROR(CheckClose(ref.out, got, "prefill " + std::to_string(tokens)));
+    KVD_RETURN_IF_ERROR(
+        CheckClose(ref.out, got, "prefill " + std::to_string(tokens),
+                   fp16 ? kHackDequantPrefillRelL2Tolerance : kHackAttentionRelL2Tolerance));
   }
   Row row;
-  row.op = prefix > 0 ? "prefill-chunked" : "prefill";
+  row.op = std::string(prefix > 0 ? "prefill-chunked" : "prefill") + (fp16 ? "-fp16" : "");
   row.batch = 1;
   row.tokens = tokens;
   row.shape = "q64 kv8 d128 causal";
@@ -586,12 +607,13 @@ bool ParseChunked(const char* value, std::vector<std::pair<std::uint32_t, std::u
 }
 
 int Usage(const char* argv0) {
-  std::fprintf(stderr,
-               "usage: %s [--json FILE] [--reps N (>= 50, default 100)] [--warmup N (default 5)] "
-               "[--device N] [--only decode|prefill|quantize|dequantize] "
-               "[--lengths 4096,32768,131072] [--batches 1,16] [--prefill-lengths 1024,4096] "
-               "[--chunked NEW:PREFIX,...] [--codec-layers 32,80]\n",
-               argv0);
+  std::fprintf(
+      stderr,
+      "usage: %s [--json FILE] [--reps N (>= 50, default 100)] [--warmup N (default 5)] "
+      "[--device N] [--only decode|prefill|quantize|dequantize] "
+      "[--lengths 4096,32768,131072] [--batches 1,16] [--prefill-lengths 1024,4096] "
+      "[--chunked NEW:PREFIX,...] [--prefill-math int8|fp16|both] [--codec-layers 32,80]\n",
+      argv0);
   return 64;
 }
 
@@ -605,6 +627,10 @@ int Main(int argc, char** argv) {
     if (flag == "--prefill-lengths") return bench::ParseUintList(v, opt.prefill_lengths, 64, 65536);
     if (flag == "--codec-layers") return bench::ParseUintList(v, opt.codec_layers, 1, 128);
     if (flag == "--chunked") return ParseChunked(v, opt.chunked);
+    if (flag == "--prefill-math") {
+      opt.prefill_math = v;
+      return opt.prefill_math == "int8" || opt.prefill_math == "fp16" || opt.prefill_math == "both";
+    }
     if (flag != "--only") return false;
     opt.only = v;
     return opt.only == "decode" || opt.only == "prefill" || opt.only == "quantize" ||
@@ -669,13 +695,19 @@ int Main(int argc, char** argv) {
     }
   }
   if (all || opt.only == "prefill") {
-    for (std::uint32_t tokens : opt.prefill_lengths) {
-      report(MeasurePrefill(tokens, 0, *info, *ws, stream->get(), opt),
-             "prefill tokens " + std::to_string(tokens));
-    }
-    for (const auto& [queries, prefix] : opt.chunked) {
-      report(MeasurePrefill(queries, prefix, *info, *ws, stream->get(), opt),
-             "prefill " + std::to_string(queries) + " over " + std::to_string(prefix));
+    std::vector<HackPrefillMath> maths;
+    if (opt.prefill_math != "fp16") maths.push_back(HackPrefillMath::kHomomorphicInt8);
+    if (opt.prefill_math != "int8") maths.push_back(HackPrefillMath::kDequantFp16);
+    for (const HackPrefillMath math : maths) {
+      const std::string name = math == HackPrefillMath::kDequantFp16 ? " fp16" : " int8";
+      for (std::uint32_t tokens : opt.prefill_lengths) {
+        report(MeasurePrefill(tokens, 0, math, *info, *ws, stream->get(), opt),
+               "prefill tokens " + std::to_string(tokens) + name);
+      }
+      for (const auto& [queries, prefix] : opt.chunked) {
+        report(MeasurePrefill(queries, prefix, math, *info, *ws, stream->get(), opt),
+               "prefill " + std::to_string(queries) + " over " + std::to_string(prefix) + name);
+      }
     }
   }
   for (bool quantize : {true, false}) {

@@ -40,6 +40,7 @@
 #include <string>
 #include <utility>
 
+#include "fast_exp2.cuh"
 #include "kvdepot/codec/hack_format.h"
 #include "kvdepot/cuda/hack.h"
 #include "kvdepot/cuda/status.h"
@@ -53,6 +54,7 @@ using internal::ConfigureSharedMemory;
 using internal::CpAsync16;
 using internal::CpAsyncCommit;
 using internal::CpAsyncWaitAll;
+using internal::Exp2;
 using internal::kMaxDevices;
 
 using hack::Layout;
@@ -166,11 +168,6 @@ __device__ __forceinline__ void MmaU8U8(int (&c)[4], std::uint32_t a0, std::uint
       "{%0,%1,%2,%3};"
       : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ float Exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // An MMA accumulator started at kMagicBits holds kMagicBits + dot, i.e. the float kMagic + dot
@@ -1220,6 +1217,17 @@ Status EnqueueHackPrefillAttention(const HackKvCache& kv, const HackPrefillArgs&
   params.first_position = args.first_position;
   params.prefill = 1;
   BindWorkspace(workspace, workspace.device_, workspace.max_counters_, params);
+  if (args.math == HackPrefillMath::kDequantFp16) {
+    // Grid: ceil(queries / (128 / group)) x kv_heads, within CUDA's limits for any 32-bit count.
+    const cudaError_t err = kv.head_dim == 64 ? LaunchHackPrefillFp16<64>(params, stream)
+                                              : LaunchHackPrefillFp16<128>(params, stream);
+    KVD_CUDA_RETURN_IF_ERROR(err, kFn);
+    return Status::Ok();
+  }
+  if (args.math != HackPrefillMath::kHomomorphicInt8) {
+    return InvalidArgument(std::string(kFn) + ": unknown HackPrefillMath " +
+                           std::to_string(static_cast<int>(args.math)));
+  }
   SizeGrid(workspace, std::uint64_t{args.first_position} + args.queries,
            std::uint64_t{args.first_position} + (args.queries + 1) / 2, kPrefillUnitsPerWarp,
            kPrefillMaxWarps, params);

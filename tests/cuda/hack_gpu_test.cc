@@ -2,7 +2,8 @@
 // (kvdepot::EncodeHack / DequantizeHack), decode and prefill attention within the stated
 // tolerance of the float64 homomorphic references (kvdepot::HackDecodeAttentionBatch /
 // HackPrefillAttention with INT8 Q and P), paged == contiguous, NaN queries, argument errors;
-// batched quantize chunk by chunk.
+// batched quantize chunk by chunk; the fp16 prefill path within its tolerance of attention over the
+// dequantized KV (kvdepot::PrefillAttention over DequantizeHack).
 #include "kvdepot/cuda/hack.h"
 
 #include <gtest/gtest.h>
@@ -973,6 +974,157 @@ TEST(HackGpu, ChunkedPrefillOverACachedPrefixMatchesTheCpuReference) {
         }
       }
     }
+  }
+}
+
+// ---- the dequantize-on-load prefill (HackPrefillMath::kDequantFp16) ----
+
+// Runs the fp16 prefill of `queries` (fp32 [n][q_heads][dim]) from `first_position`; out and lse.
+GpuResult RunPrefillFp16(const HackKvCache& kv, const HackAttentionSeq& seq,
+                         std::uint32_t first_position, const std::vector<float>& q,
+                         std::uint32_t q_heads, HackAttentionWorkspace& ws) {
+  GpuResult r;
+  const std::size_t n = q.size() / (std::size_t{q_heads} * kv.head_dim);
+  DeviceBuffer d_q = Dev(q.data(), q.size());
+  DeviceBuffer d_out = DevAlloc(q.size() * 4);
+  DeviceBuffer d_lse = DevAlloc(n * q_heads * 4);
+  HackPrefillArgs a;
+  a.seq = seq;
+  a.queries = static_cast<std::uint32_t>(n);
+  a.first_position = first_position;
+  a.q_heads = q_heads;
+  a.q = d_q.as<float>();
+  a.out = d_out.as<float>();
+  a.lse = d_lse.as<float>();
+  a.math = HackPrefillMath::kDequantFp16;
+  r.status = EnqueueHackPrefillAttention(kv, a, ws, nullptr);
+  if (r.status.ok()) r.status = FinishHackAttention(ws, nullptr);
+  r.out.resize(q.size());
+  r.lse.resize(n * q_heads);
+  EXPECT_EQ(cudaMemcpy(r.out.data(), d_out.data(), r.out.size() * 4, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(r.lse.data(), d_lse.data(), r.lse.size() * 4, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return r;
+}
+
+// Relative L2 over all outputs and worst (query, head) against the dequantized-KV reference.
+void ExpectCloseFp16(const std::vector<double>& ref, const std::vector<float>& gpu,
+                     std::uint32_t dim, const std::string& label) {
+  ASSERT_EQ(ref.size(), gpu.size()) << label;
+  double num = 0, den = 0, worst = 0;
+  for (std::size_t row = 0; row * dim < ref.size(); ++row) {
+    double n = 0, d = 0;
+    for (std::uint32_t i = 0; i < dim; ++i) {
+      const double e = static_cast<double>(gpu[row * dim + i]) - ref[row * dim + i];
+      n += e * e;
+      d += ref[row * dim + i] * ref[row * dim + i];
+    }
+    num += n;
+    den += d;
+    const double rel = std::sqrt(n / std::max(d, 1e-300));
+    if (!(rel <= worst)) worst = rel;
+  }
+  const double rel = std::sqrt(num / std::max(den, 1e-300));
+  EXPECT_LE(rel, kHackDequantPrefillRelL2Tolerance) << label;
+  EXPECT_LE(worst, kHackDequantPrefillHeadTolerance) << label;
+  std::printf("[ info ] %s: rel L2 %.3g, worst (query, head) %.3g\n", label.c_str(), rel, worst);
+}
+
+// The fp16 path against attention over the dequantized KV (PrefillAttention over DequantizeHack
+// to fp32), on the chunked-prefill shapes: T_new in {1, 17, 255} x T_prefix in {0, 1, 64, 1000},
+// both head_dims, fp16 and bf16 KV, 2 KV heads with GQA groups 8 and 3 (3: CTAs of 42 tokens),
+// 4 sinks on every other sequence (an unquantized tile before the blocks); the lse is the log of
+// the normaliser (finite).
+TEST(HackGpu, DequantFp16PrefillMatchesAttentionOverTheDequantizedKv) {
+  KVD_REQUIRE_GPU();
+  std::uint64_t seed = 12000;
+  auto ws = HackAttentionWorkspace::Create();
+  ASSERT_TRUE(ws.ok()) << ws.status().ToString();
+  for (std::uint32_t dim : {64u, 128u}) {
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      for (std::uint32_t prefix : {0u, 1u, 64u, 1000u}) {
+        for (std::uint32_t fresh : {1u, 17u, 255u}) {
+          const std::uint32_t T = prefix + fresh, kv_heads = 2, layers = 2, layer = 1;
+          const std::uint32_t group = (seed % 2 == 0) ? 8 : 3, q_heads = kv_heads * group;
+          const KvTensor t = Synth({layers, T, kv_heads, dim}, dtype, seed);
+          HackOptions o;
+          o.sinks = seed % 4 < 2 ? 4 : 0;
+          ++seed;
+          const GpuSeq s = MakeSeq(t, o);
+          const std::vector<float> q = RandomQueries(std::size_t{fresh} * q_heads * dim, seed * 7);
+          AttentionOptions ao;
+          ao.q_heads = q_heads;
+          const KvTensor deq = DequantizeHack(s.chunk, DType::kFloat32);
+          Result<AttentionResult> ref = PrefillAttention(deq.view(), layer, q, prefix, ao);
+          ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+          const GpuResult got =
+              RunPrefillFp16(KvFor(t, dtype, layer), s.desc, prefix, q, q_heads, *ws);
+          ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+          ExpectCloseFp16(ref->out, got.out, dim,
+                          "fp16 prefill d" + std::to_string(dim) + " " +
+                              std::string(DTypeName(dtype)) + " g" + std::to_string(group) +
+                              " sinks " + std::to_string(o.sinks) + " prefix " +
+                              std::to_string(prefix) + " new " + std::to_string(fresh));
+          for (float v : got.lse) ASSERT_TRUE(std::isfinite(v));
+        }
+      }
+    }
+  }
+}
+
+// Paged KV (pages at shuffled pool positions) gives the same bits as the contiguous chunk.
+TEST(HackGpu, DequantFp16PrefillPagedEqualsContiguous) {
+  KVD_REQUIRE_GPU();
+  auto ws = HackAttentionWorkspace::Create();
+  ASSERT_TRUE(ws.ok()) << ws.status().ToString();
+  for (std::uint32_t dim : {64u, 128u}) {
+    const std::uint32_t layers = 2, layer = 1, kv_heads = 2, group = 4, q_heads = kv_heads * group;
+    const std::uint32_t page_blocks = 4, page_tokens = page_blocks * 64, T = 1000, fresh = 100;
+    const KvTensor t = Synth({layers, T, kv_heads, dim}, DType::kFloat16, 700 + dim);
+    const GpuSeq s = MakeSeq(t, {});
+    const hack::Layout pl = HackLayoutFor({layers, page_tokens, kv_heads, dim}, {});
+    const HackSectionBytes pb = HackSectionBytesFor(pl, DType::kFloat16);
+    const hack::Layout sl = s.chunk.layout;
+    const std::uint32_t pages = (sl.blocks() + page_blocks - 1) / page_blocks;
+    const std::uint32_t num_pages = pages + 2;
+    std::vector<std::uint32_t> perm(num_pages);
+    std::iota(perm.begin(), perm.end(), 0u);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(dim));
+    std::vector<std::uint8_t> codes(num_pages * pb.codes), scales(num_pages * pb.scales),
+        sums(num_pages * pb.sums);
+    std::vector<std::int32_t> table(pages);
+    const std::vector<std::byte> c = *EncodeHack(t.view(), {});
+    for (std::uint32_t b = 0; b < sl.blocks(); ++b) {
+      if (b % page_blocks == 0)
+        table[b / page_blocks] = static_cast<std::int32_t>(perm[b / page_blocks]);
+      const auto page = static_cast<std::uint32_t>(table[b / page_blocks]);
+      CopyGroup(c, sl, b, pl, b % page_blocks, codes.data() + page * pb.codes,
+                scales.data() + page * pb.scales, sums.data() + page * pb.sums);
+    }
+    DeviceBuffer d_codes = Dev(codes.data(), codes.size());
+    DeviceBuffer d_scales = Dev(scales.data(), scales.size());
+    DeviceBuffer d_sums = Dev(sums.data(), sums.size());
+    DeviceBuffer d_table = Dev(table.data(), table.size());
+    const std::vector<float> q = RandomQueries(std::size_t{fresh} * q_heads * dim, 31 + dim);
+    HackKvCache kv = KvFor(t, DType::kFloat16, layer);
+    const GpuResult want = RunPrefillFp16(kv, s.desc, T - fresh, q, q_heads, *ws);
+    ASSERT_TRUE(want.status.ok()) << want.status.ToString();
+    kv.page_blocks = page_blocks;
+    kv.num_pages = num_pages;
+    kv.page_codes = d_codes.as<std::uint8_t>();
+    kv.page_scales = d_scales.as<std::uint8_t>();
+    kv.page_sums = d_sums.as<std::uint8_t>();
+    kv.page_codes_bytes = pb.codes;
+    kv.page_scales_bytes = pb.scales;
+    kv.page_sums_bytes = pb.sums;
+    kv.block_tables = d_table.as<std::int32_t>();
+    kv.max_pages_per_seq = pages;
+    HackAttentionSeq paged = s.desc;
+    paged.codes = paged.scales = paged.sums = nullptr;
+    const GpuResult got = RunPrefillFp16(kv, paged, T - fresh, q, q_heads, *ws);
+    ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+    EXPECT_EQ(std::memcmp(got.out.data(), want.out.data(), got.out.size() * 4), 0) << "d" << dim;
   }
 }
 

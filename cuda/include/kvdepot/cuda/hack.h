@@ -3,7 +3,7 @@
 // (codec/include/kvdepot/codec/hack_attention.h has the CPU references). Design, layouts, what
 // bounds each kernel: docs/hack-gpu.md.
 //
-// Three kernels (cuda/src/hack_quantize.cu, cuda/src/hack_attention.cu):
+// Four kernels (cuda/src/hack_quantize.cu, cuda/src/hack_attention.cu, hack_prefill_fp16.cu):
 //  * quantize: fp16/bf16 KV chunk -> the codes, scales, sums and tail sections of a hack-int2
 //    container, byte-identical to kvdepot::EncodeHack (both roundings, sinks, every partition size
 //    and orientation);
@@ -12,7 +12,10 @@
 //  * attention: decode (one query token per sequence, ragged batch, contiguous or paged KV) and
 //    causal prefill over hack-int2 KV, with INT8 Q and INT8 P against the 2-bit codes on integer
 //    tensor cores (mma.sync m16n8k32), equal to kvdepot::HackDecodeAttention /
-//    HackPrefillAttention within the tolerance stated at HackAttentionTolerance below.
+//    HackPrefillAttention within the tolerance stated at HackAttentionTolerance below;
+//  * dequantize-on-load prefill (HackPrefillMath::kDequantFp16): the same prefill call with the
+//    codes unpacked to fp16 in shared memory and fp16 tensor-core MMAs — attention over the
+//    dequantized KV, the faster path (docs/hack-gpu.md, "Prefill attention: the fp16 path").
 //
 // Sections in device memory are read and written in the container's own layout (docs/hack.md
 // §"Container format"): a container copied to the device as it is can be attended over directly.
@@ -243,6 +246,24 @@ struct HackDecodeArgs {
   float* lse = nullptr;          // device fp32 or null
 };
 
+// What a prefill call computes (docs/hack-gpu.md, "Prefill attention: the fp16 path"; docs/hack.md,
+// "Which attention path to call").
+enum class HackPrefillMath : std::uint8_t {
+  // HACK's homomorphic math: INT8 Q' and INT8 P against the 2-bit codes on integer tensor cores.
+  // Equals HackPrefillAttention (int8_q = int8_p = true) within kHackAttention*Tolerance.
+  kHomomorphicInt8 = 0,
+  // Dequantize on load: the codes are unpacked to fp16 in shared memory (min + code * scale,
+  // rounded once) and both products run on fp16 tensor cores with fp32 accumulation and an fp32
+  // online softmax: attention over the dequantized KV, equal to PrefillAttention over
+  // DequantizeHack(chunk, fp32) within kHackDequantPrefill*Tolerance. Several times faster than
+  // kHomomorphicInt8 (docs/benchmarks.md) and closer to exact attention (no INT8 Q or P): the path
+  // an engine should call for prefill. Queries times the softmax scale must be within fp16's range
+  // (|q * scale| <= 65504); bf16 unquantized tokens are converted to fp16 (exact for magnitudes
+  // >= 2^-14). lse is written as for kHomomorphicInt8 (checked finite by the tests, not against a
+  // reference); outputs of a query head with NaN / Inf values are not specified (untested).
+  kDequantFp16 = 1,
+};
+
 // Causal prefill: query i ([q_heads][head_dim] at q + i * q_heads * head_dim) sits at position
 // first_position + i and attends to positions 0 .. first_position + i of `seq`. Chunked prefill
 // after a prefix hit: first_position = the cached tokens, queries = the new tokens, `seq` = the
@@ -257,6 +278,7 @@ struct HackPrefillArgs {
   const float* q = nullptr;
   float* out = nullptr;          // [queries][q_heads][head_dim]
   float* lse = nullptr;          // [queries][q_heads] or null
+  HackPrefillMath math = HackPrefillMath::kHomomorphicInt8;
 };
 
 // Kernel parameters, passed by value (built by the Enqueue functions).
@@ -306,6 +328,14 @@ cudaError_t LaunchHackAttention(const HackAttentionParams& params, cudaStream_t 
 template <int HeadDim>
 std::size_t HackAttentionSharedBytes(std::uint32_t warps);
 
+// The dequantize-on-load prefill kernel (HackPrefillMath::kDequantFp16; grid: ceil(queries /
+// (128 / group)) x kv_heads CTAs of 256 threads, 2 x 64 x head_dim x 4 bytes of dynamic shared
+// memory). Reads q, out, lse, prefill_seq, the paged fields, error, scale_log2, layers, layer,
+// kv_heads, q_heads, group, tail_bf16, queries and first_position of `params`. Defined ONLY for
+// HeadDim in {64, 128}; prefer EnqueueHackPrefillAttention with args.math = kDequantFp16.
+template <int HeadDim>
+cudaError_t LaunchHackPrefillFp16(const HackAttentionParams& params, cudaStream_t stream);
+
 // Device scratch of the attention kernels: split partials, arrival counters, the error word.
 // Sized for the current device; one workspace per stream (calls on one stream are serialised).
 class HackAttentionWorkspace {
@@ -350,5 +380,17 @@ Status FinishHackAttention(HackAttentionWorkspace& workspace, cudaStream_t strea
 // flip moves one output by at most scale_p * |v| / normaliser). docs/hack-gpu.md derives this.
 inline constexpr double kHackAttentionRelL2Tolerance = 1e-3;
 inline constexpr double kHackAttentionHeadTolerance = 1e-2;
+
+// Agreement of HackPrefillMath::kDequantFp16 with PrefillAttention over DequantizeHack(chunk,
+// fp32), as tests/cuda/hack_gpu_test.cc checks it: relative L2 error over all outputs of a call
+// <= 4e-3, over any single (query, head) <= 2e-2. The kernel rounds four things to fp16 (unit
+// roundoff u = 2^-11 = 4.9e-4): each dequantized K and V value, each scaled query element, and each
+// softmax weight before P·V; every other step is fp32. A score q·k then carries a relative error
+// of about 2u (q and k each rounded once), its weight the same relative error times the score's
+// magnitude in log2 units (a few), and the output a weighted average of the V values, each off by
+// u: a few u in all (measured on the H200: docs/hack-gpu.md), 4e-3 ~ 8u leaves a margin; a single
+// head (fewer terms to average the roundings out) gets 40u.
+inline constexpr double kHackDequantPrefillRelL2Tolerance = 4e-3;
+inline constexpr double kHackDequantPrefillHeadTolerance = 2e-2;
 
 }  // namespace kvdepot::cuda

@@ -86,15 +86,15 @@ test-asan: deps
 	@ctest --test-dir build-asan --output-on-failure -j $(JOBS) -LE crash-loop
 
 # The daemon's concurrency tests under ThreadSanitizer (docs/fuzzing.md, "Sanitizers"). Only the
-# daemon, lm:// and fuzz-replay test binaries are built (the replay drives in-process servers with
-# the fuzz corpora); scripts/tsan.supp may only silence third-party libraries that are not
-# TSan-instrumented (it lists none today).
-TSAN_TESTS ?= HostTier|Server|Ssd|Store|Metrics|Reload|LmServer|Lmcache|FuzzReplay
+# daemon, lm://, KV-event, LMCache MP connector and fuzz-replay test binaries are built (the
+# replay drives in-process servers with the fuzz corpora); scripts/tsan.supp may only silence
+# third-party libraries that are not TSan-instrumented (it lists none today).
+TSAN_TESTS ?= HostTier|Server|Ssd|Store|Metrics|Reload|LmServer|Lmcache|FuzzReplay|KvEvent|ShutdownFlush
 test-tsan: deps
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVDEPOT_CUDA=OFF \
 	  -DKVDEPOT_SANITIZE=thread -DKVDEPOT_WERROR=$(WERROR) >/dev/null
 	@cmake --build build-tsan -j $(JOBS) --target kvdepot_daemon_tests kvdepot_lmcache_tests \
-	  kvdepot_fuzz_replay_tests
+	  kvdepot_fuzz_replay_tests kvdepot_events_tests kvdepot_lmcache_mp_tests
 	@TSAN_OPTIONS="suppressions=$(CURDIR)/scripts/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
 	  ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)' -E NOT_BUILT
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The codec demo `make run` shows until kvdepotd exists: synthesize KV, encode it into a chunk
+# `make demo`: the offline codec tools without a daemon — synthesize KV, encode it into a chunk
 # container, inspect it, decode it and compare it with the input; then the same on the real KV in
 # ../shared/data when present. Every step is a plain `kvdepot codec` command, printed before it runs.
 set -euo pipefail

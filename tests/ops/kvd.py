@@ -144,7 +144,27 @@ def dashboard_queries(path=DASHBOARD):
 
 
 def metric_names(expr):
-    return set(re.findall(r"\b(kvdepot_[A-Za-z0-9_]+)", expr))
+    """kvdepotd's metric names (kvdepot_* and process_*) a PromQL expression uses."""
+    return set(re.findall(r"\b((?:kvdepot|process)_[A-Za-z0-9_]+)", expr))
+
+
+# Flags that turn on every part of kvdepotd that exports metrics of its own (SSD tier, lm://,
+# resp://, KV events), on ephemeral ports under `tmp_path`.
+def every_exporter_flags(tmp_path):
+    return ["--ssd-dir", str(tmp_path / "ssd"), "--ssd-capacity", "64MiB",
+            "--ssd-segment-size", "16MiB", "--lm-listen", "127.0.0.1:0",
+            "--resp-listen", "127.0.0.1:0", "--events-publish", "tcp://127.0.0.1:0"]
+
+
+def exported_metric_names(daemon):
+    """Every metric family and sample name in one scrape of `daemon`."""
+    exported = set()
+    for line in daemon.scrape().splitlines():
+        if line.startswith("# TYPE "):
+            exported.add(line.split()[2])
+        elif line and not line.startswith("#"):
+            exported.add(line.split("{")[0].split(" ")[0])
+    return exported
 
 
 def concrete(expr, rate_interval="10s"):

@@ -1,20 +1,17 @@
 """The Grafana dashboard (deploy/grafana/kvdepot.json) only uses metrics kvdepotd exports: every
-metric name in its PromQL expressions is checked against a scrape of a real daemon."""
-from kvd import Daemon, dashboard_queries, metric_names
+metric name in its PromQL expressions is checked against a scrape of a real daemon with every
+exporting part on (SSD tier, lm://, resp://, KV events)."""
+from kvd import (Daemon, dashboard_queries, every_exporter_flags, exported_metric_names,
+                 metric_names)
 
 
 def test_every_dashboard_metric_is_exported(tmp_path):
     queries = dashboard_queries()
     names = set().union(*(metric_names(e) for _, e in queries))
     assert len(names) >= 15, names
-    d = Daemon(tmp_path)
+    d = Daemon(tmp_path, *every_exporter_flags(tmp_path))
     try:
-        exported = set()
-        for line in d.scrape().splitlines():
-            if line.startswith("# TYPE "):
-                exported.add(line.split()[2])
-            elif line and not line.startswith("#"):
-                exported.add(line.split("{")[0].split(" ")[0])
+        exported = exported_metric_names(d)
         missing = sorted(n for n in names if n not in exported)
         assert not missing, f"used by the dashboard but not exported: {missing}"
     finally:
@@ -24,7 +21,8 @@ def test_every_dashboard_metric_is_exported(tmp_path):
 def test_dashboard_covers_the_operator_questions():
     titles = " | ".join(t.lower() for t, _ in dashboard_queries())
     for topic in ("hit rate", "requests per second", "throughput", "p50", "p99", "capacity",
-                  "evictions", "errors"):
+                  "evictions", "errors", "utilization per tier", "ssd", "lm://", "resp://",
+                  "timeouts", "tls", "quota", "codec", "memory", "file descriptors", "kv events"):
         assert topic in titles, topic
     exprs = " ".join(e for _, e in dashboard_queries())
     assert "histogram_quantile(0.99" in exprs and "histogram_quantile(0.5" in exprs

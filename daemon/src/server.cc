@@ -1403,16 +1403,28 @@ void Server::Impl::Stop() {
   // Without work guards each context returns once its connections are gone; the timer keeps
   // contexts_[0] busy until every connection is gone, then it is cancelled.
   for (auto& g : guards_) g.reset();
-  std::thread watcher([this, timer] {
-    while (open_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::atomic<bool> contexts_returned{false};
+  std::thread watcher([this, timer, &contexts_returned] {
+    while (open_.load() > 0 && !contexts_returned.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     asio::post(io(), [timer] { timer->cancel(); });
   });
   for (auto& t : threads_) t.join();
+  contexts_returned = true;
   watcher.join();
   threads_.clear();
   // A connection whose last reference is held off the I/O threads (a store callback on the SSD
-  // tier's thread) may still be going: *this must outlive it (RegistrationGuard).
-  while (open_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // tier's thread) may still be going: *this must outlive it (RegistrationGuard). Such a callback
+  // posts its last step to the connection's context, which may have returned from run() already:
+  // run what was posted here (no I/O thread is left, so handlers still run one at a time).
+  while (open_.load() > 0) {
+    for (auto& ctx : contexts_) {
+      ctx->restart();
+      ctx->poll();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   if (unix_inode_ != 0) RemoveOwnUnixSocket(options_.unix_path, unix_inode_);
 }
 

@@ -28,7 +28,8 @@ struct KeyIdentity {
   std::string_view model;         // from an LMCache key; empty for chunk keys
 };
 
-// nullopt when `key` names no chunk. `lm_namespace_id` may be empty (no LMCache namespace).
+// nullopt when `key` names no chunk. `lm_namespace_id` may be empty (no LMCache namespace). The
+// identity's views point into `key`, which must outlive them.
 std::optional<KeyIdentity> IdentifyKey(std::string_view key, std::string_view lm_namespace_id);
 
 }  // namespace kvdepot::daemon::events

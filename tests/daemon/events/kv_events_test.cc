@@ -90,7 +90,8 @@ TEST(KvEventKeyTest, ChunkKeysHashAsTheirChainValue) {
 
 TEST(KvEventKeyTest, LmcacheKeysCarryModelAndHexHash) {
   const std::string lm(16, 'L');
-  auto id = events::IdentifyKey(lm + "vllm@meta-llama/Llama-3.1-8B@1@0@1a2b@bfloat16   ", lm);
+  const std::string key = lm + "vllm@meta-llama/Llama-3.1-8B@1@0@1a2b@bfloat16   ";
+  auto id = events::IdentifyKey(key, lm);  // its views point into `key`
   ASSERT_TRUE(id.has_value());
   EXPECT_EQ(id->model, "meta-llama/Llama-3.1-8B");
   EXPECT_TRUE(id->hash.bytes.empty());

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -172,6 +174,44 @@ TEST_F(ZeroCopyTest, ALeasedValueIsNeverFreedOrReused) {
   ASSERT_TRUE(c->Release(id).ok());
 }
 
+// The leasing client of AKilledClientsLeasesAreReleased, in a fresh process: the test forks and
+// execs this binary with KVD_LEASE_CHILD="SOCKET_PATH,READY_FD" (nothing but exec runs after fork
+// in the multi-threaded test process: a forked copy could deadlock on a lock another thread held).
+// It maps the arena, leases v0..v7, says so on READY_FD and reads them until it is killed.
+TEST(ZeroCopyLeaseChild, DISABLED_Main) {
+  const char* env = std::getenv("KVD_LEASE_CHILD");
+  if (env == nullptr) GTEST_SKIP() << "only run as AKilledClientsLeasesAreReleased's child";
+  const std::string spec(env);
+  const std::size_t comma = spec.rfind(',');
+  const int ready = std::atoi(spec.c_str() + comma + 1);
+  client::ClientOptions o;
+  o.address = "unix:" + spec.substr(0, comma);
+  auto c = Connection::Connect(o);
+  if (!c.ok()) ::_exit(2);
+  auto arena = SharedArena::Map(**c);
+  if (!arena.ok()) ::_exit(3);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 8; ++i) keys.push_back("v" + std::to_string(i));
+  auto leases = (*c)->LeaseGet(keys);
+  if (!leases.ok()) ::_exit(4);
+  for (const auto& l : *leases) {
+    if (l.status != StatusCode::kOk) ::_exit(5);
+  }
+  std::vector<std::span<const std::byte>> views;
+  for (const auto& l : *leases) {
+    auto v = (*arena)->View(l);
+    if (!v.ok()) ::_exit(6);
+    views.push_back(*v);
+  }
+  (void)!::write(ready, "r", 1);
+  volatile std::uint64_t sum = 0;
+  while (true) {
+    for (const auto& v : views) {
+      for (std::byte b : v) sum = sum + static_cast<std::uint64_t>(b);
+    }
+  }
+}
+
 TEST_F(ZeroCopyTest, AKilledClientsLeasesAreReleased) {
   Start(/*shared=*/true, 16ull << 20);
   {
@@ -181,37 +221,25 @@ TEST_F(ZeroCopyTest, AKilledClientsLeasesAreReleased) {
   }
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
+  // Everything the child needs is built before fork: after it, only close and execve run.
+  std::vector<std::string> env_strings = {"KVD_LEASE_CHILD=" + socket_path_ + "," +
+                                          std::to_string(ready[1])};
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "KVD_LEASE_CHILD=", 16) != 0) env_strings.emplace_back(*e);
+  }
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  char self[] = "/proc/self/exe";
+  char filter[] = "--gtest_filter=ZeroCopyLeaseChild.DISABLED_Main";
+  char disabled[] = "--gtest_also_run_disabled_tests";
+  char* argv[] = {self, filter, disabled, nullptr};
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    // The child maps the arena, leases everything and reads it until it is killed.
     ::close(ready[0]);
-    client::ClientOptions o;
-    o.address = "unix:" + socket_path_;
-    auto c = Connection::Connect(o);
-    if (!c.ok()) ::_exit(2);
-    auto arena = SharedArena::Map(**c);
-    if (!arena.ok()) ::_exit(3);
-    std::vector<std::string> keys;
-    for (int i = 0; i < 8; ++i) keys.push_back("v" + std::to_string(i));
-    auto leases = (*c)->LeaseGet(keys);
-    if (!leases.ok()) ::_exit(4);
-    for (const auto& l : *leases) {
-      if (l.status != StatusCode::kOk) ::_exit(5);
-    }
-    std::vector<std::span<const std::byte>> views;
-    for (const auto& l : *leases) {
-      auto v = (*arena)->View(l);
-      if (!v.ok()) ::_exit(6);
-      views.push_back(*v);
-    }
-    (void)!::write(ready[1], "r", 1);
-    volatile std::uint64_t sum = 0;
-    while (true) {
-      for (const auto& v : views) {
-        for (std::byte b : v) sum = sum + static_cast<std::uint64_t>(b);
-      }
-    }
+    ::execve(self, argv, envp.data());
+    ::_exit(127);
   }
   ::close(ready[1]);
   char r = 0;

@@ -88,7 +88,7 @@ test-asan: deps
 # The daemon's concurrency tests under ThreadSanitizer (docs/fuzzing.md, "Sanitizers"). Only the
 # daemon, lm://, KV-event, LMCache MP connector and fuzz-replay test binaries are built (the
 # replay drives in-process servers with the fuzz corpora); scripts/tsan.supp may only silence
-# third-party libraries that are not TSan-instrumented (it lists none today).
+# third-party libraries that are not TSan-instrumented (today: libzmq).
 TSAN_TESTS ?= HostTier|Server|Ssd|Store|Metrics|Reload|LmServer|Lmcache|FuzzReplay|KvEvent|ShutdownFlush
 test-tsan: deps
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVDEPOT_CUDA=OFF \

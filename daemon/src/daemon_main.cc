@@ -513,31 +513,11 @@ int Run(int argc, char** argv) {
   // Without a metrics endpoint nobody reads the per-request metrics: the server skips them.
   Server server(config.server, store, config.metrics_listen.empty() ? nullptr : &metrics,
                 std::move(hooks));
-  metrics.AddTier("host", [&host, &ssd] {
-    TierStats t = ToTierStats(host.stats());
-    if (ssd) {
-      const SsdTierStats d = ssd->stats();
-      t.demotions = d.demotions;
-      t.promotions = d.promotions;
-    }
-    return t;
-  });
-  if (gpu) {
-    metrics.AddTier("gpu", [&gpu] {
-      const DeviceTierStats g = gpu->stats();
-      TierStats t;
-      t.bytes = g.bytes;
-      t.capacity = g.capacity;
-      t.chunks = g.chunks;
-      t.hits = g.hits;
-      t.misses = g.misses;
-      t.evictions = g.evictions;
-      t.promotions = g.promotions;
-      return t;
-    });
+  for (const Tier tier : store.Tiers()) {
+    metrics.AddTier(std::string(protocol::TierName(tier)),
+                    [&store, tier] { return store.TierStatsOf(tier); });
   }
   if (ssd) {
-    metrics.AddTier("ssd", [&ssd] { return ToTierStats(ssd->stats()); });
     metrics.SetSsdSource([&ssd] { return ssd->stats(); });
   }
   metrics.SetServerSource([&server] { return server.stats(); });

@@ -65,12 +65,12 @@ class GpuDeviceTier final : public DeviceTier {
 
   bool Erase(std::string_view key) override { return tier_->Erase(key); }
 
-  protocol::MapInfo MapInfo() const override {
-    protocol::MapInfo m;
-    m.gpu_pool_bytes = tier_->pool().size();
-    m.gpu_device = tier_->pool().device();
-    m.ipc_handle = tier_->pool().ipc_handle();
-    return m;
+  DevicePool Pool() const override {
+    DevicePool p;
+    p.bytes = tier_->pool().size();
+    p.device = tier_->pool().device();
+    p.ipc_handle = tier_->pool().ipc_handle();  // same size: a compile error otherwise
+    return p;
   }
 
   DeviceTierStats stats() const override {

@@ -21,7 +21,8 @@
 #include "kvdepot/protocol/lm_wire.h"
 #include "listen_address.h"
 #include "log_limiter.h"
-#include "registration_guard.h"
+#include "net/listener_core.h"
+#include "net/registration_guard.h"
 
 namespace kvdepot::daemon {
 namespace asio = boost::asio;
@@ -57,10 +58,9 @@ std::array<std::byte, lm::kReplyHeaderBytes> ServerHeader(std::int32_t code, std
 
 // Counters shared with store callbacks, which may outlive the server (SSD-thread completions).
 struct Counters {
-  std::atomic<std::uint64_t> open{0}, total{0}, puts{0}, puts_dropped{0}, puts_oversized{0},
-      gets{0}, get_hits{0}, exists{0}, exist_hits{0}, lists{0}, health{0}, protocol_errors{0},
-      bytes_in{0}, bytes_out{0}, request_timeouts{0}, idle_timeouts{0}, legacy_connections{0},
-      wire_refused{0};
+  std::atomic<std::uint64_t> puts{0}, puts_dropped{0}, puts_oversized{0}, gets{0}, get_hits{0},
+      exists{0}, exist_hits{0}, lists{0}, health{0}, protocol_errors{0}, bytes_in{0}, bytes_out{0},
+      request_timeouts{0}, idle_timeouts{0}, legacy_connections{0}, wire_refused{0};
 };
 
 class LmConnection;
@@ -72,8 +72,12 @@ class LmServer::Impl {
   Impl(const LmServerOptions& options, Store& store)
       : options_(options),
         timeouts_(options.request_timeout, options.idle_timeout),
-        store_(store) {}
-  ~Impl() { Stop(); }
+        store_(store),
+        core_(options.io_threads) {}
+  ~Impl() {
+    Stop();
+    acceptor_.reset();  // an object of the core's contexts
+  }
 
   Status Start();
   void Stop();
@@ -92,25 +96,10 @@ class LmServer::Impl {
   LogLimiter& wire_log_limiter() { return wire_log_limiter_; }
   const std::shared_ptr<Counters>& shared_counters() { return counters_; }
 
-  using Registration = std::list<std::weak_ptr<LmConnection>>::iterator;
-  Registration Register(const std::shared_ptr<LmConnection>& c) {
-    std::lock_guard lock(mu_);
-    ++counters_->open;
-    ++counters_->total;
-    return connections_.insert(connections_.end(), c);
-  }
-  // Called by a connection's RegistrationGuard; the decrement is its last access to *this.
-  void Unregister(Registration it) {
-    {
-      std::lock_guard lock(mu_);
-      connections_.erase(it);
-    }
-    --counters_->open;
-  }
+  ListenerCore& core() { return core_; }
 
  private:
   void Accept();
-  std::vector<std::shared_ptr<LmConnection>> Live();
 
   LmServerOptions options_;
   ConnectionTimeouts timeouts_;
@@ -118,14 +107,9 @@ class LmServer::Impl {
   std::string prefix_;
   std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
   LogLimiter wire_log_limiter_;
-  std::vector<std::unique_ptr<asio::io_context>> contexts_;
-  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
-  std::size_t next_context_ = 0;  // used by the accept handler only (contexts_[0])
+  ListenerCore core_;  // before the acceptor, which lives on its control context
   std::unique_ptr<asio::ip::tcp::acceptor> acceptor_;
   std::uint16_t port_ = 0;
-  std::vector<std::thread> threads_;
-  std::mutex mu_;
-  std::list<std::weak_ptr<LmConnection>> connections_;  // guarded by mu_
   bool started_ = false;
   bool stopped_ = false;
 };
@@ -135,7 +119,7 @@ namespace {
 using Socket = asio::basic_stream_socket<asio::ip::tcp, asio::io_context::executor_type>;
 
 // One client. Every handler runs on the connection's own io_context thread.
-class LmConnection : public std::enable_shared_from_this<LmConnection> {
+class LmConnection : public DrainableConnection, public std::enable_shared_from_this<LmConnection> {
  public:
   LmConnection(Socket socket, LmServer::Impl& server)
       : registration_(),
@@ -143,7 +127,7 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
         server_(server),
         counters_(server.shared_counters()),
         watchdog_(socket_.get_executor()) {}
-  void set_registration(LmServer::Impl::Registration r) { registration_.Set(&server_, r); }
+  void set_registration(ListenerCore::Registration r) { registration_.Set(&server_.core(), r); }
 
   void Start() {
     asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
@@ -154,13 +138,13 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
   }
 
   // Idle connections close now; one inside a request closes when it is answered.
-  void BeginShutdown() {
+  void BeginShutdown() override {
     asio::post(socket_.get_executor(), [self = shared_from_this()] {
       self->draining_ = true;
       if (self->idle_) self->Close();
     });
   }
-  void ForceClose() {
+  void ForceClose() override {
     asio::post(socket_.get_executor(), [self = shared_from_this()] { self->Close(); });
   }
 
@@ -452,7 +436,7 @@ class LmConnection : public std::enable_shared_from_this<LmConnection> {
     socket_.close(ec);
   }
 
-  RegistrationGuard<LmServer::Impl> registration_;  // first: unregisters after the rest is gone
+  RegistrationGuard<ListenerCore> registration_;  // first: unregisters after the rest is gone
   Socket socket_;
   LmServer::Impl& server_;
   std::shared_ptr<Counters> counters_;
@@ -480,12 +464,8 @@ Status LmServer::Impl::Start() {
   KVD_ASSIGN_OR_RETURN(prefix_, lm::NamespaceId(options_.namespace_name));
   KVD_ASSIGN_OR_RETURN(const auto endpoint,
                        ParseListenAddress("lm listen address", options_.listen));
-  for (std::uint32_t i = 0; i < std::max<std::uint32_t>(options_.io_threads, 1); ++i) {
-    contexts_.push_back(std::make_unique<asio::io_context>(1));
-    guards_.emplace_back(asio::make_work_guard(*contexts_.back()));
-  }
   boost::system::error_code ec;
-  acceptor_ = std::make_unique<asio::ip::tcp::acceptor>(*contexts_[0]);
+  acceptor_ = std::make_unique<asio::ip::tcp::acceptor>(core_.control());
   if (acceptor_->open(endpoint.protocol(), ec); !ec) {
     acceptor_->set_option(asio::socket_base::reuse_address(true), ec);
     acceptor_->bind(endpoint, ec);
@@ -494,71 +474,42 @@ Status LmServer::Impl::Start() {
   if (ec) return Unavailable("cannot listen on lm://" + options_.listen + ": " + ec.message());
   port_ = acceptor_->local_endpoint().port();
   Accept();
-  for (auto& ctx : contexts_) threads_.emplace_back([c = ctx.get()] { c->run(); });
+  core_.Run();
   started_ = true;
   return Status::Ok();
 }
 
 void LmServer::Impl::Accept() {
-  auto& ctx = *contexts_[next_context_++ % contexts_.size()];
-  acceptor_->async_accept(ctx.get_executor(), [this](boost::system::error_code ec, Socket socket) {
-    if (ec) {
-      if (ec == asio::error::operation_aborted || !acceptor_->is_open()) return;
-      return Accept();  // e.g. EMFILE: keep serving the connections we have
-    }
-    boost::system::error_code ignored;
-    socket.set_option(asio::ip::tcp::no_delay(true), ignored);
-    auto conn = std::make_shared<LmConnection>(std::move(socket), *this);
-    conn->set_registration(Register(conn));
-    conn->Start();
-    Accept();
-  });
-}
-
-std::vector<std::shared_ptr<LmConnection>> LmServer::Impl::Live() {
-  std::vector<std::shared_ptr<LmConnection>> live;
-  std::lock_guard lock(mu_);
-  for (auto& weak : connections_) {
-    if (auto c = weak.lock()) live.push_back(std::move(c));
-  }
-  return live;
+  acceptor_->async_accept(core_.NextExecutor(),
+                          [this](boost::system::error_code ec, Socket socket) {
+                            if (ec) {
+                              if (ec == asio::error::operation_aborted || !acceptor_->is_open())
+                                return;
+                              return Accept();  // e.g. EMFILE: keep serving the connections we have
+                            }
+                            boost::system::error_code ignored;
+                            socket.set_option(asio::ip::tcp::no_delay(true), ignored);
+                            auto conn = std::make_shared<LmConnection>(std::move(socket), *this);
+                            conn->set_registration(core_.Register(conn));
+                            conn->Start();
+                            Accept();
+                          });
 }
 
 void LmServer::Impl::Stop() {
   if (!started_ || stopped_) return;
   stopped_ = true;
-  asio::post(*contexts_[0], [this] {
+  core_.Stop(options_.drain_timeout, [this] {
     boost::system::error_code ec;
     acceptor_->close(ec);
   });
-  for (auto& c : Live()) c->BeginShutdown();  // released outside the lock (Unregister locks)
-  auto timer = std::make_shared<asio::steady_timer>(*contexts_[0], options_.drain_timeout);
-  timer->async_wait([this](boost::system::error_code ec) {
-    if (ec) return;
-    for (auto& c : Live()) c->ForceClose();
-  });
-  for (auto& g : guards_) g.reset();
-  std::thread watcher([this, timer] {
-    while (counters_->open.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    asio::post(*contexts_[0], [timer] { timer->cancel(); });
-  });
-  for (auto& t : threads_) t.join();
-  watcher.join();
-  threads_.clear();
-  // A connection whose last reference is held off the I/O threads (a store callback on the SSD
-  // tier's thread) may still be going: *this must outlive it (RegistrationGuard).
-  while (counters_->open.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  timer.reset();  // before its io_context goes
-  acceptor_.reset();
-  guards_.clear();
-  contexts_.clear();
 }
 
 LmServerStats LmServer::Impl::stats() const {
   const Counters& c = *counters_;
   LmServerStats s;
-  s.connections_open = c.open.load();
-  s.connections_total = c.total.load();
+  s.connections_open = core_.open();
+  s.connections_total = core_.total();
   s.puts = c.puts.load();
   s.puts_dropped = c.puts_dropped.load();
   s.puts_oversized = c.puts_oversized.load();

@@ -174,33 +174,6 @@ struct Metrics::RequestCounters {
   }
 };
 
-TierStats ToTierStats(const HostTierStats& host) {
-  TierStats t;
-  t.bytes = host.bytes;
-  t.capacity = host.capacity;
-  t.chunks = host.chunks;
-  t.hits = host.hits;
-  t.misses = host.misses;
-  t.evictions = host.evictions;
-  t.inserts = host.inserts;
-  t.rejected = host.rejected;
-  t.namespaces = host.namespaces;
-  return t;  // the host tier is the top tier today: no demotions or promotions yet
-}
-
-TierStats ToTierStats(const SsdTierStats& ssd) {
-  TierStats t;
-  t.bytes = ssd.bytes;  // segment files on disk, garbage included: what the capacity bounds
-  t.capacity = ssd.capacity;
-  t.chunks = ssd.chunks;
-  t.hits = ssd.hits;
-  t.misses = ssd.misses;
-  t.evictions = ssd.evictions;
-  t.inserts = ssd.writes;
-  t.rejected = ssd.demotions_refused + ssd.demotions_dropped;
-  return t;  // the lowest tier: nothing is demoted from it or promoted into it
-}
-
 // Everything read from the components' own stats at scrape time.
 class Metrics::ScrapeCollector final : public prometheus::Collectable {
  public:

@@ -18,12 +18,8 @@ Status RespServer::Impl::Start() {
   if (started_) return Status::Ok();
   KVD_ASSIGN_OR_RETURN(const auto endpoint,
                        ParseListenAddress("resp listen address", options_.listen));
-  for (std::uint32_t i = 0; i < std::max<std::uint32_t>(options_.io_threads, 1); ++i) {
-    contexts_.push_back(std::make_unique<asio::io_context>(1));
-    guards_.emplace_back(asio::make_work_guard(*contexts_.back()));
-  }
   boost::system::error_code ec;
-  acceptor_ = std::make_unique<asio::ip::tcp::acceptor>(*contexts_[0]);
+  acceptor_ = std::make_unique<asio::ip::tcp::acceptor>(core_.control());
   if (acceptor_->open(endpoint.protocol(), ec); !ec) {
     acceptor_->set_option(asio::socket_base::reuse_address(true), ec);
     acceptor_->bind(endpoint, ec);
@@ -32,71 +28,42 @@ Status RespServer::Impl::Start() {
   if (ec) return Unavailable("cannot listen on resp://" + options_.listen + ": " + ec.message());
   port_ = acceptor_->local_endpoint().port();
   Accept();
-  for (auto& ctx : contexts_) threads_.emplace_back([c = ctx.get()] { c->run(); });
+  core_.Run();
   started_ = true;
   return Status::Ok();
 }
 
 void RespServer::Impl::Accept() {
-  auto& ctx = *contexts_[next_context_++ % contexts_.size()];
-  acceptor_->async_accept(ctx.get_executor(), [this](boost::system::error_code ec, Socket socket) {
-    if (ec) {
-      if (ec == asio::error::operation_aborted || !acceptor_->is_open()) return;
-      return Accept();  // e.g. EMFILE: keep serving the connections we have
-    }
-    boost::system::error_code ignored;
-    socket.set_option(asio::ip::tcp::no_delay(true), ignored);
-    auto conn = std::make_shared<RespConnection>(std::move(socket), *this);
-    conn->set_registration(Register(conn));
-    conn->Start();
-    Accept();
-  });
-}
-
-std::vector<std::shared_ptr<RespConnection>> RespServer::Impl::Live() {
-  std::vector<std::shared_ptr<RespConnection>> live;
-  std::lock_guard lock(mu_);
-  for (auto& weak : connections_) {
-    if (auto c = weak.lock()) live.push_back(std::move(c));
-  }
-  return live;
+  acceptor_->async_accept(core_.NextExecutor(),
+                          [this](boost::system::error_code ec, Socket socket) {
+                            if (ec) {
+                              if (ec == asio::error::operation_aborted || !acceptor_->is_open())
+                                return;
+                              return Accept();  // e.g. EMFILE: keep serving the connections we have
+                            }
+                            boost::system::error_code ignored;
+                            socket.set_option(asio::ip::tcp::no_delay(true), ignored);
+                            auto conn = std::make_shared<RespConnection>(std::move(socket), *this);
+                            conn->set_registration(core_.Register(conn));
+                            conn->Start();
+                            Accept();
+                          });
 }
 
 void RespServer::Impl::Stop() {
   if (!started_ || stopped_) return;
   stopped_ = true;
-  asio::post(*contexts_[0], [this] {
+  core_.Stop(options_.drain_timeout, [this] {
     boost::system::error_code ec;
     acceptor_->close(ec);
   });
-  for (auto& c : Live()) c->BeginShutdown();  // released outside the lock (Unregister locks)
-  auto timer = std::make_shared<asio::steady_timer>(*contexts_[0], options_.drain_timeout);
-  timer->async_wait([this](boost::system::error_code ec) {
-    if (ec) return;
-    for (auto& c : Live()) c->ForceClose();
-  });
-  for (auto& g : guards_) g.reset();
-  std::thread watcher([this, timer] {
-    while (counters_->open.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    asio::post(*contexts_[0], [timer] { timer->cancel(); });
-  });
-  for (auto& t : threads_) t.join();
-  watcher.join();
-  threads_.clear();
-  // A connection whose last reference is held off the I/O threads (a store callback on the SSD
-  // tier's thread) may still be going: *this must outlive it (RegistrationGuard).
-  while (counters_->open.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  timer.reset();  // before its io_context goes
-  acceptor_.reset();
-  guards_.clear();
-  contexts_.clear();
 }
 
 RespServerStats RespServer::Impl::stats() const {
   const Counters& c = *counters_;
   RespServerStats s;
-  s.connections_open = c.open.load();
-  s.connections_total = c.total.load();
+  s.connections_open = core_.open();
+  s.connections_total = core_.total();
   s.commands = c.commands.load();
   s.command_errors = c.command_errors.load();
   s.gets = c.gets.load();

@@ -143,24 +143,6 @@ std::string_view OpName(Op op) {
   return "unknown";
 }
 
-std::string_view TierName(Tier tier) {
-  switch (tier) {
-    case Tier::kNone: return "none";
-    case Tier::kGpu: return "gpu";
-    case Tier::kHost: return "host";
-    case Tier::kSsd: return "ssd";
-  }
-  return "unknown";
-}
-
-Result<Tier> ParseTierName(std::string_view name) {
-  if (name == "gpu") return Tier::kGpu;
-  if (name == "host") return Tier::kHost;
-  if (name == "ssd") return Tier::kSsd;
-  if (name == "any" || name == "none") return Tier::kNone;
-  return InvalidArgument("unknown tier '" + std::string(name) + "' (expected gpu, host, ssd)");
-}
-
 std::uint64_t MaxRequestBody(Op op, const Limits& limits) {
   const std::uint64_t key_list = 4 + std::uint64_t{limits.max_batch} * (2 + limits.max_key_bytes);
   switch (op) {

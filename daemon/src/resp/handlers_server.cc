@@ -230,7 +230,7 @@ void RespConnection::Info(const Args& args) {
   }
   if (wanted("clients")) {
     section("Clients");
-    field("connected_clients", num(c.open.load()));
+    field("connected_clients", num(server_.core().open()));
   }
   if (wanted("memory")) {
     section("Memory");
@@ -241,7 +241,7 @@ void RespConnection::Info(const Args& args) {
   }
   if (wanted("stats")) {
     section("Stats");
-    field("total_connections_received", num(c.total.load()));
+    field("total_connections_received", num(server_.core().total()));
     field("total_commands_processed", num(c.commands.load()));
     field("total_net_input_bytes", num(c.bytes_in.load()));
     field("total_net_output_bytes", num(c.bytes_out.load()));
@@ -257,30 +257,23 @@ void RespConnection::Info(const Args& args) {
   }
   if (wanted("kvdepot")) {
     section("Kvdepot");
-    field("host_bytes", num(host.bytes));
-    field("host_capacity", num(host.capacity));
-    field("host_chunks", num(host.chunks));
-    field("host_hits", num(host.hits));
-    field("host_misses", num(host.misses));
-    field("host_evictions", num(host.evictions));
-    if (const DeviceTier* gpu = store.device(); gpu != nullptr) {
-      const DeviceTierStats g = gpu->stats();
-      field("gpu_bytes", num(g.bytes));
-      field("gpu_capacity", num(g.capacity));
-      field("gpu_chunks", num(g.chunks));
-      field("gpu_hits", num(g.hits));
-      field("gpu_misses", num(g.misses));
-      field("gpu_evictions", num(g.evictions));
+    // Per tier (top first), the shared TierStats columns: the same figures as STATS and the
+    // kvdepot_tier_* series.
+    for (const Tier tier : store.Tiers()) {
+      const TierStats t = store.TierStatsOf(tier);
+      const std::string name(protocol::TierName(tier));
+      field(name + "_bytes", num(t.bytes));
+      field(name + "_capacity", num(t.capacity));
+      field(name + "_chunks", num(t.chunks));
+      field(name + "_hits", num(t.hits));
+      field(name + "_misses", num(t.misses));
+      field(name + "_evictions", num(t.evictions));
+      field(name + "_demotions", num(t.demotions));
+      field(name + "_promotions", num(t.promotions));
     }
     if (const SsdTier* ssd = store.ssd(); ssd != nullptr) {
       const SsdTierStats s = ssd->stats();
-      field("ssd_bytes", num(s.bytes));
       field("ssd_live_bytes", num(s.live_bytes));
-      field("ssd_capacity", num(s.capacity));
-      field("ssd_chunks", num(s.chunks));
-      field("ssd_hits", num(s.hits));
-      field("ssd_misses", num(s.misses));
-      field("ssd_evictions", num(s.evictions));
       field("ssd_io", s.io_path);
     }
   }

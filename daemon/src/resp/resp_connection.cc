@@ -367,6 +367,4 @@ void RespConnection::Close() {
   socket_.close(ec);
 }
 
-RegistrationGuard<RespServer::Impl> registration_;  // first: unregisters after the rest is gone
-
 }  // namespace kvdepot::daemon::resp

@@ -27,7 +27,7 @@
 #include "kvdepot/base/status.h"
 #include "kvdepot/daemon/auth.h"
 #include "kvdepot/daemon/store.h"
-#include "registration_guard.h"
+#include "net/registration_guard.h"
 #include "resp/resp_codec.h"
 #include "resp/resp_server_impl.h"
 
@@ -35,15 +35,16 @@ namespace kvdepot::daemon::resp {
 
 using Args = std::vector<std::string>;
 
-class RespConnection : public std::enable_shared_from_this<RespConnection> {
+class RespConnection : public DrainableConnection,
+                       public std::enable_shared_from_this<RespConnection> {
  public:
   RespConnection(Socket socket, RespServer::Impl& server);
-  void set_registration(RespServer::Impl::Registration r) { registration_.Set(&server_, r); }
+  void set_registration(ListenerCore::Registration r) { registration_.Set(&server_.core(), r); }
 
   void Start();
   // Idle connections close now; one with requests read closes once they are answered.
-  void BeginShutdown();
-  void ForceClose();
+  void BeginShutdown() override;
+  void ForceClose() override;
 
  private:
   // ---- transport (resp_connection.cc) ----------------------------------------------------------
@@ -125,7 +126,7 @@ class RespConnection : public std::enable_shared_from_this<RespConnection> {
   void Config(const Args& args);
   void Client(const Args& args);
 
-  RegistrationGuard<RespServer::Impl> registration_;  // first: unregisters after the rest is gone
+  RegistrationGuard<ListenerCore> registration_;  // first: unregisters after the rest is gone
   Socket socket_;
   RespServer::Impl& server_;
   std::shared_ptr<Counters> counters_;

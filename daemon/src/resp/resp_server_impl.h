@@ -2,7 +2,7 @@
 // (resp_server.cc: accept, I/O threads, Stop and its drain, stats) and its connections
 // (resp/resp_connection.h and the command handlers, resp/handlers_*.cc).
 //
-// Thread-safety: RespServer::Impl's Start/Stop from the controlling thread; Register, Unregister,
+// Thread-safety: RespServer::Impl's Start/Stop from the controlling thread; the core's Register,
 // SetTimeouts, the counters, the cursor table and the log turns from any thread.
 #pragma once
 
@@ -26,6 +26,7 @@
 #include "kvdepot/daemon/resp_server.h"
 #include "listen_address.h"
 #include "log_limiter.h"
+#include "net/listener_core.h"
 
 namespace kvdepot::daemon {
 namespace asio = boost::asio;
@@ -39,9 +40,9 @@ inline constexpr std::size_t kMaxScanCursors = 16384;
 
 // Counters shared with store callbacks, which may outlive the server (SSD-thread completions).
 struct Counters {
-  std::atomic<std::uint64_t> open{0}, total{0}, commands{0}, command_errors{0}, gets{0},
-      get_hits{0}, sets{0}, values_oversized{0}, auth_failures{0}, protocol_errors{0},
-      request_timeouts{0}, idle_timeouts{0}, bytes_in{0}, bytes_out{0}, next_client_id{1};
+  std::atomic<std::uint64_t> commands{0}, command_errors{0}, gets{0}, get_hits{0}, sets{0},
+      values_oversized{0}, auth_failures{0}, protocol_errors{0}, request_timeouts{0},
+      idle_timeouts{0}, bytes_in{0}, bytes_out{0}, next_client_id{1};
 };
 
 // SCAN cursors: the numbers handed out to clients, each standing for the key a scan resumes
@@ -83,8 +84,12 @@ class RespServer::Impl {
   Impl(const RespServerOptions& options, Store& store)
       : options_(options),
         timeouts_(options.request_timeout, options.idle_timeout),
-        store_(store) {}
-  ~Impl() { Stop(); }
+        store_(store),
+        core_(options.io_threads) {}
+  ~Impl() {
+    Stop();
+    acceptor_.reset();  // an object of the core's contexts
+  }
 
   Status Start();
   void Stop();
@@ -103,25 +108,11 @@ class RespServer::Impl {
   const std::shared_ptr<resp::Counters>& shared_counters() { return counters_; }
   std::chrono::steady_clock::time_point started() const { return started_at_; }
 
-  using Registration = std::list<std::weak_ptr<resp::RespConnection>>::iterator;
-  Registration Register(const std::shared_ptr<resp::RespConnection>& c) {
-    std::lock_guard lock(mu_);
-    ++counters_->open;
-    ++counters_->total;
-    return connections_.insert(connections_.end(), c);
-  }
-  // Called by a connection's RegistrationGuard; the decrement is its last access to *this.
-  void Unregister(Registration it) {
-    {
-      std::lock_guard lock(mu_);
-      connections_.erase(it);
-    }
-    --counters_->open;
-  }
+  ListenerCore& core() { return core_; }
+  const ListenerCore& core() const { return core_; }
 
  private:
   void Accept();
-  std::vector<std::shared_ptr<resp::RespConnection>> Live();
 
   RespServerOptions options_;
   ConnectionTimeouts timeouts_;
@@ -130,14 +121,9 @@ class RespServer::Impl {
   resp::CursorTable cursors_;
   LogLimiter oversize_log_, auth_log_;
   std::chrono::steady_clock::time_point started_at_ = std::chrono::steady_clock::now();
-  std::vector<std::unique_ptr<asio::io_context>> contexts_;
-  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
-  std::size_t next_context_ = 0;  // used by the accept handler only (contexts_[0])
+  ListenerCore core_;  // before the acceptor, which lives on its control context
   std::unique_ptr<asio::ip::tcp::acceptor> acceptor_;
   std::uint16_t port_ = 0;
-  std::vector<std::thread> threads_;
-  std::mutex mu_;
-  std::list<std::weak_ptr<resp::RespConnection>> connections_;  // guarded by mu_
   bool started_ = false;
   bool stopped_ = false;
 };

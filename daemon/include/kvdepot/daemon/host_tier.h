@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "kvdepot/base/status.h"
-#include "kvdepot/protocol/protocol.h"
+#include "kvdepot/protocol/tier.h"
 
 namespace kvdepot::daemon {
 

@@ -46,24 +46,6 @@ class Family;
 
 namespace kvdepot::daemon {
 
-// One tier's state, as every tier reports it. Counters only grow; gauges are current values.
-struct TierStats {
-  std::uint64_t bytes = 0;       // gauge: bytes charged (stored and in flight)
-  std::uint64_t capacity = 0;    // gauge: byte capacity
-  std::uint64_t chunks = 0;      // gauge: entries held
-  std::uint64_t hits = 0;        // counter: reads that found the key in this tier
-  std::uint64_t misses = 0;      // counter: reads that did not
-  std::uint64_t evictions = 0;   // counter: entries dropped to make room
-  std::uint64_t demotions = 0;   // counter: entries moved down to a lower tier
-  std::uint64_t promotions = 0;  // counter: entries copied up into this tier from a lower one
-  std::uint64_t inserts = 0;     // counter: entries written
-  std::uint64_t rejected = 0;    // counter: writes refused for lack of room
-  std::vector<NamespaceUsage> namespaces;  // those with a quota
-};
-
-TierStats ToTierStats(const HostTierStats& host);
-TierStats ToTierStats(const SsdTierStats& ssd);
-
 enum class CodecOp { kEncode, kDecode };
 
 class Metrics final : public RequestObserver {

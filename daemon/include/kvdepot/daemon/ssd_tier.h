@@ -31,7 +31,7 @@
 
 #include "kvdepot/base/status.h"
 #include "kvdepot/daemon/host_tier.h"
-#include "kvdepot/protocol/protocol.h"
+#include "kvdepot/protocol/tier.h"
 
 namespace kvdepot::daemon {
 

@@ -13,62 +13,21 @@
 
 #include <cstddef>
 #include <functional>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvdepot/base/status.h"
 #include "kvdepot/daemon/host_tier.h"
-#include "kvdepot/protocol/protocol.h"
+#include "kvdepot/daemon/tier.h"
 
 namespace kvdepot::daemon {
 
 class SsdTier;
+struct SsdTierStats;
 class KvEventPublisher;
-
-struct DeviceTierStats {
-  std::uint64_t bytes = 0;     // pool bytes in live ranges (stored + evicted but still leased)
-  std::uint64_t capacity = 0;  // the pool
-  std::uint64_t chunks = 0;
-  std::uint64_t hits = 0;
-  std::uint64_t misses = 0;
-  std::uint64_t evictions = 0;
-  std::uint64_t promotions = 0;
-  std::uint64_t rejected = 0;  // promotions that found no room (everything left is leased)
-  std::int32_t device = 0;
-};
-
-// The GPU tier as the store and the server see it: an inclusive cache of hot host-tier values in
-// one device-memory pool (docs/gpu-tier.md). Implemented over kvdepot::cuda::GpuTier in
-// gpu_device_tier.cc when the daemon is built with CUDA; tests may substitute their own.
-// Every method may be called from any thread and none blocks on the GPU: copies run on the
-// implementation's own worker.
-class DeviceTier {
- public:
-  virtual ~DeviceTier() = default;
-  virtual bool Contains(std::string_view key) const = 0;
-  // A host-tier hit on `key`: the tier may queue a promotion (e.g. on the second hit).
-  virtual void OnHostHit(std::string_view key, const ValueRef& value) = 0;
-  // For a key held only here: copies it into a host value from `allocate` on the tier's worker
-  // and calls `done` there (NotFound when it is gone meanwhile). False (nothing queued) when the
-  // key is not here.
-  using Allocator = std::function<Result<std::shared_ptr<Value>>(std::size_t)>;
-  virtual bool FetchToHost(std::string_view key, Allocator allocate,
-                           std::function<void(Result<ValueRef>)> done) = 0;
-  // A lease: pool offset and length of the key's bytes; `hold` keeps the range from being freed
-  // or reused until it is dropped. nullopt when absent.
-  struct DeviceLease {
-    std::shared_ptr<const void> hold;
-    std::uint64_t offset = 0;
-    std::uint64_t length = 0;
-  };
-  virtual std::optional<DeviceLease> Lease(std::string_view key) = 0;
-  virtual bool Erase(std::string_view key) = 0;
-  // For MAP: the pool's size, device ordinal and cudaIpcMemHandle_t bytes.
-  virtual protocol::MapInfo MapInfo() const = 0;
-  virtual DeviceTierStats stats() const = 0;
-};
 
 // A value found by Get(), and the tier that served it.
 struct Found {
@@ -124,6 +83,11 @@ class Store {
   protocol::ScanResult Scan(std::string_view prefix, std::string_view cursor, std::uint32_t limit,
                             protocol::Tier tier) const;
 
+  // The tiers present, top first (gpu when set, host, ssd when set), and one tier's statistics
+  // in the shared terms (tier_stats.cc): the one source of STATS, Prometheus and INFO figures.
+  std::vector<Tier> Tiers() const;
+  TierStats TierStatsOf(Tier tier) const;  // all zero for a tier not present
+
   HostTier& host() { return host_; }
   const HostTier& host() const { return host_; }
   SsdTier* ssd() { return ssd_; }
@@ -137,5 +101,11 @@ class Store {
   // Demotes evicted values to the SSD tier and announces their removal, as configured.
   void InstallEvictionListener();
 };
+
+// A tier's own statistics in the shared terms (Store::TierStatsOf fills in what depends on the
+// tiers around it, e.g. the host tier's demotions to and promotions from the SSD).
+TierStats ToTierStats(const HostTierStats& host);
+TierStats ToTierStats(const SsdTierStats& ssd);
+TierStats ToTierStats(const DeviceTierStats& gpu);
 
 }  // namespace kvdepot::daemon

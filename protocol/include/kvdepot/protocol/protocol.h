@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kvdepot/base/status.h"
+#include "kvdepot/protocol/tier.h"
 
 namespace kvdepot::protocol {
 
@@ -55,11 +56,6 @@ inline constexpr std::uint16_t kFlagMore = 1;
 
 // "ping", "put", ...
 std::string_view OpName(Op op);
-
-// Storage tiers as they appear on the wire (LOOKUP, GET, SCAN). 0 means "absent / any".
-enum class Tier : std::uint8_t { kNone = 0, kGpu = 1, kHost = 2, kSsd = 3 };
-std::string_view TierName(Tier tier);
-Result<Tier> ParseTierName(std::string_view name);
 
 struct Limits {
   std::uint32_t max_key_bytes = 256;
@@ -159,16 +155,6 @@ Result<ScanRequest> DecodeScanRequest(std::span<const std::byte> body, const Lim
 
 // SCAN response: u32 count, count x (u16 key length, key, u64 value bytes, u8 tier,
 // u64 idle milliseconds), u16 next-cursor length, next cursor (empty: listing complete).
-struct ScanEntry {
-  std::string key;
-  std::uint64_t value_bytes = 0;
-  Tier tier = Tier::kNone;
-  std::uint64_t idle_ms = 0;
-};
-struct ScanResult {
-  std::vector<ScanEntry> entries;
-  std::string next_cursor;
-};
 std::vector<std::byte> EncodeScanResult(const ScanResult& result);
 Result<ScanResult> DecodeScanResult(std::span<const std::byte> body);
 

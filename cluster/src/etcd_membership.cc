@@ -83,7 +83,8 @@ class EtcdMembership::Impl {
           "cannot register in the cluster yet: serving alone and fenced until etcd answers",
           {{"error", registered.message()}});
     }
-    Poll();
+    // An etcd that did not answer the registration would only make the start wait once more.
+    if (registered.code() != StatusCode::kUnavailable) Poll();
     if (current_->members().size() <= 1 && registered.ok()) {
       Log(MembershipLogLevel::kInfo,
           "no other member in cluster '" + options_.cluster_name +

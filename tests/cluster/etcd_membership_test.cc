@@ -303,7 +303,7 @@ TEST_F(EtcdMembershipTest, APlacementMismatchIsCountedAndLogged) {
   LogSink log;
   auto a = EtcdMembership::Start(Options(d1, 7091, &log));
   MembershipOptions other = Options(d2, 7092);
-  other.placement.group_chunks = 8;
+  other.placement.group_chunks = 16;
   auto b = EtcdMembership::Start(other);
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_TRUE(

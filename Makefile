@@ -3,6 +3,7 @@
 #
 #   make run         build, then start kvdepotd in the foreground on config/kvdepot.yaml
 #   make demo        build, then run the offline codec demo (synthesize, encode, decode, compare)
+#   make cluster-demo  build, then start a local etcd and three kvdepotd cluster members (Ctrl-C stops)
 #   make test        build and run every test (GPU tests skip, with a reason, without a GPU)
 #   make build       configure and build into build/
 #   make bench       build and run the CPU benchmarks and the eviction trace study
@@ -34,7 +35,7 @@ SOAK_SECONDS ?= 150
 WERROR := $(if $(filter true 1,$(CI)),ON,OFF)
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVDEPOT_CUDA=$(CUDA) -DKVDEPOT_WERROR=$(WERROR)
 
-.PHONY: all deps configure build run demo test bench bench-loopback bench-lm bench-resp soak \
+.PHONY: all deps configure build run demo cluster-demo test bench bench-loopback bench-lm bench-resp soak \
 	test-asan crash-loop test-tsan fuzz fuzz-smoke install gpu format clean
 
 all: build
@@ -54,6 +55,9 @@ run: build
 
 demo: build
 	@bash scripts/demo.sh $(BUILD_DIR)
+
+cluster-demo: build
+	@bash scripts/cluster-demo.sh $(BUILD_DIR)
 
 # Tests labelled crash-loop are long; `make crash-loop` runs them.
 test: build

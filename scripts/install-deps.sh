@@ -22,6 +22,8 @@ packages=(
   # KV events (docs/events.md): libzmq and msgpack-cxx; the subscriber test's python3-zmq and
   # python3-msgpack.
   libzmq3-dev libmsgpack-cxx-dev python3-zmq python3-msgpack
+  # The cluster (docs/cluster.md): etcd for the tests and `make cluster-demo`, etcdctl to look.
+  etcd-server etcd-client
   # Operability tests: a real Prometheus scraping kvdepotd (run directly with a temporary config;
   # the package's own service is not used), systemd-analyze verify of the unit.
   prometheus systemd

@@ -20,6 +20,7 @@
 
 #include "kvdepot/base/file_io.h"
 #include "kvdepot/base/hex.h"
+#include "kvdepot/cluster/etcd_client.h"
 #include "kvdepot/daemon/log.h"
 #include "listen_address.h"
 
@@ -37,6 +38,51 @@ Status CheckListenAddress(std::string_view v) {
   if (!endpoint.ok()) {
     return InvalidArgument(endpoint.status().message() +
                            " (e.g. 127.0.0.1:7600, [::1]:7600, 0.0.0.0:7600)");
+  }
+  return Status::Ok();
+}
+
+// cluster.advertise: empty, or HOST:PORT that other hosts can connect to — HOST an IP literal
+// ([v6] in brackets) or a DNS name, never an unspecified address (0.0.0.0, ::), PORT 1-65535.
+Status CheckAdvertiseAddress(std::string_view v) {
+  if (v.empty()) return Status::Ok();
+  const std::size_t colon = v.rfind(':');
+  const auto bad = [&](const std::string& why) {
+    return InvalidArgument("'" + std::string(v) + "' " + why +
+                           ": write the HOST:PORT other nodes and clients reach the native "
+                           "listener at (e.g. 10.0.0.5:7600, node1.example:7600)");
+  };
+  if (colon == std::string_view::npos || colon == 0) return bad("is not HOST:PORT");
+  std::string_view host = v.substr(0, colon);
+  const std::string_view port = v.substr(colon + 1);
+  std::uint32_t port_number = 0;
+  const auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), port_number);
+  if (ec != std::errc() || p != port.data() + port.size() || port_number == 0 ||
+      port_number > 65535) {
+    return bad("has no port 1-65535");
+  }
+  if (host.front() == '[') {
+    if (host.back() != ']' || host.size() < 3) return bad("has an unclosed '['");
+    host = host.substr(1, host.size() - 2);
+  }
+  boost::system::error_code parse_error;
+  const auto address = boost::asio::ip::make_address(std::string(host), parse_error);
+  if (!parse_error && address.is_unspecified()) {
+    return bad("is an unspecified address (it names no host other nodes could reach)");
+  }
+  if (parse_error && host.find_first_of(" /[]") != std::string_view::npos) {
+    return bad("has a host that is neither an IP address nor a DNS name");
+  }
+  return Status::Ok();
+}
+
+// cluster.name: 1-64 of [A-Za-z0-9._-] (it is a segment of the etcd keys).
+Status CheckClusterName(std::string_view v) {
+  if (v.empty() || v.size() > 64 ||
+      v.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+          std::string_view::npos) {
+    return InvalidArgument("'" + std::string(v) +
+                           "' must be 1-64 characters of letters, digits, '.', '_' and '-'");
   }
   return Status::Ok();
 }
@@ -373,6 +419,66 @@ const std::vector<KeySpec>& Specs() {
        [](std::string_view v, Config& c) -> Status {
          KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 1, 65536));
          c.events.block_size = static_cast<std::uint32_t>(n);
+         return Status::Ok();
+       }},
+      {"cluster.etcd",
+       "cluster (docs/cluster.md): etcd endpoints, comma-separated http://HOST:PORT "
+       "(empty: no cluster, a single daemon)",
+       [](std::string_view v, Config& c) -> Status {
+         if (!v.empty()) {
+           auto client = cluster::EtcdClient::Create(v, std::chrono::milliseconds(1000));
+           if (!client.ok()) return client.status();
+         }
+         c.cluster.etcd = std::string(v);
+         return Status::Ok();
+       }},
+      {"cluster.name", "cluster name: nodes with the same name and etcd form one cluster",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_RETURN_IF_ERROR(CheckClusterName(v));
+         c.cluster.name = std::string(v);
+         return Status::Ok();
+       }},
+      {"cluster.advertise",
+       "HOST:PORT of the native listener as other nodes and clients reach it (required with "
+       "cluster.etcd; not 0.0.0.0)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_RETURN_IF_ERROR(CheckAdvertiseAddress(v));
+         c.cluster.advertise = std::string(v);
+         return Status::Ok();
+       }},
+      {"cluster.replicas", "copies of each key in the cluster (1-16; the same on every node)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 1, 16));
+         c.cluster.replicas = static_cast<std::uint32_t>(n);
+         return Status::Ok();
+       }},
+      {"cluster.group_chunks",
+       "consecutive chunks of a prefix placed on one node (1-4096; the same on every node)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 1, 4096));
+         c.cluster.group_chunks = static_cast<std::uint32_t>(n);
+         return Status::Ok();
+       }},
+      {"cluster.lease_ttl",
+       "etcd lease of this node's membership (2s-5m): a node silent this long leaves the "
+       "cluster and fences itself",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(auto d, ParseDuration(v));
+         if (d < std::chrono::seconds(2) || d > std::chrono::minutes(5)) {
+           return OutOfRange("'" + std::string(v) + "' must be between 2s and 5m");
+         }
+         c.cluster.lease_ttl = d;
+         return Status::Ok();
+       }},
+      {"cluster.handoff_grace",
+       "after a membership change, how long a miss at a key's new owner also asks the previous "
+       "owner (0-1h)",
+       [](std::string_view v, Config& c) -> Status {
+         KVD_ASSIGN_OR_RETURN(auto d, ParseDuration(v));
+         if (d > std::chrono::hours(1)) {
+           return OutOfRange("'" + std::string(v) + "' is longer than 1h");
+         }
+         c.cluster.handoff_grace = d;
          return Status::Ok();
        }},
       {"limits.max_key_bytes", "longest key accepted (1-1024)",
@@ -719,6 +825,17 @@ Status ValidateConfig(const Config& config) {
   if (!config.events.replay.empty() && config.events.publish.empty()) {
     return InvalidArgument("events.replay is set without events.publish: set both, or neither");
   }
+  if (!config.cluster.etcd.empty() && config.cluster.advertise.empty()) {
+    return InvalidArgument(
+        "cluster.etcd is set but cluster.advertise is not: set cluster.advertise "
+        "(--cluster-advertise) to the HOST:PORT other nodes and clients reach this daemon's "
+        "native listener at");
+  }
+  if (!config.cluster.etcd.empty() && config.server.listen.empty()) {
+    return InvalidArgument(
+        "cluster.etcd is set but there is no TCP listener (listen): other nodes reach a "
+        "member over TCP; set listen (--listen)");
+  }
   if (!config.ssd.dir.empty()) {
     if (config.ssd.capacity_bytes < 2 * config.ssd.segment_bytes) {
       return InvalidArgument("ssd.capacity must hold at least two segments of ssd.segment_size");
@@ -790,6 +907,13 @@ std::vector<std::pair<std::string, std::string>> ConfigEntries(const Config& c) 
       {"lm.allow_unauthenticated", c.lm_allow_unauthenticated ? "true" : "false"},
       {"limits.request_timeout", DurationText(c.server.request_timeout)},
       {"limits.idle_timeout", DurationText(c.server.idle_timeout)},
+      {"cluster.etcd", c.cluster.etcd},
+      {"cluster.name", c.cluster.name},
+      {"cluster.advertise", c.cluster.advertise},
+      {"cluster.replicas", n(c.cluster.replicas)},
+      {"cluster.group_chunks", n(c.cluster.group_chunks)},
+      {"cluster.lease_ttl", DurationText(c.cluster.lease_ttl)},
+      {"cluster.handoff_grace", DurationText(c.cluster.handoff_grace)},
   };
   for (const auto& [id, bytes] : c.host.namespace_quotas) {
     out.emplace_back(std::string(kQuotaPrefix) + HexLower(id), n(bytes));

@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "dir_lock.h"
+#include "kvdepot/cluster/etcd_membership.h"
+#include "kvdepot/cluster/topology_source.h"
 #include "kvdepot/daemon/auth.h"
 #include "kvdepot/daemon/config.h"
 #include "kvdepot/daemon/host_tier.h"
@@ -164,6 +166,25 @@ void RaiseFileLimit() {
       {{"soft_before", std::to_string(before)},
        {"soft", std::to_string(lim.rlim_cur)},
        {"hard", std::to_string(lim.rlim_max)}});
+}
+
+// The membership's log lines, in the daemon's log.
+void LogMembership(cluster::MembershipLogLevel level, std::string_view message,
+                   const cluster::MembershipLogFields& fields) {
+  std::vector<LogField> out;
+  out.reserve(fields.size());
+  for (const auto& [key, value] : fields) out.push_back({key, value});
+  const LogLevel mapped = level == cluster::MembershipLogLevel::kDebug  ? LogLevel::kDebug
+                          : level == cluster::MembershipLogLevel::kInfo ? LogLevel::kInfo
+                          : level == cluster::MembershipLogLevel::kWarn ? LogLevel::kWarn
+                                                                        : LogLevel::kError;
+  Log(mapped, message, out);
+}
+
+// "HOST:PORT" with the host of cluster.advertise and `port` (0: "", the listener is off).
+std::string AdvertisedAt(const std::string& advertise, std::uint16_t port) {
+  if (port == 0) return "";
+  return advertise.substr(0, advertise.rfind(':')) + ":" + std::to_string(port);
 }
 
 // Whether HOST:PORT's host is a loopback address (127.0.0.0/8, ::1, localhost).
@@ -557,6 +578,48 @@ int Run(int argc, char** argv) {
     http = std::move(*started);
   }
 
+  // The cluster (docs/cluster.md): joined once every listener is bound, so that the address
+  // advertised answers; without cluster.etcd the daemon is a single node, as before.
+  std::unique_ptr<cluster::EtcdMembership> membership;
+  if (!config.cluster.etcd.empty()) {
+    cluster::MembershipOptions o;
+    o.etcd = config.cluster.etcd;
+    o.cluster_name = config.cluster.name;
+    o.data_dir = config.data_dir;
+    o.self.native_addr = config.cluster.advertise;
+    o.self.lm_addr =
+        config.lm.listen.empty() ? "" : AdvertisedAt(config.cluster.advertise, lm_server.port());
+    o.self.metrics_addr = http ? AdvertisedAt(config.cluster.advertise, http->port()) : "";
+    o.self.capacity_bytes = config.host.capacity_bytes + (ssd ? config.ssd.capacity_bytes : 0);
+    o.version = kVersion;
+    o.placement = {config.cluster.replicas, config.cluster.group_chunks};
+    o.lease_ttl = config.cluster.lease_ttl;
+    o.handoff_grace = config.cluster.handoff_grace;
+    o.used_bytes = [&host, &ssd] { return host.stats().bytes + (ssd ? ssd->stats().bytes : 0); };
+    o.log = LogMembership;
+    auto joined = cluster::EtcdMembership::Start(std::move(o));
+    if (!joined.ok()) {
+      resp_server.Stop();
+      lm_server.Stop();
+      server.Stop();
+      // A node-id clash or an unreadable identity in data_dir (an unreachable etcd is no error).
+      return Fail(
+          1, "cannot join cluster '" + config.cluster.name + "': " + joined.status().message());
+    }
+    membership = std::move(*joined);
+    metrics.SetClusterSource([&membership] { return membership->stats(); });
+    if (http) http->SetHealthDetail([&membership] { return membership->HealthDetail(); });
+    Log(LogLevel::kInfo, "cluster member",
+        {{"cluster", config.cluster.name},
+         {"id", membership->SelfId()},
+         {"incarnation", std::to_string(membership->incarnation())},
+         {"advertise", config.cluster.advertise},
+         {"etcd", config.cluster.etcd}});
+  }
+  // What the cluster's request router reads (owners, previous owners, fencing): the etcd
+  // membership in a cluster, null for a single daemon.
+  [[maybe_unused]] cluster::TopologySource* const topology_source = membership.get();
+
   std::string where;
   std::vector<LogField> fields;
   if (!config.server.listen.empty()) {
@@ -618,6 +681,9 @@ int Run(int argc, char** argv) {
     }
     if (http) http->SetHealth(Health::kDraining);
     NotifyStopping();
+    // Graceful leave: the record goes at once, so other nodes stop routing here while this one
+    // drains (they need not wait for the lease to expire).
+    if (membership) membership->Leave();
     Log(LogLevel::kInfo, std::string("received ") + (signo == SIGTERM ? "SIGTERM" : "SIGINT") +
                              ": draining in-flight requests");
     resp_server.Stop();
@@ -631,7 +697,8 @@ int Run(int argc, char** argv) {
     ssd->Close();  // completes queued writes
   }
   if (events) events->Stop();  // publishes what the tiers announced until now (the flush too)
-  http.reset();  // its sources read the server and the tiers
+  http.reset();                // its sources read the server, the tiers and the membership
+  membership.reset();
   const ServerStats st = server.stats();
   Log(LogLevel::kInfo, "stopped after " + std::to_string(st.requests) + " requests",
       {{"requests", std::to_string(st.requests)},

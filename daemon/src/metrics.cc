@@ -1,5 +1,7 @@
 #include "kvdepot/daemon/metrics.h"
+
 #include "kvdepot/base/hex.h"
+#include "kvdepot/cluster/etcd_membership.h"
 
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
@@ -208,6 +210,10 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     std::lock_guard lock(mu_);
     events_ = std::move(source);
   }
+  void SetCluster(std::function<cluster::MembershipStats()> source) {
+    std::lock_guard lock(mu_);
+    cluster_ = std::move(source);
+  }
 
   std::vector<MetricFamily> Collect() const override {
     std::lock_guard lock(mu_);
@@ -228,6 +234,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     if (resp_) CollectResp(resp_(), out);
     CollectProcessMetrics(out);
     if (events_) CollectEvents(events_(), out);
+    if (cluster_) CollectCluster(cluster_(), out);
     return out;
   }
 
@@ -310,6 +317,41 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
          MetricType::Counter, s.bytes_in},
         {"kvdepot_lm_network_transmit_bytes_total", "Bytes written to lm:// clients",
          MetricType::Counter, s.bytes_out},
+    };
+    AddRows(rows, out);
+  }
+
+  static void CollectCluster(const cluster::MembershipStats& s, std::vector<MetricFamily>& out) {
+    const UnlabelledRow rows[] = {
+        {"kvdepot_cluster_topology_revision",
+         "etcd revision of the topology this node serves (docs/cluster.md)", MetricType::Gauge,
+         static_cast<std::uint64_t>(s.topology_revision)},
+        {"kvdepot_cluster_members_up", "Members in the topology this node serves",
+         MetricType::Gauge, static_cast<std::uint64_t>(s.members_up)},
+        {"kvdepot_cluster_etcd_up", "1 while etcd answers this node, 0 while it does not",
+         MetricType::Gauge, s.etcd_up ? 1u : 0u},
+        {"kvdepot_cluster_fenced",
+         "1 while this node holds no lease etcd confirmed within the lease TTL (it acts as owner "
+         "of nothing)",
+         MetricType::Gauge, s.fenced ? 1u : 0u},
+        {"kvdepot_cluster_membership_changes_total",
+         "Topologies published after the first (joins, losses, restarts of members)",
+         MetricType::Counter, static_cast<std::uint64_t>(s.membership_changes)},
+        {"kvdepot_cluster_registrations_total",
+         "Times this node registered with a fresh lease (1 at start, +1 per re-registration)",
+         MetricType::Counter, static_cast<std::uint64_t>(s.registrations)},
+        {"kvdepot_cluster_lease_expiries_total", "Times this node found its lease gone",
+         MetricType::Counter, static_cast<std::uint64_t>(s.lease_expiries)},
+        {"kvdepot_cluster_id_clashes_total",
+         "Registrations refused because another live member holds this node's id",
+         MetricType::Counter, static_cast<std::uint64_t>(s.id_clashes)},
+        {"kvdepot_cluster_corrupt_records_total",
+         "Member records skipped because they could not be read (counted at every poll)",
+         MetricType::Counter, static_cast<std::uint64_t>(s.corrupt_records)},
+        {"kvdepot_cluster_placement_mismatches_total",
+         "Member records advertising other cluster.replicas/group_chunks than this node's "
+         "(counted at every poll)",
+         MetricType::Counter, static_cast<std::uint64_t>(s.placement_mismatches)},
     };
     AddRows(rows, out);
   }
@@ -483,6 +525,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
   std::function<LmServerStats()> lm_;
   std::function<RespServerStats()> resp_;
   std::function<KvEventStats()> events_;
+  std::function<cluster::MembershipStats()> cluster_;
 };
 
 Metrics::Metrics(std::string version)
@@ -543,6 +586,10 @@ void Metrics::SetRespSource(std::function<RespServerStats()> source) {
 
 void Metrics::SetEventsSource(std::function<KvEventStats()> source) {
   collector_->SetEvents(std::move(source));
+}
+
+void Metrics::SetClusterSource(std::function<cluster::MembershipStats()> source) {
+  collector_->SetCluster(std::move(source));
 }
 
 void Metrics::OnRequest(protocol::Op op, StatusCode status,

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -25,6 +26,8 @@ namespace kvdepot::daemon {
 // the CivetServer), so endpoints are found by the port the request arrived on.
 struct MetricsHttp::State {
   std::atomic<Health> health{Health::kStarting};
+  std::mutex detail_mu;
+  std::function<std::string()> detail;  // guarded by detail_mu
 };
 
 namespace {
@@ -44,17 +47,24 @@ int BeginRequest(mg_connection* conn) {
     if (auto it = g_by_port.find(info->server_port); it != g_by_port.end()) state = it->second;
   }
   const Health health = state ? state->health.load() : Health::kStarting;
-  const char* body = health == Health::kServing    ? "ok\n"
+  std::string body = health == Health::kServing    ? "ok\n"
                      : health == Health::kDraining ? "draining\n"
                                                    : "starting\n";
+  if (state) {
+    std::lock_guard lock(state->detail_mu);
+    if (state->detail) {
+      const std::string detail = state->detail();
+      if (!detail.empty()) body += detail + "\n";
+    }
+  }
   const int code = health == Health::kServing ? 200 : 503;
-  const std::string length = std::to_string(std::strlen(body));
+  const std::string length = std::to_string(body.size());
   mg_response_header_start(conn, code);
   mg_response_header_add(conn, "Content-Type", "text/plain; charset=utf-8", -1);
   mg_response_header_add(conn, "Cache-Control", "no-store", -1);
   mg_response_header_add(conn, "Content-Length", length.c_str(), -1);
   mg_response_header_send(conn);
-  if (std::strcmp(info->request_method, "HEAD") != 0) mg_write(conn, body, std::strlen(body));
+  if (std::strcmp(info->request_method, "HEAD") != 0) mg_write(conn, body.data(), body.size());
   return code;  // 1..999: handled here, with this status in CivetWeb's access log
 }
 
@@ -156,6 +166,11 @@ MetricsHttp::~MetricsHttp() {
 
 void MetricsHttp::SetHealth(Health health) {
   impl_->state->health.store(health);
+}
+
+void MetricsHttp::SetHealthDetail(std::function<std::string()> detail) {
+  std::lock_guard lock(impl_->state->detail_mu);
+  impl_->state->detail = std::move(detail);
 }
 
 }  // namespace kvdepot::daemon

@@ -153,7 +153,10 @@ def metric_names(expr):
 def every_exporter_flags(tmp_path):
     return ["--ssd-dir", str(tmp_path / "ssd"), "--ssd-capacity", "64MiB",
             "--ssd-segment-size", "16MiB", "--lm-listen", "127.0.0.1:0",
-            "--resp-listen", "127.0.0.1:0", "--events-publish", "tcp://127.0.0.1:0"]
+            "--resp-listen", "127.0.0.1:0", "--events-publish", "tcp://127.0.0.1:0",
+            # The cluster's metrics: a member whose etcd does not answer (nothing listens on port
+            # 1) starts anyway, fenced, and exports kvdepot_cluster_* with etcd_up 0.
+            "--cluster-etcd", "http://127.0.0.1:1", "--cluster-advertise", "127.0.0.1:7600"]
 
 
 def exported_metric_names(daemon):

@@ -1,6 +1,6 @@
 """The Grafana dashboard (deploy/grafana/kvdepot.json) only uses metrics kvdepotd exports: every
 metric name in its PromQL expressions is checked against a scrape of a real daemon with every
-exporting part on (SSD tier, lm://, resp://, KV events)."""
+exporting part on (SSD tier, lm://, resp://, KV events, cluster)."""
 from kvd import (Daemon, dashboard_queries, every_exporter_flags, exported_metric_names,
                  metric_names)
 
@@ -22,7 +22,8 @@ def test_dashboard_covers_the_operator_questions():
     titles = " | ".join(t.lower() for t, _ in dashboard_queries())
     for topic in ("hit rate", "requests per second", "throughput", "p50", "p99", "capacity",
                   "evictions", "errors", "utilization per tier", "ssd", "lm://", "resp://",
-                  "timeouts", "tls", "quota", "codec", "memory", "file descriptors", "kv events"):
+                  "timeouts", "tls", "quota", "codec", "memory", "file descriptors", "kv events",
+                  "members up", "etcd", "fencing"):
         assert topic in titles, topic
     exprs = " ".join(e for _, e in dashboard_queries())
     assert "histogram_quantile(0.99" in exprs and "histogram_quantile(0.5" in exprs

@@ -133,6 +133,22 @@ def test_unknown_flag(tmp_path):
     run_failing(base_flags(tmp_path) + ["--host-capacty", "1GiB"], 2, "--host-capacty")
 
 
+def test_cluster_etcd_without_advertise(tmp_path):
+    run_failing(base_flags(tmp_path) + ["--cluster-etcd", "http://127.0.0.1:2379"], 2,
+                "cluster.advertise", "--cluster-advertise")
+
+
+@pytest.mark.parametrize("advertise", ["0.0.0.0:7600", "[::]:7600", "127.0.0.1:0", "node1"])
+def test_cluster_advertise_not_reachable(tmp_path, advertise):
+    run_failing(base_flags(tmp_path) + ["--cluster-advertise", advertise], 2,
+                "--cluster-advertise", advertise)
+
+
+def test_cluster_etcd_not_an_http_url(tmp_path):
+    run_failing(base_flags(tmp_path) + ["--cluster-etcd", "127.0.0.1:2379"], 2,
+                "--cluster-etcd", "http://HOST:PORT")
+
+
 # ---- the environment (exit 1) -------------------------------------------------------------------
 
 def test_busy_native_port(tmp_path):
@@ -381,3 +397,4 @@ def test_sighup_with_the_config_replaced_by_a_directory_keeps_serving(tmp_path):
         assert d.stop() == 0
     finally:
         d.kill()
+

@@ -41,7 +41,8 @@ struct Member {
 
 struct PlacementOptions {
   std::uint32_t replicas = 1;      // copies of each key, >= 1 (fewer when fewer members are up)
-  std::uint32_t group_chunks = 4;  // G: consecutive chunks of a prefix placed together, >= 1
+  std::uint32_t group_chunks = 8;  // G: consecutive chunks of a prefix placed together, >= 1
+                                   // (8: chosen by bench/cluster_placement.cc, docs/cluster.md)
   bool operator==(const PlacementOptions&) const = default;
 };
 

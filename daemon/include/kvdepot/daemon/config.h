@@ -8,6 +8,7 @@
 // the grammar of sizes and durations and the daemon's exit statuses).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -24,6 +25,17 @@
 #include "kvdepot/daemon/ssd_tier.h"
 
 namespace kvdepot::daemon {
+
+// The cluster (docs/cluster.md): off while etcd is empty (a single daemon, as without it).
+struct ClusterConfig {
+  std::string etcd;              // comma-separated http:// endpoints of etcd's v3 gateway
+  std::string name = "kvdepot";  // members live under /kvdepot/<name>/members/
+  std::string advertise;  // HOST:PORT of the native listener as other nodes and clients reach it
+  std::uint32_t replicas = 1;      // copies of each key (every member must agree)
+  std::uint32_t group_chunks = 8;  // consecutive chunks of a prefix placed together (must agree)
+  std::chrono::milliseconds lease_ttl{6000};
+  std::chrono::milliseconds handoff_grace{30000};
+};
 
 struct Config {
   ServerOptions server;  // listen, unix, io_threads, limits, max_output_bytes
@@ -47,6 +59,7 @@ struct Config {
   // gpu_device above the host tier; 0 = off. Needs a build with CUDA and a GPU at start.
   std::uint64_t gpu_capacity = 0;
   std::int32_t gpu_device = 0;
+  ClusterConfig cluster;
   // Whether limits.max_value_bytes was set (file or flag). When not, LoadConfig lowers the
   // default to what host.capacity (and ssd.segment_size) can hold (DeriveValueLimit).
   bool max_value_bytes_explicit = false;

@@ -44,6 +44,10 @@ template <typename T>
 class Family;
 }  // namespace prometheus
 
+namespace kvdepot::cluster {
+struct MembershipStats;  // kvdepot/cluster/etcd_membership.h
+}  // namespace kvdepot::cluster
+
 namespace kvdepot::daemon {
 
 enum class CodecOp { kEncode, kDecode };
@@ -73,6 +77,10 @@ class Metrics final : public RequestObserver {
   // The SSD tier's own counters (kvdepot_ssd_*: I/O, errors, checksum failures, the I/O path);
   // read at every scrape. Its generic tier series come through AddTier("ssd", ...).
   void SetSsdSource(std::function<SsdTierStats()> source);
+  // The cluster membership's state (kvdepot_cluster_*: topology revision, members up, etcd up,
+  // fenced, membership changes, ...); read at every scrape. Without it the families are absent
+  // (no cluster.etcd).
+  void SetClusterSource(std::function<cluster::MembershipStats()> source);
 
   // RequestObserver: kvdepot_requests_total, kvdepot_request_duration_seconds,
   // kvdepot_lookup_prefix_chunks, kvdepot_lookup_keys_total.

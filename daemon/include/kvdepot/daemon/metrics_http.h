@@ -2,16 +2,18 @@
 // object) and GET /healthz on one address (config key metrics.listen).
 //
 // /healthz answers 200 "ok" while the daemon is serving, 503 "starting" before and 503
-// "draining" once a stop has begun, so a load balancer or orchestrator stops sending work before
-// connections close. It is served by prometheus-cpp's Exposer (CivetWeb) itself: the Exposer
-// takes CivetWeb callbacks, and a begin_request callback answers /healthz before CivetWeb looks
-// for a handler (docs/metrics.md). Everything else is left to the Exposer.
+// "draining" once a stop has begun (a second line may add detail: SetHealthDetail), so a load
+// balancer or orchestrator stops sending work before connections close. It is served by
+// prometheus-cpp's Exposer (CivetWeb) itself: the Exposer takes CivetWeb callbacks, and a
+// begin_request callback answers /healthz before CivetWeb looks for a handler (docs/metrics.md).
+// Everything else is left to the Exposer.
 //
 // Thread-safety: SetHealth may be called from any thread; requests are served on CivetWeb's own
 // threads (2), never on the protocol server's I/O threads.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -38,6 +40,11 @@ class MetricsHttp {
 
   std::uint16_t port() const { return port_; }
   void SetHealth(Health health);
+  // A line appended to /healthz's body (its status code stays the one SetHealth decides), e.g.
+  // the cluster's "cluster: etcd unreachable since ..., serving topology revision R"; called at
+  // every /healthz request on CivetWeb's threads, so it must be cheap and thread-safe. Empty
+  // text adds nothing.
+  void SetHealthDetail(std::function<std::string()> detail);
 
   struct State;  // shared with the CivetWeb callback
 

@@ -1,0 +1,185 @@
+// Real kvdepotd processes in a cluster on a real etcd: they register, a SIGKILLed one leaves when
+// its lease expires, a SIGSTOPped one is fenced past its lease and re-registers after SIGCONT, a
+// SIGTERMed one leaves at once; and the cluster.* settings refuse bad values.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "../common/wait.h"
+#include "../daemon/kvdepotd_child.h"
+#include "etcd_fixture.h"
+#include "kvdepot/cluster/member_record.h"
+#include "kvdepot/daemon/config.h"
+
+namespace kvdepot::cluster {
+namespace {
+
+using std::chrono::milliseconds;
+using test::WaitFor;
+
+std::string ReadAll(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+class ClusterDaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!test::EtcdInstalled())
+      GTEST_SKIP() << test::kEtcdBinary << " is not installed (etcd-server)";
+    ASSERT_TRUE(etcd_.Start()) << "etcd did not start; see " << etcd_.dir() << "/etcd.log";
+    client_ =
+        std::make_unique<EtcdClient>(*EtcdClient::Create(etcd_.endpoint(), milliseconds(1000)));
+  }
+
+  // A daemon in cluster "dtest" on its own directory and a free loopback port.
+  std::unique_ptr<test::KvdepotdChild> StartNode(const test::TempTestDir& dir) {
+    const std::string addr = "127.0.0.1:" + std::to_string(test::FreeLoopbackPort());
+    auto child = std::make_unique<test::KvdepotdChild>(
+        dir.path(), (dir.path() / "s.sock").string(),
+        std::vector<std::string>{"--listen", addr, "--cluster-etcd", etcd_.endpoint(),
+                                 "--cluster-name", "dtest", "--cluster-advertise", addr,
+                                 "--cluster-lease-ttl", "2s", "--host-capacity", "64MiB"});
+    EXPECT_TRUE(child->WaitReady()) << ReadAll(dir.path() / "daemon.log");
+    return child;
+  }
+
+  // The readable member records, by id.
+  std::map<std::string, MemberRecord> Records() const {
+    std::map<std::string, MemberRecord> out;
+    auto range = client_->RangePrefix(MembersPrefix("dtest"));
+    if (!range.ok()) return out;
+    for (const auto& kv : range->kvs) {
+      auto r = DecodeMemberRecord(kv.key, kv.value);
+      if (r.ok()) out.emplace(r->member.id, *r);
+    }
+    return out;
+  }
+
+  std::string IdOf(const test::TempTestDir& dir) {
+    std::string id = ReadAll(dir.path() / "cluster-node-id");
+    while (!id.empty() && id.back() == '\n') id.pop_back();
+    return id;
+  }
+
+  test::EtcdProcess etcd_;
+  std::unique_ptr<EtcdClient> client_;
+};
+
+TEST_F(ClusterDaemonTest, NodesRegisterAndLeaveByLeaseExpiryOrGracefully) {
+  test::TempTestDir d1{"kvd-cl"}, d2{"kvd-cl"}, d3{"kvd-cl"};
+  auto a = StartNode(d1);
+  auto b = StartNode(d2);
+  auto c = StartNode(d3);
+  ASSERT_TRUE(WaitFor([&] { return Records().size() == 3; }));
+  const auto records = Records();
+  ASSERT_EQ(records.count(IdOf(d1)), 1u);
+  EXPECT_EQ(records.at(IdOf(d1)).member.incarnation, 1u);
+  EXPECT_EQ(records.at(IdOf(d1)).member.capacity_bytes, 64u << 20);
+  // SIGKILL: the record stays until the 2 s lease expires.
+  b->Kill();
+  EXPECT_EQ(Records().count(IdOf(d2)), 1u);
+  ASSERT_TRUE(WaitFor([&] { return Records().count(IdOf(d2)) == 0; }, milliseconds(5000)));
+  // SIGTERM: a graceful leave removes the record at once.
+  ASSERT_TRUE(c->Stop());
+  EXPECT_EQ(Records().count(IdOf(d3)), 0u);
+  EXPECT_NE(ReadAll(d3.path() / "daemon.log").find("left the cluster"), std::string::npos);
+  // A restart keeps the id and raises the incarnation.
+  auto c2 = StartNode(d3);
+  ASSERT_TRUE(WaitFor([&] {
+    auto r = Records();
+    return r.count(IdOf(d3)) == 1 && r.at(IdOf(d3)).member.incarnation == 2;
+  }));
+}
+
+TEST_F(ClusterDaemonTest, AStoppedNodeIsFencedPastItsLeaseAndReRegistersAfterSigcont) {
+  test::TempTestDir d1{"kvd-cl"}, d2{"kvd-cl"};
+  auto a = StartNode(d1);
+  auto b = StartNode(d2);
+  ASSERT_TRUE(WaitFor([&] { return Records().size() == 2; }));
+  const std::string id = IdOf(d2);
+  auto before = client_->Get(MembersPrefix("dtest") + id);
+  ASSERT_EQ(before->kvs.size(), 1u);
+  ASSERT_EQ(::kill(b->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(WaitFor([&] { return Records().count(id) == 0; }, milliseconds(5000)));
+  ASSERT_EQ(::kill(b->pid(), SIGCONT), 0);
+  ASSERT_TRUE(WaitFor([&] { return Records().count(id) == 1; }, milliseconds(5000)));
+  auto after = client_->Get(MembersPrefix("dtest") + id);
+  ASSERT_EQ(after->kvs.size(), 1u);
+  EXPECT_NE(after->kvs[0].lease, before->kvs[0].lease);  // a fresh lease
+  EXPECT_EQ(Records().at(id).member.incarnation, 1u);    // the same life
+  ASSERT_TRUE(WaitFor([&] {
+    const std::string log = ReadAll(d2.path() / "daemon.log");
+    return log.find("fenced") != std::string::npos &&
+           log.find("registered in the cluster") != log.rfind("registered in the cluster");
+  }));
+}
+
+TEST_F(ClusterDaemonTest, ANodeIdClashRefusesToStart) {
+  test::TempTestDir d1{"kvd-cl"}, d2{"kvd-cl"};
+  auto a = StartNode(d1);
+  ASSERT_TRUE(WaitFor([&] { return Records().size() == 1; }));
+  std::filesystem::copy_file(d1.path() / "cluster-node-id", d2.path() / "cluster-node-id");
+  const std::string addr = "127.0.0.1:" + std::to_string(test::FreeLoopbackPort());
+  test::KvdepotdChild clash(d2.path(), (d2.path() / "s.sock").string(),
+                            {"--listen", addr, "--cluster-etcd", etcd_.endpoint(), "--cluster-name",
+                             "dtest", "--cluster-advertise", addr});
+  // It answers while it starts (its listeners come first), then refuses to join and exits 1.
+  EXPECT_EQ(clash.WaitExit(milliseconds(5000)), std::optional<int>(1));
+  const std::string log = ReadAll(d2.path() / "daemon.log");
+  EXPECT_NE(log.find("already registered by a live member"), std::string::npos) << log;
+  EXPECT_EQ(Records().size(), 1u);
+}
+
+TEST(ClusterConfigTest, KeysHaveFlagsAndRefuseBadValues) {
+  daemon::Config c;
+  EXPECT_TRUE(
+      daemon::ApplyConfigFlag("cluster-etcd", "http://127.0.0.1:2379,http://h:2379", c).ok());
+  EXPECT_TRUE(daemon::ApplyConfigFlag("cluster-name", "prod-a.1", c).ok());
+  EXPECT_TRUE(daemon::ApplyConfigFlag("cluster-advertise", "node1.example:7600", c).ok());
+  EXPECT_TRUE(daemon::ApplyConfigFlag("cluster-advertise", "[fd00::1]:7600", c).ok());
+  EXPECT_TRUE(daemon::ApplyConfigFlag("cluster-replicas", "2", c).ok());
+  EXPECT_TRUE(daemon::ApplyConfigFlag("cluster-group-chunks", "8", c).ok());
+  EXPECT_TRUE(daemon::ApplyConfigFlag("cluster-lease-ttl", "10s", c).ok());
+  EXPECT_TRUE(daemon::ApplyConfigFlag("cluster-handoff-grace", "0", c).ok());
+  EXPECT_EQ(c.cluster.replicas, 2u);
+  EXPECT_EQ(c.cluster.lease_ttl, milliseconds(10000));
+  const std::pair<const char*, const char*> bad[] = {{"cluster-etcd", "127.0.0.1:2379"},
+                                                     {"cluster-etcd", "https://h:2379"},
+                                                     {"cluster-name", "a/b"},
+                                                     {"cluster-name", ""},
+                                                     {"cluster-advertise", "0.0.0.0:7600"},
+                                                     {"cluster-advertise", "[::]:7600"},
+                                                     {"cluster-advertise", "h:0"},
+                                                     {"cluster-advertise", "h"},
+                                                     {"cluster-replicas", "0"},
+                                                     {"cluster-group-chunks", "0"},
+                                                     {"cluster-lease-ttl", "1s"},
+                                                     {"cluster-lease-ttl", "10m"},
+                                                     {"cluster-handoff-grace", "2h"}};
+  for (const auto& [flag, value] : bad) {
+    daemon::Config d;
+    const Status s = daemon::ApplyConfigFlag(flag, value, d);
+    EXPECT_FALSE(s.ok()) << flag << " " << value;
+    EXPECT_NE(s.message().find(flag), std::string::npos) << s.message();
+  }
+}
+
+TEST(ClusterConfigTest, EtcdWithoutAdvertiseIsRefusedNamingTheKey) {
+  daemon::Config c;
+  const Status s = daemon::LoadConfig(
+      "", {"--cluster-etcd", "http://127.0.0.1:2379", "--listen", "127.0.0.1:7600"}, c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cluster.advertise"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("--cluster-advertise"), std::string::npos) << s.message();
+  daemon::Config single;
+  EXPECT_TRUE(daemon::LoadConfig("", {}, single).ok());
+  EXPECT_TRUE(single.cluster.etcd.empty());  // no cluster unless asked for
+}
+
+}  // namespace
+}  // namespace kvdepot::cluster

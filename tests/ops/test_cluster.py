@@ -1,0 +1,124 @@
+"""A kvdepotd cluster member's operability surface (docs/cluster.md): /healthz's cluster line and
+the kvdepot_cluster_* metrics while etcd answers, while it is stopped, and after it restarts; and a
+member whose etcd never answers still starts, alone and fenced. Needs /usr/bin/etcd (etcd-server)."""
+import os
+import socket
+import subprocess
+import time
+
+import pytest
+
+from kvd import Daemon, http_get
+
+ETCD = "/usr/bin/etcd"
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Etcd:
+    """A real etcd on free loopback ports; stop() and start() again keep its data (an outage)."""
+
+    def __init__(self, tmp_path):
+        self.dir = tmp_path / "etcd"
+        self.client = free_port()
+        self.peer = free_port()
+        self.url = f"http://127.0.0.1:{self.client}"
+        self.proc = None
+
+    def start(self):
+        peer = f"http://127.0.0.1:{self.peer}"
+        self.log = open(self.dir.parent / "etcd.log", "a")
+        self.proc = subprocess.Popen(
+            [ETCD, "--name", "t", "--data-dir", str(self.dir), "--listen-client-urls", self.url,
+             "--advertise-client-urls", self.url, "--listen-peer-urls", peer,
+             "--initial-advertise-peer-urls", peer, "--initial-cluster", f"t={peer}",
+             "--log-level", "warn", "--logger", "zap"], stdout=self.log, stderr=self.log)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.client), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("etcd did not start")
+
+    def stop(self):
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(10)
+            self.proc = None
+
+
+def metric(daemon, name):
+    for line in daemon.scrape().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def wait_until(pred, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def cluster_flags(etcd_url, tcp_port):
+    return ["--listen", f"127.0.0.1:{tcp_port}", "--cluster-etcd", etcd_url,
+            "--cluster-advertise", f"127.0.0.1:{tcp_port}", "--cluster-name", "ops",
+            "--cluster-lease-ttl", "2s"]
+
+
+@pytest.mark.skipif(not os.access(ETCD, os.X_OK), reason="/usr/bin/etcd is not installed")
+def test_health_and_metrics_through_an_etcd_outage(tmp_path):
+    etcd = Etcd(tmp_path)
+    etcd.start()
+    d = None
+    try:
+        d = Daemon(tmp_path, *cluster_flags(etcd.url, free_port()))
+        status, body = http_get(d.base + "/healthz")
+        assert status == 200 and body.startswith("ok\ncluster: member "), body
+        assert metric(d, "kvdepot_cluster_members_up") == 1
+        assert metric(d, "kvdepot_cluster_etcd_up") == 1
+        assert metric(d, "kvdepot_cluster_fenced") == 0
+        revision = metric(d, "kvdepot_cluster_topology_revision")
+        assert revision and revision > 0
+
+        etcd.stop()
+        assert wait_until(lambda: metric(d, "kvdepot_cluster_etcd_up") == 0)
+        status, body = http_get(d.base + "/healthz")
+        assert status == 200, body  # still serving, on its last view
+        assert "etcd unreachable since" in body, body
+        assert f"serving topology revision {int(revision)}" in body, body
+        assert wait_until(lambda: metric(d, "kvdepot_cluster_fenced") == 1, timeout=5)
+        d.wait_for_line(r'msg="etcd unreachable')
+
+        etcd.start()
+        assert wait_until(lambda: metric(d, "kvdepot_cluster_etcd_up") == 1
+                          and metric(d, "kvdepot_cluster_fenced") == 0, timeout=15)
+        assert metric(d, "kvdepot_cluster_members_up") == 1
+        d.wait_for_line(r'msg="etcd reachable again')
+    finally:
+        if d:
+            d.kill()
+        etcd.stop()
+
+
+def test_an_unreachable_etcd_starts_alone_and_fenced(tmp_path):
+    port = free_port()
+    d = Daemon(tmp_path, *cluster_flags(f"http://127.0.0.1:{free_port()}", port))
+    try:
+        assert metric(d, "kvdepot_cluster_etcd_up") == 0
+        assert metric(d, "kvdepot_cluster_fenced") == 1
+        status, body = http_get(d.base + "/healthz")
+        assert status == 200 and "etcd unreachable since" in body, body
+    finally:
+        d.kill()

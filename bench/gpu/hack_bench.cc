@@ -6,7 +6,9 @@
 //    rep (as an engine calls attention layer after layer), reported per call; and "-graph": the
 //    way engines run decode, a CUDA graph of G calls (each over the next of the rotating KV sets,
 //    G >= 16 and a multiple of the set count) captured once and replayed per rep, reported per
-//    call (bench/gpu/torch_sdpa.py --graph times SDPA the same way);
+//    call (bench/gpu/torch_sdpa.py --graph times SDPA the same way); each with HACK's INT8 math
+//    and with the dequantize-on-load fp16 path (rows "...-fp16"; --decode-math picks,
+//    --decode-rows graph keeps only the graph rows);
 //  * causal prefill over 1K and 4K prompts (same heads), and chunked prefill (--chunked
 //    NEW:PREFIX,...: NEW queries at positions PREFIX.. over a sequence of PREFIX + NEW tokens,
 //    the call an engine makes after a prefix hit), reported against torch SDPA bf16 by
@@ -35,6 +37,7 @@
 //                           [--only decode|prefill|quantize|dequantize] [--lengths 4096,...]
 //                           [--batches 1,16] [--prefill-lengths 1024,...]
 //                           [--chunked 4096:28672,...] [--prefill-math int8|fp16|both]
+//                           [--decode-math int8|fp16|both] [--decode-rows all|graph]
 //                           [--codec-layers 32,80]
 // Exit status: 0 ok, 1 error or mismatch, 2 no GPU, 64 bad usage.
 #include <cuda_runtime_api.h>
@@ -87,6 +90,8 @@ struct Options : bench::CommonOptions {
   std::vector<std::uint32_t> prefill_lengths = {1024, 4096};
   std::vector<std::pair<std::uint32_t, std::uint32_t>> chunked;  // {new tokens, cached prefix}
   std::string prefill_math = "both";                   // int8 | fp16 | both (HackPrefillMath)
+  std::string decode_math = "both";                    // int8 | fp16 | both (HackDecodeMath)
+  std::string decode_rows = "all";                     // all | graph
   std::vector<std::uint32_t> codec_layers = {32, 80};  // quantize / dequantize chunk layers
 };
 
@@ -276,14 +281,15 @@ HackKvCache Kv() {
 }
 
 // The launch configuration SizeGrid picks, for the table (mirrors hack_attention.cu).
-std::string DecodeConfig(std::uint32_t pairs, std::uint64_t tokens, int sms) {
+std::string DecodeConfig(std::uint32_t pairs, std::uint64_t tokens, int sms,
+                         std::uint64_t max_warps) {
   const std::uint64_t units = (tokens + 63) / 64 + 1;
   std::uint64_t splits = 1;
   if (pairs < static_cast<std::uint64_t>(sms)) {
     splits = std::min<std::uint64_t>({16, sms / pairs, units});
   }
   const std::uint64_t ups = (units + splits - 1) / splits;
-  const std::uint64_t warps = std::clamp<std::uint64_t>(ups, 1, 16);
+  const std::uint64_t warps = std::clamp<std::uint64_t>(ups, 1, max_warps);
   return std::to_string(pairs * splits) + " CTAs x " + std::to_string(warps) + " warps";
 }
 
@@ -293,8 +299,9 @@ std::string DecodeConfig(std::uint32_t pairs, std::uint64_t tokens, int sms) {
 // (at least kGraphMinCalls, a multiple of the set count, `calls` ignored) are captured into one
 // CUDA graph and a rep is one replay of it, reported per call: what engines do.
 Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, std::uint32_t calls,
-                          bool graph, const DeviceInfo& info, HackAttentionWorkspace& ws,
-                          cudaStream_t stream, const Options& opt) {
+                          bool graph, HackDecodeMath math, const DeviceInfo& info,
+                          HackAttentionWorkspace& ws, cudaStream_t stream, const Options& opt) {
+  const bool fp16 = math == HackDecodeMath::kDequantFp16;
   const HostSeq host = MakeHostSeq(tokens, 1000 + tokens);
   const std::uint64_t per_set_estimate =
       std::uint64_t{batch} * (HackSectionBytesFor(host.lay, DType::kFloat16).codes * 5 / 4);
@@ -316,6 +323,7 @@ Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, std::uint32
       a.q_heads = kQHeads;
       a.q = d_q.as<float>();
       a.out = d_out.as<float>();
+      a.math = math;
       KVD_RETURN_IF_ERROR(EnqueueHackDecodeAttention(cache, a, ws, stream));
     }
     return Status::Ok();
@@ -341,15 +349,22 @@ Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, std::uint32
     const HackChunk chunk = ToChunk(host);
     AttentionOptions ao;
     ao.q_heads = kQHeads;
-    KVD_ASSIGN_OR_RETURN(
-        AttentionResult ref,
-        HackDecodeAttention(HackSequence(&chunk, 1), 0,
-                            std::span<const float>(q.data(), std::size_t{kQHeads} * kDim), ao));
-    KVD_RETURN_IF_ERROR(CheckClose(ref.out, got, "decode " + std::to_string(tokens)));
+    const std::span<const float> q0(q.data(), std::size_t{kQHeads} * kDim);
+    if (fp16) {
+      const KvTensor deq = DequantizeHack(chunk, DType::kFloat32);
+      KVD_ASSIGN_OR_RETURN(AttentionResult ref, DecodeAttention(deq.view(), 0, q0, ao));
+      KVD_RETURN_IF_ERROR(CheckClose(ref.out, got, "fp16 decode " + std::to_string(tokens),
+                                     kHackDequantDecodeRelL2Tolerance));
+    } else {
+      KVD_ASSIGN_OR_RETURN(AttentionResult ref,
+                           HackDecodeAttention(HackSequence(&chunk, 1), 0, q0, ao));
+      KVD_RETURN_IF_ERROR(CheckClose(ref.out, got, "decode " + std::to_string(tokens)));
+    }
   }
   for (double& u : us) u /= calls;
   Row row;
   row.op = graph ? "decode-graph" : calls > 1 ? "decode-stream" : "decode";
+  if (fp16) row.op += "-fp16";
   row.batch = batch;
   row.tokens = tokens;
   row.shape = "q64 kv8 d128";
@@ -357,10 +372,11 @@ Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, std::uint32
   row.min_us = *std::min_element(us.begin(), us.end());
   row.bytes = kv.read_bytes * batch;
   row.gbps = static_cast<double>(row.bytes) / (row.median_us * 1e3);
-  row.config = DecodeConfig(batch * kKvHeads, tokens, info.sm_count) +
-               (graph       ? ", graph of " + std::to_string(calls) + " calls"
-                : calls > 1 ? ", " + std::to_string(calls) + " calls"
-                            : "");
+  row.config =
+      DecodeConfig(batch * kKvHeads, tokens, info.sm_count, fp16 ? kHackDecodeFp16MaxWarps : 16) +
+      (graph       ? ", graph of " + std::to_string(calls) + " calls"
+       : calls > 1 ? ", " + std::to_string(calls) + " calls"
+                   : "");
   return row;
 }
 
@@ -607,13 +623,13 @@ bool ParseChunked(const char* value, std::vector<std::pair<std::uint32_t, std::u
 }
 
 int Usage(const char* argv0) {
-  std::fprintf(
-      stderr,
-      "usage: %s [--json FILE] [--reps N (>= 50, default 100)] [--warmup N (default 5)] "
-      "[--device N] [--only decode|prefill|quantize|dequantize] "
-      "[--lengths 4096,32768,131072] [--batches 1,16] [--prefill-lengths 1024,4096] "
-      "[--chunked NEW:PREFIX,...] [--prefill-math int8|fp16|both] [--codec-layers 32,80]\n",
-      argv0);
+  std::fprintf(stderr,
+               "usage: %s [--json FILE] [--reps N (>= 50, default 100)] [--warmup N (default 5)] "
+               "[--device N] [--only decode|prefill|quantize|dequantize] "
+               "[--lengths 4096,32768,131072] [--batches 1,16] [--prefill-lengths 1024,4096] "
+               "[--chunked NEW:PREFIX,...] [--prefill-math int8|fp16|both] "
+               "[--decode-math int8|fp16|both] [--decode-rows all|graph] [--codec-layers 32,80]\n",
+               argv0);
   return 64;
 }
 
@@ -630,6 +646,14 @@ int Main(int argc, char** argv) {
     if (flag == "--prefill-math") {
       opt.prefill_math = v;
       return opt.prefill_math == "int8" || opt.prefill_math == "fp16" || opt.prefill_math == "both";
+    }
+    if (flag == "--decode-math") {
+      opt.decode_math = v;
+      return opt.decode_math == "int8" || opt.decode_math == "fp16" || opt.decode_math == "both";
+    }
+    if (flag == "--decode-rows") {
+      opt.decode_rows = v;
+      return opt.decode_rows == "all" || opt.decode_rows == "graph";
     }
     if (flag != "--only") return false;
     opt.only = v;
@@ -684,12 +708,22 @@ int Main(int argc, char** argv) {
   };
   const bool all = opt.only.empty();
   if (all || opt.only == "decode") {
-    for (std::uint32_t calls : {1u, kStreamCalls, 0u}) {  // 0: graph replay
+    std::vector<HackDecodeMath> maths;
+    if (opt.decode_math != "fp16") maths.push_back(HackDecodeMath::kHomomorphicInt8);
+    if (opt.decode_math != "int8") maths.push_back(HackDecodeMath::kDequantFp16);
+    std::vector<std::uint32_t> modes = {0u};  // 0: graph replay
+    if (opt.decode_rows == "all") modes = {1u, kStreamCalls, 0u};
+    for (std::uint32_t calls : modes) {
       for (std::uint32_t batch : opt.batches) {
         for (std::uint32_t tokens : opt.lengths) {
-          report(MeasureDecode(tokens, batch, calls, calls == 0, *info, *ws, stream->get(), opt),
-                 "decode batch " + std::to_string(batch) + " tokens " + std::to_string(tokens) +
-                     (calls == 0 ? " graph" : " calls " + std::to_string(calls)));
+          for (const HackDecodeMath math : maths) {
+            const bool fp16 = math == HackDecodeMath::kDequantFp16;
+            report(MeasureDecode(tokens, batch, calls, calls == 0, math, *info, *ws, stream->get(),
+                                 opt),
+                   std::string(fp16 ? "fp16 " : "") + "decode batch " + std::to_string(batch) +
+                       " tokens " + std::to_string(tokens) +
+                       (calls == 0 ? " graph" : " calls " + std::to_string(calls)));
+          }
         }
       }
     }

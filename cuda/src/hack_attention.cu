@@ -1162,9 +1162,21 @@ Status EnqueueHackDecodeAttention(const HackKvCache& kv, const HackDecodeArgs& a
   params.queries_per_tile = 1;
   params.prefill = 0;
   BindWorkspace(workspace, workspace.device_, workspace.max_counters_, params);
-  SizeGrid(workspace, args.max_tokens, args.max_tokens, kDecodeUnitsPerWarp, kMaxWarps, params);
+  const bool fp16 = args.math == HackDecodeMath::kDequantFp16;
+  if (!fp16 && args.math != HackDecodeMath::kHomomorphicInt8) {
+    return InvalidArgument(std::string(kFn) + ": unknown HackDecodeMath " +
+                           std::to_string(static_cast<int>(args.math)));
+  }
+  SizeGrid(workspace, args.max_tokens, args.max_tokens, kDecodeUnitsPerWarp,
+           fp16 ? kHackDecodeFp16MaxWarps : kMaxWarps, params);
   if (std::uint64_t{params.tiles} * params.kv_heads * params.splits > 0x7fffffffu) {
     return InvalidArgument(std::string(kFn) + ": batch too large for one launch");
+  }
+  if (fp16) {
+    const cudaError_t err = kv.head_dim == 64 ? LaunchHackDecodeFp16<64>(params, stream)
+                                              : LaunchHackDecodeFp16<128>(params, stream);
+    KVD_CUDA_RETURN_IF_ERROR(err, kFn);
+    return Status::Ok();
   }
   return Launch(params, kv.head_dim, stream, kFn);
 }

@@ -590,7 +590,8 @@ struct GpuResult {
 };
 
 GpuResult RunDecode(const HackKvCache& kv, const std::vector<HackAttentionSeq>& seqs,
-                    std::uint32_t max_tokens, const std::vector<float>& q, std::uint32_t q_heads) {
+                    std::uint32_t max_tokens, const std::vector<float>& q, std::uint32_t q_heads,
+                    HackDecodeMath math = HackDecodeMath::kHomomorphicInt8) {
   GpuResult r;
   auto ws = HackAttentionWorkspace::Create();
   EXPECT_TRUE(ws.ok()) << ws.status().ToString();
@@ -606,6 +607,7 @@ GpuResult RunDecode(const HackKvCache& kv, const std::vector<HackAttentionSeq>& 
   a.q = d_q.as<float>();
   a.out = d_out.as<float>();
   a.lse = d_lse.as<float>();
+  a.math = math;
   r.status = EnqueueHackDecodeAttention(kv, a, *ws, nullptr);
   if (r.status.ok()) r.status = FinishHackAttention(*ws, nullptr);
   r.out.resize(q.size());
@@ -1125,6 +1127,212 @@ TEST(HackGpu, DequantFp16PrefillPagedEqualsContiguous) {
     const GpuResult got = RunPrefillFp16(kv, paged, T - fresh, q, q_heads, *ws);
     ASSERT_TRUE(got.status.ok()) << got.status.ToString();
     EXPECT_EQ(std::memcmp(got.out.data(), want.out.data(), got.out.size() * 4), 0) << "d" << dim;
+  }
+}
+
+// ---- the dequantize-on-load decode (HackDecodeMath::kDequantFp16) ----
+
+// A ragged decode batch through the fp16 path against DecodeAttention over each sequence's
+// DequantizeHack(chunk, fp32) (float64): relative L2 and worst (query, head) within
+// kHackDequantDecode*Tolerance; the lse is finite. Sinks on every other sequence.
+void CheckDecodeFp16(std::uint32_t dim, std::uint32_t group, DType dtype,
+                     const std::vector<std::uint32_t>& lengths, std::uint32_t sinks,
+                     std::uint64_t seed) {
+  const std::uint32_t kv_heads = 2, q_heads = kv_heads * group, layers = 2, layer = 1;
+  std::vector<GpuSeq> seqs;
+  std::vector<HackAttentionSeq> descs;
+  std::vector<KvTensor> deq;
+  std::uint32_t max_tokens = 0;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    const KvTensor t = Synth({layers, lengths[i], kv_heads, dim}, dtype, seed + i);
+    HackOptions o;
+    o.sinks = i % 2 == 0 ? sinks : 0;
+    seqs.push_back(MakeSeq(t, o));
+    descs.push_back(seqs.back().desc);
+    deq.push_back(DequantizeHack(seqs.back().chunk, DType::kFloat32));
+    max_tokens = std::max(max_tokens, lengths[i]);
+  }
+  std::vector<KvTensorView> views;
+  for (const KvTensor& t : deq) views.push_back(t.view());
+  const std::vector<float> q = RandomQueries(lengths.size() * q_heads * dim, seed * 31);
+  AttentionOptions ao;
+  ao.q_heads = q_heads;
+  Result<AttentionResult> ref = DecodeAttentionBatch(views, layer, q, ao);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  const KvTensor shape_only = KvTensor::Zeros(dtype, {layers, 1, kv_heads, dim});
+  const GpuResult got = RunDecode(KvFor(shape_only, dtype, layer), descs, max_tokens, q, q_heads,
+                                  HackDecodeMath::kDequantFp16);
+  ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+  std::string label = "fp16 decode d" + std::to_string(dim) + " g" + std::to_string(group) + " " +
+                      std::string(DTypeName(dtype)) + " sinks " + std::to_string(sinks) + " T";
+  for (std::uint32_t l : lengths) label += " " + std::to_string(l);
+  ASSERT_EQ(ref->out.size(), got.out.size()) << label;
+  double num = 0, den = 0, worst = 0;
+  for (std::size_t row = 0; row * dim < ref->out.size(); ++row) {
+    double n = 0, d = 0;
+    for (std::uint32_t i = 0; i < dim; ++i) {
+      const double e = static_cast<double>(got.out[row * dim + i]) - ref->out[row * dim + i];
+      n += e * e;
+      d += ref->out[row * dim + i] * ref->out[row * dim + i];
+    }
+    num += n;
+    den += d;
+    const double rel = std::sqrt(n / std::max(d, 1e-300));
+    if (!(rel <= worst)) worst = rel;
+  }
+  const double rel = std::sqrt(num / std::max(den, 1e-300));
+  EXPECT_LE(rel, kHackDequantDecodeRelL2Tolerance) << label;
+  EXPECT_LE(worst, kHackDequantDecodeHeadTolerance) << label;
+  std::printf("[ info ] %s: rel L2 %.3g, worst (query, head) %.3g\n", label.c_str(), rel, worst);
+  for (float v : got.lse) EXPECT_TRUE(std::isfinite(v)) << label;
+}
+
+TEST(HackGpu, DequantFp16DecodeMatchesAttentionOverTheDequantizedKv) {
+  KVD_REQUIRE_GPU();
+  const std::vector<std::uint32_t> lengths = {1, 17, 255, 1000, 64, 65};
+  std::uint64_t seed = 15000;
+  for (std::uint32_t dim : {64u, 128u}) {
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      for (std::uint32_t group : {8u, 3u, 1u}) {
+        CheckDecodeFp16(dim, group, dtype, lengths, 0, seed += 10);
+        CheckDecodeFp16(dim, group, dtype, lengths, 4, seed += 10);
+      }
+    }
+    CheckDecodeFp16(dim, 4, DType::kFloat16, {130, 64, 7, 300}, 70, seed += 10);  // many sinks
+  }
+}
+
+TEST(HackGpu, DequantFp16LongDecodeUsesSplitKv) {
+  KVD_REQUIRE_GPU();
+  CheckDecodeFp16(128, 8, DType::kFloat16, {20000}, 0, 177);
+  CheckDecodeFp16(128, 8, DType::kBFloat16, {20000, 3000}, 4, 178);
+  CheckDecodeFp16(64, 3, DType::kFloat16, {12345}, 0, 179);
+}
+
+// Paged KV (pages at shuffled pool positions) gives the same bits as the contiguous chunks, and a
+// bad table entry is reported.
+TEST(HackGpu, DequantFp16DecodePagedEqualsContiguous) {
+  KVD_REQUIRE_GPU();
+  for (std::uint32_t dim : {64u, 128u}) {
+    const std::uint32_t layers = 2, kv_heads = 2, group = 8, q_heads = kv_heads * group;
+    const std::uint32_t page_blocks = 4, page_tokens = page_blocks * 64;
+    const std::vector<std::uint32_t> lengths = {1000, 600, 40, 5000};
+    std::vector<KvTensor> tensors;
+    std::vector<GpuSeq> contiguous;
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      tensors.push_back(Synth({layers, lengths[i], kv_heads, dim}, DType::kFloat16, 900 + i));
+      contiguous.push_back(MakeSeq(tensors.back(), {}));
+    }
+    hack::Layout pl = HackLayoutFor({layers, page_tokens, kv_heads, dim}, {});
+    const HackSectionBytes pb = HackSectionBytesFor(pl, DType::kFloat16);
+    std::uint32_t max_pages = 0, total_pages = 0;
+    for (std::uint32_t l : lengths) {
+      const std::uint32_t pages = ((l / 64) + page_blocks - 1) / page_blocks;
+      max_pages = std::max(max_pages, std::max(pages, 1u));
+      total_pages += pages;
+    }
+    const std::uint32_t num_pages = total_pages + 3;
+    std::vector<std::uint32_t> perm(num_pages);
+    std::iota(perm.begin(), perm.end(), 0u);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(dim + 1));
+    std::vector<std::uint8_t> codes(num_pages * pb.codes), scales(num_pages * pb.scales),
+        sums(num_pages * pb.sums);
+    std::vector<std::int32_t> table(lengths.size() * max_pages, -1);
+    std::uint32_t next = 0;
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      const std::vector<std::byte> c = *EncodeHack(tensors[i].view(), {});
+      const hack::Layout sl = contiguous[i].chunk.layout;
+      for (std::uint32_t b = 0; b < sl.blocks(); ++b) {
+        if (b % page_blocks == 0) {
+          table[i * max_pages + b / page_blocks] = static_cast<std::int32_t>(perm[next++]);
+        }
+        const auto page = static_cast<std::uint32_t>(table[i * max_pages + b / page_blocks]);
+        CopyGroup(c, sl, b, pl, b % page_blocks, codes.data() + page * pb.codes,
+                  scales.data() + page * pb.scales, sums.data() + page * pb.sums);
+      }
+    }
+    DeviceBuffer d_codes = Dev(codes.data(), codes.size());
+    DeviceBuffer d_scales = Dev(scales.data(), scales.size());
+    DeviceBuffer d_sums = Dev(sums.data(), sums.size());
+    DeviceBuffer d_table = Dev(table.data(), table.size());
+    HackKvCache kv = KvFor(tensors[0], DType::kFloat16, 1);
+    std::vector<HackAttentionSeq> contig_descs, paged_descs;
+    for (const GpuSeq& s : contiguous) {
+      contig_descs.push_back(s.desc);
+      HackAttentionSeq p = s.desc;
+      p.codes = p.scales = p.sums = nullptr;
+      paged_descs.push_back(p);
+    }
+    const std::vector<float> q = RandomQueries(lengths.size() * q_heads * dim, 199 + dim);
+    const GpuResult want =
+        RunDecode(kv, contig_descs, 5000, q, q_heads, HackDecodeMath::kDequantFp16);
+    ASSERT_TRUE(want.status.ok()) << want.status.ToString();
+    kv.page_blocks = page_blocks;
+    kv.num_pages = num_pages;
+    kv.page_codes = d_codes.as<std::uint8_t>();
+    kv.page_scales = d_scales.as<std::uint8_t>();
+    kv.page_sums = d_sums.as<std::uint8_t>();
+    kv.page_codes_bytes = pb.codes;
+    kv.page_scales_bytes = pb.scales;
+    kv.page_sums_bytes = pb.sums;
+    kv.block_tables = d_table.as<std::int32_t>();
+    kv.max_pages_per_seq = max_pages;
+    const GpuResult got =
+        RunDecode(kv, paged_descs, 5000, q, q_heads, HackDecodeMath::kDequantFp16);
+    ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+    EXPECT_EQ(std::memcmp(got.out.data(), want.out.data(), got.out.size() * 4), 0)
+        << "paged fp16 decode differs from contiguous (d " << dim << ")";
+    table[max_pages + 1] = static_cast<std::int32_t>(num_pages);
+    DeviceBuffer d_bad = Dev(table.data(), table.size());
+    kv.block_tables = d_bad.as<std::int32_t>();
+    const GpuResult bad =
+        RunDecode(kv, paged_descs, 5000, q, q_heads, HackDecodeMath::kDequantFp16);
+    EXPECT_EQ(bad.status.code(), StatusCode::kInvalidArgument) << bad.status.ToString();
+    EXPECT_NE(bad.status.message().find("sequence 1"), std::string::npos) << bad.status.ToString();
+  }
+}
+
+// Exact attention over the original KV: the fp16 path's error is at most the homomorphic path's
+// (no INT8 Q' or P on top of the same 2-bit KV), on synthetic KV at d 128, GQA 8.
+TEST(HackGpu, DequantFp16DecodeIsNoWorseThanHomomorphicAgainstExactAttention) {
+  KVD_REQUIRE_GPU();
+  for (std::uint32_t dim : {64u, 128u}) {
+    const std::uint32_t layers = 1, kv_heads = 2, group = 8, q_heads = kv_heads * group;
+    const std::vector<std::uint32_t> lengths = {1000, 4000, 255};
+    std::vector<KvTensor> tensors;
+    std::vector<HackAttentionSeq> descs;
+    std::vector<GpuSeq> seqs;
+    std::vector<KvTensorView> views;
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      tensors.push_back(Synth({layers, lengths[i], kv_heads, dim}, DType::kFloat16, 4242 + i));
+    }
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      seqs.push_back(MakeSeq(tensors[i], {}));
+      descs.push_back(seqs.back().desc);
+      views.push_back(tensors[i].view());
+    }
+    const std::vector<float> q = RandomQueries(lengths.size() * q_heads * dim, 4243 + dim);
+    AttentionOptions ao;
+    ao.q_heads = q_heads;
+    Result<AttentionResult> exact = DecodeAttentionBatch(views, 0, q, ao);
+    ASSERT_TRUE(exact.ok()) << exact.status().ToString();
+    const HackKvCache kv = KvFor(tensors[0], DType::kFloat16, 0);
+    const GpuResult int8 = RunDecode(kv, descs, 4000, q, q_heads);
+    const GpuResult fp16 = RunDecode(kv, descs, 4000, q, q_heads, HackDecodeMath::kDequantFp16);
+    ASSERT_TRUE(int8.status.ok() && fp16.status.ok());
+    auto rel = [&](const std::vector<float>& got) {
+      double n = 0, d = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const double e = got[i] - exact->out[i];
+        n += e * e;
+        d += exact->out[i] * exact->out[i];
+      }
+      return std::sqrt(n / d);
+    };
+    const double e8 = rel(int8.out), e16 = rel(fp16.out);
+    std::printf("[ info ] d%u vs exact attention: homomorphic %.4g, fp16 %.4g (ratio %.3f)\n", dim,
+                e8, e16, e16 / e8);
+    EXPECT_LE(e16, 1.05 * e8) << "d" << dim;
   }
 }
 

@@ -3,7 +3,8 @@
 // (codec/include/kvdepot/codec/hack_attention.h has the CPU references). Design, layouts, what
 // bounds each kernel: docs/hack-gpu.md.
 //
-// Four kernels (cuda/src/hack_quantize.cu, cuda/src/hack_attention.cu, hack_prefill_fp16.cu):
+// Five kernels (cuda/src/hack_quantize.cu, hack_attention.cu, hack_prefill_fp16.cu,
+// hack_decode_fp16.cu):
 //  * quantize: fp16/bf16 KV chunk -> the codes, scales, sums and tail sections of a hack-int2
 //    container, byte-identical to kvdepot::EncodeHack (both roundings, sinks, every partition size
 //    and orientation);
@@ -16,6 +17,9 @@
 //  * dequantize-on-load prefill (HackPrefillMath::kDequantFp16): the same prefill call with the
 //    codes unpacked to fp16 in shared memory and fp16 tensor-core MMAs — attention over the
 //    dequantized KV, the faster path (docs/hack-gpu.md, "Prefill attention: the fp16 path").
+//  * dequantize-on-load decode (HackDecodeMath::kDequantFp16): the same decode call with the codes
+//    unpacked to fp16 in registers and fp16 tensor-core MMAs (docs/hack-gpu.md, "Decode attention:
+//    the fp16 path").
 //
 // Sections in device memory are read and written in the container's own layout (docs/hack.md
 // §"Container format"): a container copied to the device as it is can be attended over directly.
@@ -232,6 +236,27 @@ struct HackKvCache {
   std::uint32_t max_pages_per_seq = 0;
 };
 
+// What a decode call computes (docs/hack-gpu.md, "Decode attention: the fp16 path"; docs/hack.md,
+// "Which attention path to call").
+enum class HackDecodeMath : std::uint8_t {
+  // HACK's homomorphic math: INT8 Q' and INT8 P against the 2-bit codes on integer tensor cores.
+  // Equals HackDecodeAttentionBatch (int8_q = int8_p = true) within kHackAttention*Tolerance.
+  kHomomorphicInt8 = 0,
+  // Dequantize on load: the codes are unpacked to fp16 in registers ((min + code * scale) / 4,
+  // rounded twice: min / 4 - scale, then the fused multiply-add) and both products run on fp16
+  // tensor cores with fp32 accumulation and an fp32 online softmax: attention over the dequantized
+  // KV, equal to DecodeAttention over DequantizeHack(chunk, fp32) within
+  // kHackDequantDecode*Tolerance. Closer to exact attention than kHomomorphicInt8 (no INT8 Q or P)
+  // but, as measured on the H200 (docs/benchmarks.md, 2026-12-02), slower at every measured shape;
+  // docs/hack.md ("Which attention path to call") says which to use. Queries times the softmax
+  // scale times 4 must be within fp16's range (|q * scale| <= 16376); bf16 unquantized tokens are
+  // converted to fp16 (exact for magnitudes >= 2^-12). lse is written; outputs of a query head
+  // with NaN / Inf values are not specified (untested). At most kHackDecodeFp16MaxWarps warps per
+  // CTA.
+  kDequantFp16 = 1,
+};
+inline constexpr std::uint32_t kHackDecodeFp16MaxWarps = 8;
+
 // Decode: query b ([q_heads][head_dim] at q + b * q_heads * head_dim) attends to every token of
 // sequence b. out: [num_seqs][q_heads][head_dim]; lse (optional): [num_seqs][q_heads], the natural
 // log of the softmax normaliser of the scaled scores.
@@ -244,6 +269,7 @@ struct HackDecodeArgs {
   const float* q = nullptr;      // device fp32
   float* out = nullptr;          // device fp32
   float* lse = nullptr;          // device fp32 or null
+  HackDecodeMath math = HackDecodeMath::kHomomorphicInt8;
 };
 
 // What a prefill call computes (docs/hack-gpu.md, "Prefill attention: the fp16 path"; docs/hack.md,
@@ -336,6 +362,14 @@ std::size_t HackAttentionSharedBytes(std::uint32_t warps);
 template <int HeadDim>
 cudaError_t LaunchHackPrefillFp16(const HackAttentionParams& params, cudaStream_t stream);
 
+// The dequantize-on-load decode kernel (HackDecodeMath::kDequantFp16; grid: tiles * kv_heads *
+// splits CTAs of `warps` (1..kHackDecodeFp16MaxWarps) warps, sized as for the homomorphic decode
+// kernel). Reads the decode fields of `params` (seqs, max_tokens, tiles, splits, units_per_split,
+// warps, partials, counters, error and the KV fields). Defined ONLY for HeadDim in {64, 128};
+// prefer EnqueueHackDecodeAttention with args.math = kDequantFp16.
+template <int HeadDim>
+cudaError_t LaunchHackDecodeFp16(const HackAttentionParams& params, cudaStream_t stream);
+
 // Device scratch of the attention kernels: split partials, arrival counters, the error word.
 // Sized for the current device; one workspace per stream (calls on one stream are serialised).
 class HackAttentionWorkspace {
@@ -392,5 +426,14 @@ inline constexpr double kHackAttentionHeadTolerance = 1e-2;
 // head (fewer terms to average the roundings out) gets 40u.
 inline constexpr double kHackDequantPrefillRelL2Tolerance = 4e-3;
 inline constexpr double kHackDequantPrefillHeadTolerance = 2e-2;
+
+// Agreement of HackDecodeMath::kDequantFp16 with DecodeAttention over DequantizeHack(chunk, fp32),
+// as tests/cuda/hack_gpu_test.cc checks it: the prefill path's bounds, by the same argument. The
+// decode kernel rounds K and V values twice (min / 4 - scale, then the value / 4: two roundings of
+// at most u relative to |min| / 4 + scale and to the value, against one in the prefill path) and
+// otherwise the same four things; that adds about u to each product's error, inside the 8u / 40u
+// margins.
+inline constexpr double kHackDequantDecodeRelL2Tolerance = kHackDequantPrefillRelL2Tolerance;
+inline constexpr double kHackDequantDecodeHeadTolerance = kHackDequantPrefillHeadTolerance;
 
 }  // namespace kvdepot::cuda

@@ -722,6 +722,10 @@ Status RunBench(const client::ClientOptions& remote, std::span<const char* const
            << ", values of " << cfg.value_size << " bytes, " << cfg.keys << " keys, "
            << cfg.duration_s << " s, key prefix " << KeyForDisplay(cfg.key_prefix)
            << " (deleted afterwards)\n";
+    // Before the table, so that its rows stay the last lines (scripts take them with tail).
+    io.out << "keys deleted afterwards:";
+    for (const auto& r : results) io.out << " " << r.target << " " << r.keys_removed;
+    io.out << "\n";
     io.out << std::left << std::setw(9) << "target" << std::right << std::setw(12) << "ops/s"
            << std::setw(10) << "GB/s" << std::setw(11) << "p50 us" << std::setw(11) << "p99 us"
            << std::setw(11) << "p999 us" << (daemon_pid ? "  daemon faults/GiB" : "") << "\n";
@@ -735,9 +739,7 @@ Status RunBench(const client::ClientOptions& remote, std::span<const char* const
       io.out << "\n";
       if (!r.error.empty()) io.out << "  " << r.target << " error: " << r.error << "\n";
     }
-    io.out << "deleted the run's keys:";
-    for (const auto& r : results) io.out << " " << r.target << " " << r.keys_removed;
-    io.out << "\n";
+
   }
   for (const auto& r : results) {
     if (!r.error.empty()) return Unavailable(r.target + ": " + r.error);

@@ -94,10 +94,11 @@ std::string Label(std::string name) {
   return name;
 }
 
-// A member's value for people: sizes (names ending in "bytes", capacity, quota) in binary
-// units, other numbers and strings as they are.
+// A member's value for people: sizes (names ending in "bytes" or "_used", capacity, quota) in
+// binary units, other numbers and strings as they are.
 std::string ValueText(const std::string& name, const Json& v) {
-  const bool size = name.ends_with("bytes") || name == "capacity" || name == "quota";
+  const bool size =
+      name.ends_with("bytes") || name.ends_with("_used") || name == "capacity" || name == "quota";
   if (v.is_number() && size) return HumanBytes(v.get<double>());
   if (v.is_string()) return v.get<std::string>();
   return v.dump();

@@ -79,7 +79,7 @@ def main():
                 print("soak: kvdepotd did not start:\n" + open(log_path).read())
                 return 1
             addr = f"127.0.0.1:{port}"
-            samples = {"rss": 0, "open": 0}
+            samples = {"rss": 0, "open": 0, "host_bytes": 0}
             done = threading.Event()
 
             def sample():
@@ -88,7 +88,11 @@ def main():
                     try:
                         out = subprocess.run([kvdepot, "--addr", addr, "stats", "--json"],
                                              capture_output=True, text=True, timeout=10).stdout
-                        samples["open"] = max(samples["open"], json.loads(out)["connections_open"])
+                        doc = json.loads(out)
+                        samples["open"] = max(samples["open"], doc["connections_open"])
+                        # The peak: bench deletes its keys when it ends.
+                        samples["host_bytes"] = max(samples["host_bytes"],
+                                                    doc["tiers"]["host"]["bytes"])
                     except Exception:  # noqa: BLE001 - a missed sample is not a failure
                         pass
                     done.wait(0.5)
@@ -125,7 +129,7 @@ def main():
             "peak_connections_open": samples["open"],
             "peak_rss_mib": round(samples["rss"] / MiB, 1),
             "host_capacity_mib": args.host_capacity_mib,
-            "host_bytes_mib": round(stats["tiers"]["host"]["bytes"] / MiB, 1),
+            "host_bytes_mib": round(samples["host_bytes"] / MiB, 1),
             "rss_bound_mib": round(bound / MiB, 1),
             "protocol_errors": stats["protocol_errors"],
         }

@@ -12,27 +12,46 @@
 #include <string_view>
 
 #include "cli_args.h"
+#include "cli_commands.h"
 #include "cli_internal.h"
 
 namespace kvdepot::cli {
 namespace {
 
-constexpr const char* kVersion = "0.1.0";
+constexpr const char* kVersion = KVDEPOT_VERSION;  // the CMake project's version
 
 void PrintUsage(std::ostream& out) {
   out << "usage: kvdepot [--addr HOST:PORT | --addr unix:PATH] [--token-file FILE]\n"
          "               [--tls] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]\n"
-         "               COMMAND [ARGS...]\n"
+         "               [--tls-server-name NAME] COMMAND [ARGS...]\n"
+         "The address is --addr, else $KVDEPOT_ADDR, else 127.0.0.1:7600; --token-file (or\n"
+         "$KVDEPOT_TOKEN_FILE) AUTHs with the file's first token; --tls and --tls-* for a TLS\n"
+         "listener. 'kvdepot COMMAND --help' (or 'kvdepot help COMMAND') describes one command.\n"
          "\n"
-         "commands:\n"
-         "  codec     offline chunk tools: encode, decode, inspect, compare, synth\n"
-         "  ping, stats, ls, inspect, get, put, del, lookup, bench: talk to kvdepotd\n"
-         "  version   print the version\n"
-         "  help      this text\n"
-         "\n";
+         "commands:\n";
+  for (const CommandSpec& c : Commands()) {
+    PrintSynopsis(c, out);
+    out << "      " << c.summary << "\n";
+  }
+  out << "KEY is any string of 1-256 bytes (e.g. k1), or a 96-hex-digit chunk key.\n\n";
   PrintCodecUsage(out);
-  out << "\n";
-  PrintRemoteUsage(out);
+}
+
+// The table's entry for `command` and its first operand (a codec subcommand), or nullptr.
+const CommandSpec* CommandFor(std::string_view command, std::span<const char* const> rest) {
+  if (const CommandSpec* c = FindCommand(command); c != nullptr) return c;
+  if (rest.empty()) return nullptr;
+  return FindCommand(std::string(command) + " " + rest[0]);
+}
+
+// True when `args` hold --help or -h before any "--".
+bool AsksForHelp(std::span<const char* const> args) {
+  for (const char* a : args) {
+    const std::string_view arg = a;
+    if (arg == "--") return false;
+    if (arg == "--help" || arg == "-h") return true;
+  }
+  return false;
 }
 
 // Folds a message onto one line, so stderr always carries exactly one error line.
@@ -135,18 +154,45 @@ int Run(int argc, const char* const* argv, Io io) {
   Status status;
   bool handled = false;
   if (command == "help" || command == "--help" || command == "-h") {
-    PrintUsage(io.out);
+    if (rest.empty()) {
+      PrintUsage(io.out);
+      return kExitOk;
+    }
+    const CommandSpec* c = CommandFor(rest[0], rest.subspan(1));
+    if (c == nullptr && std::string_view(rest[0]) == "codec") {
+      PrintCodecUsage(io.out);
+      return kExitOk;
+    }
+    if (c == nullptr) {
+      io.err << "kvdepot: error: usage: help " << rest[0]
+             << ": no such command (try 'kvdepot help')\n";
+      return kExitUsage;
+    }
+    PrintCommandHelp(*c, io.out);
     return kExitOk;
   } else if (command == "version" || command == "--version") {
     io.out << "kvdepot " << kVersion << "\n";
     return kExitOk;
+  } else if (const CommandSpec* c = CommandFor(command, rest); c != nullptr && AsksForHelp(rest)) {
+    PrintCommandHelp(*c, io.out);
+    return kExitOk;
   } else if (command == "codec") {
+    if (!rest.empty() && AsksForHelp(rest.subspan(0, 1))) {
+      PrintCodecUsage(io.out);
+      return kExitOk;
+    }
     status = RunCodecCommand(rest, io);
+  } else if (command == "completion") {
+    status = rest.size() == 1 ? PrintCompletion(rest[0], io.out)
+                              : UsageError("completion needs one argument: bash or zsh");
   } else {
     status = CheckAddressSyntax(remote.address, address_from);
-    // Only the process's own stdout can be a terminal (tests pass string streams).
-    const StdoutInfo stdout_info{&io.out == &std::cout && ::isatty(STDOUT_FILENO) == 1};
-    if (status.ok()) status = RunRemoteCommand(remote, command, rest, io, &handled, stdout_info);
+    // Only the process's own streams can be terminals (tests pass string streams).
+    const bool own = &io.out == &std::cout;
+    const Terminals terminals{own && ::isatty(STDOUT_FILENO) == 1,
+                              own && ::isatty(STDIN_FILENO) == 1,
+                              own && &io.err == &std::cerr && ::isatty(STDERR_FILENO) == 1};
+    if (status.ok()) status = RunRemoteCommand(remote, command, rest, io, &handled, terminals);
     if (status.ok() && !handled) {
       status = UsageError("unknown command '" + std::string(command) + "' (try 'kvdepot help')");
     }

@@ -1,7 +1,8 @@
 // `kvdepot bench`: PUT / GET / LOOKUP load against kvdepotd and, with --redis, the same workload
 // against Redis in the same run, so the two are compared side by side; with --lm, the same PUT or
 // GET workload over kvdepotd's lm:// listener (LMCache's protocol). With --daemon-pid, the minor
-// page faults the daemon took during each timed run (docs/benchmarks.md).
+// page faults the daemon took during each timed run (docs/benchmarks.md). Its keys live under a
+// throwaway prefix and are deleted after each run, in Redis too.
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -31,12 +32,14 @@
 #include <vector>
 
 #include "cli_args.h"
+#include "cli_commands.h"
 #include "cli_internal.h"
-#include "json_writer.h"
+#include "cli_json.h"
 #include "kvdepot/base/byte_order.h"
-#include "kvdepot/client/client.h"
-#include "kvdepot/protocol/lm_wire.h"
 #include "kvdepot/base/socket_io.h"
+#include "kvdepot/client/client.h"
+#include "kvdepot/protocol/lm_value.h"
+#include "kvdepot/protocol/lm_wire.h"
 
 namespace kvdepot::cli {
 namespace {
@@ -55,7 +58,11 @@ struct BenchConfig {
   std::uint32_t pipeline = 1;
   bool progress = true;
   bool huge_pages = true;  // the PUT value and the receive buffers advised for huge pages
-  bool chunk_keys = false;  // 48-byte chunk-shaped keys instead of "bench/N"
+  bool chunk_keys = false;    // 48-byte chunk-shaped keys instead of PREFIX/N
+  bool progress_tty = false;  // stderr is a terminal: draw the progress bar there
+  // The run's throwaway key prefix: "kvdepot-bench-PID-RANDOM/", or with chunk_keys a 16-byte
+  // namespace "kvbench-RANDOM".
+  std::string key_prefix;
 };
 
 struct BenchResult {
@@ -67,6 +74,9 @@ struct BenchResult {
   // Minor page faults during the timed run: the daemon's (with --daemon-pid) and this process's.
   std::optional<std::uint64_t> daemon_minor_faults;
   std::uint64_t client_minor_faults = 0;
+  // Cleanup: keys deleted after the run, and why some were left (empty when none were).
+  std::uint64_t keys_removed = 0;
+  std::string cleanup_error;
 
   double ops_per_s() const { return seconds > 0 ? ops / seconds : 0; }
   std::uint64_t Percentile(double p) const {
@@ -88,6 +98,18 @@ class Backend {
   // application reuses one buffer): the run measures transfers, not first-touch page faults.
   virtual void PrepareReceive(std::size_t value_size, bool huge_pages) = 0;
 };
+
+// Deletes `keys` over kvdepotd's native protocol in batches; how many were present.
+Result<std::uint64_t> DeleteNative(client::Connection& c, const std::vector<std::string>& keys) {
+  constexpr std::size_t kBatch = 1000;  // under limits.max_batch
+  std::uint64_t removed = 0;
+  for (std::size_t i = 0; i < keys.size(); i += kBatch) {
+    const std::span<const std::string> batch(keys.data() + i, std::min(kBatch, keys.size() - i));
+    KVD_ASSIGN_OR_RETURN(auto codes, c.Delete(batch));
+    for (StatusCode code : codes) removed += code == StatusCode::kOk;
+  }
+  return removed;
+}
 
 // Sizes `buffer` to `bytes` and touches it; with `huge_pages`, backed by transparent huge pages
 // where the kernel offers them for madvise'd memory (fewer TLB misses for the copy into it).
@@ -198,7 +220,27 @@ class RedisBackend : public Backend {
   ~RedisBackend() override {
     if (fd_ >= 0) ::close(fd_);
   }
+  // Takes over a connected socket (closed by the destructor).
+  void Adopt(int fd) { fd_ = fd; }
   void PrepareReceive(std::size_t, bool) override {}  // values are read through a 1 MiB buffer
+  // DEL of `keys` in batches; how many existed.
+  Result<std::uint64_t> Delete(const std::vector<std::string>& keys) {
+    constexpr std::size_t kBatch = 512;
+    std::uint64_t removed = 0;
+    for (std::size_t i = 0; i < keys.size(); i += kBatch) {
+      const std::size_t n = std::min(kBatch, keys.size() - i);
+      std::string cmd = "*" + std::to_string(n + 1) + "\r\n$3\r\nDEL\r\n";
+      for (std::size_t j = i; j < i + n; ++j) {
+        cmd += "$" + std::to_string(keys[j].size()) + "\r\n" + keys[j] + "\r\n";
+      }
+      iovec iov{cmd.data(), cmd.size()};
+      KVD_RETURN_IF_ERROR(WriteV(std::span(&iov, 1)));
+      KVD_ASSIGN_OR_RETURN(std::string line, ReadLine());
+      if (line.empty() || line[0] != ':') return Unavailable("redis DEL answered " + line);
+      removed += std::strtoull(line.c_str() + 1, nullptr, 10);
+    }
+    return removed;
+  }
   Status Batch(BenchOp op, const std::vector<const std::string*>& keys,
                std::span<const std::byte> value) override {
     for (const std::string* key : keys) {
@@ -371,17 +413,35 @@ std::uint64_t OwnMinorFaults() {
   return static_cast<std::uint64_t>(u.ru_minflt);
 }
 
-BenchResult RunOne(const std::string& target, const std::string& addr, Connector connect,
-                   const BenchConfig& cfg, std::optional<int> daemon_pid, Io io) {
-  BenchResult result;
-  result.target = target;
+// The run's keys under cfg.key_prefix.
+std::vector<std::string> BenchKeys(const BenchConfig& cfg) {
   std::vector<std::string> keys;
   for (std::uint32_t i = 0; i < cfg.keys; ++i) {
-    // Chunk-shaped: a fixed 16-byte namespace, then the index in a 32-byte "chain value".
-    keys.push_back(cfg.chunk_keys ? std::string(16, 'b') + std::to_string(i) +
+    // Chunk-shaped: the 16-byte namespace, then the index in a 32-byte "chain value".
+    keys.push_back(cfg.chunk_keys ? cfg.key_prefix + std::to_string(i) +
                                         std::string(32 - std::to_string(i).size(), '.')
-                                  : "bench/" + std::to_string(i));
+                                  : cfg.key_prefix + std::to_string(i));
   }
+  return keys;
+}
+
+// A fresh throwaway prefix, so that a run never touches keys it did not write.
+std::string ThrowawayPrefix(bool chunk_keys) {
+  std::random_device rd;
+  char random[9];
+  std::snprintf(random, sizeof(random), "%08x", static_cast<unsigned>(rd()));
+  if (chunk_keys) return std::string("kvbench-") + random;  // 16 bytes: a namespace id
+  return "kvdepot-bench-" + std::to_string(::getpid()) + "-" + random + "/";
+}
+
+// Deletes a run's keys from where it wrote them; how many were there.
+using Cleanup = std::function<Result<std::uint64_t>(const std::vector<std::string>& keys)>;
+
+BenchResult RunTimed(const std::string& target, const std::string& addr, Connector connect,
+                     const BenchConfig& cfg, std::optional<int> daemon_pid,
+                     const std::vector<std::string>& keys) {
+  BenchResult result;
+  result.target = target;
   // The value PUT by every connection (and compared with GET's size): like the receive buffers,
   // on huge pages unless --no-huge-pages.
   std::vector<std::byte> value;
@@ -444,7 +504,7 @@ BenchResult RunOne(const std::string& target, const std::string& addr, Connector
   const std::uint64_t own_faults_before = OwnMinorFaults();
   const auto start = Clock::now();
   go.count_down();
-  const bool tty = cfg.progress && ::isatty(STDERR_FILENO);
+  const bool tty = cfg.progress && cfg.progress_tty;
   while (true) {
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     if (elapsed >= cfg.duration_s) break;
@@ -476,7 +536,21 @@ BenchResult RunOne(const std::string& target, const std::string& addr, Connector
   result.error = first_error;
   std::sort(all_latencies.begin(), all_latencies.end());
   result.latencies_ns = std::move(all_latencies);
-  (void)io;
+  return result;
+}
+
+// One target's run, then its keys deleted (also after a failed run: the preload may have
+// stored some).
+BenchResult RunOne(const std::string& target, const std::string& addr, Connector connect,
+                   const Cleanup& cleanup, const BenchConfig& cfg, std::optional<int> daemon_pid) {
+  const std::vector<std::string> keys = BenchKeys(cfg);
+  BenchResult result = RunTimed(target, addr, std::move(connect), cfg, daemon_pid, keys);
+  auto removed = cleanup(keys);
+  if (removed.ok()) {
+    result.keys_removed = *removed;
+  } else {
+    result.cleanup_error = removed.status().message();
+  }
   return result;
 }
 
@@ -504,30 +578,9 @@ static void RaiseFileLimit(Io io, std::uint32_t connections) {
 
 }  // namespace
 
-Status RunBench(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
-  KVD_ASSIGN_OR_RETURN(
-      Args args, Args::Parse(argv, {{"--op", "--connections", "--value-size", "--keys",
-                                     "--duration", "--pipeline", "--redis", "--lm", "--daemon-pid"},
-                                    {"--json", "--no-progress", "--no-native", "--no-huge-pages",
-                                     "--chunk-keys", "--help"}}));
-  if (args.Has("--help")) {
-    io.out << "usage: kvdepot [--addr ADDR] bench [--op get|put|lookup|mixed] [--connections N]\n"
-              "       [--value-size SIZE] [--keys N] [--duration SECONDS] [--pipeline DEPTH]\n"
-              "       [--redis HOST:PORT] [--lm HOST:PORT] [--no-native] [--daemon-pid PID]\n"
-              "       [--no-huge-pages] [--chunk-keys] [--json] [--no-progress]\n"
-              "Preloads KEYS values, then runs the operation on random keys from N connections\n"
-              "for the duration (mixed: 20% PUT, 50% GET, 30% LOOKUP; N up to 8192, one thread\n"
-              "each; SIZE up to 1GiB); with --redis runs the same workload against Redis (SET,\n"
-              "GET, EXISTS) afterwards and prints both; with --lm, the PUT or GET workload over\n"
-              "kvdepotd's lm:// listener (LMCache's protocol; a PUT batch ends with a HEALTH\n"
-              "round trip). --no-native skips the run over ADDR. --daemon-pid: also print the\n"
-              "minor page faults process PID (kvdepotd, same host) took per GiB moved.\n"
-              "Each connection receives GET values into one buffer, sized and touched before\n"
-              "the clock starts; that buffer and the value PUT are advised for transparent huge\n"
-              "pages (--no-huge-pages: not). --chunk-keys: 48-byte keys shaped like chunk keys\n"
-              "(what KV events announce) instead of bench/N.\n";
-    return Status::Ok();
-  }
+Status RunBench(const client::ClientOptions& remote, std::span<const char* const> argv, Io io,
+                const Terminals& terminals) {
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, FlagsOf("bench")));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({}));
   BenchConfig cfg;
   const std::string op = args.Get("--op").value_or("get");
@@ -573,8 +626,10 @@ Status RunBench(const client::ClientOptions& remote, std::span<const char* const
   KVD_ASSIGN_OR_RETURN(std::uint64_t depth, args.GetUint("--pipeline", 1, 1, 1024));
   cfg.pipeline = static_cast<std::uint32_t>(depth);
   cfg.progress = !args.Has("--no-progress");
+  cfg.progress_tty = terminals.stderr_is_terminal;
   cfg.huge_pages = !args.Has("--no-huge-pages");
   cfg.chunk_keys = args.Has("--chunk-keys");
+  cfg.key_prefix = ThrowawayPrefix(cfg.chunk_keys);
   std::optional<int> daemon_pid;
   if (args.Get("--daemon-pid")) {
     KVD_ASSIGN_OR_RETURN(std::uint64_t pid, args.GetUint("--daemon-pid", 0, 1, 1u << 30));
@@ -592,44 +647,85 @@ Status RunBench(const client::ClientOptions& remote, std::span<const char* const
     return UsageError("--lm runs --op put or --op get only");
   }
 
+  // kvdepotd's keys (and lm://'s, stored under LMCache's default namespace id) are deleted
+  // over the native protocol at ADDR; Redis's with DEL.
+  const Cleanup native_cleanup =
+      [&remote](const std::vector<std::string>& run_keys) -> Result<std::uint64_t> {
+    KVD_ASSIGN_OR_RETURN(auto c, client::Connection::Connect(remote));
+    return DeleteNative(*c, run_keys);
+  };
   std::vector<BenchResult> results;
   if (!args.Has("--no-native")) {
     results.push_back(RunOne(
         "kvdepot", remote.address,
-        [&remote](const std::string&) { return KvdepotBackend::Connect(remote); }, cfg, daemon_pid,
-        io));
+        [&remote](const std::string&) { return KvdepotBackend::Connect(remote); }, native_cleanup,
+        cfg, daemon_pid));
   }
-  if (lm) results.push_back(RunOne("lm", *lm, &LmBackend::Connect, cfg, daemon_pid, io));
+  if (lm) {
+    const Cleanup lm_cleanup =
+        [&](const std::vector<std::string>& run_keys) -> Result<std::uint64_t> {
+      KVD_ASSIGN_OR_RETURN(const std::string ns, lm::NamespaceId(lm::kDefaultNamespace));
+      std::vector<std::string> stored;
+      for (const auto& k : run_keys) stored.push_back(ns + k);
+      return native_cleanup(stored);
+    };
+    results.push_back(RunOne("lm", *lm, &LmBackend::Connect, lm_cleanup, cfg, daemon_pid));
+  }
   if (const auto redis = args.Get("--redis")) {
-    results.push_back(RunOne("redis", *redis, &RedisBackend::Connect, cfg, std::nullopt, io));
+    const Cleanup redis_cleanup =
+        [&](const std::vector<std::string>& run_keys) -> Result<std::uint64_t> {
+      KVD_ASSIGN_OR_RETURN(int fd, ConnectTcp(*redis, "--redis"));
+      RedisBackend b;
+      b.Adopt(fd);
+      return b.Delete(run_keys);
+    };
+    results.push_back(
+        RunOne("redis", *redis, &RedisBackend::Connect, redis_cleanup, cfg, std::nullopt));
+  }
+  // What a run could not delete, said where it cannot be missed.
+  for (const auto& r : results) {
+    if (r.cleanup_error.empty()) continue;
+    io.err << "kvdepot bench: " << r.target << ": could not delete the run's keys under '"
+           << KeyForDisplay(cfg.key_prefix) << "': " << r.cleanup_error
+           << " (delete them with 'kvdepot del --prefix " << KeyForDisplay(cfg.key_prefix)
+           << " --yes')\n";
   }
   if (args.Has("--json")) {
-    JsonWriter json(io.out);
-    json.BeginArray();
+    Json json = Json::array();
     for (const auto& r : results) {
-      json.BeginObject();
-      json.Key("target").String(r.target).Key("op").String(op);
-      json.Key("connections").Uint(cfg.connections).Key("pipeline").Uint(cfg.pipeline);
-      json.Key("value_bytes").Uint(cfg.value_size).Key("ops").Uint(r.ops);
-      json.Key("seconds").Double(r.seconds).Key("ops_per_s").Double(r.ops_per_s());
-      json.Key("gb_per_s").Double(op == "lookup" ? 0 : r.ops_per_s() * cfg.value_size / 1e9);
-      json.Key("p50_us").Double(r.Percentile(0.5) / 1e3);
-      json.Key("p99_us").Double(r.Percentile(0.99) / 1e3);
-      json.Key("p999_us").Double(r.Percentile(0.999) / 1e3);
-      json.Key("client_minor_faults").Uint(r.client_minor_faults);
+      Json one = {{"target", r.target},
+                  {"op", op},
+                  {"connections", cfg.connections},
+                  {"pipeline", cfg.pipeline},
+                  {"value_bytes", cfg.value_size},
+                  {"ops", r.ops},
+                  {"seconds", r.seconds},
+                  {"ops_per_s", r.ops_per_s()},
+                  {"gb_per_s", op == "lookup" ? 0 : r.ops_per_s() * cfg.value_size / 1e9},
+                  {"p50_us", r.Percentile(0.5) / 1e3},
+                  {"p99_us", r.Percentile(0.99) / 1e3},
+                  {"p999_us", r.Percentile(0.999) / 1e3},
+                  {"client_minor_faults", r.client_minor_faults}};
       if (r.daemon_minor_faults) {
-        json.Key("daemon_minor_faults").Uint(*r.daemon_minor_faults);
-        json.Key("daemon_minor_faults_per_gib").Double(FaultsPerGiB(r, cfg));
+        one["daemon_minor_faults"] = *r.daemon_minor_faults;
+        one["daemon_minor_faults_per_gib"] = FaultsPerGiB(r, cfg);
       }
-      if (!r.error.empty()) json.Key("error").String(r.error);
-      json.EndObject();
+      one["key_prefix"] = KeyForDisplay(cfg.key_prefix);
+      one["keys_removed"] = r.keys_removed;
+      if (!r.cleanup_error.empty()) one["cleanup_error"] = r.cleanup_error;
+      if (!r.error.empty()) one["error"] = r.error;
+      json.push_back(std::move(one));
     }
-    json.EndArray();
-    io.out << "\n";
+    PrintJson(json, io.out);
   } else {
     io.out << op << ", " << cfg.connections << " connection(s), pipeline " << cfg.pipeline
            << ", values of " << cfg.value_size << " bytes, " << cfg.keys << " keys, "
-           << cfg.duration_s << " s\n";
+           << cfg.duration_s << " s, key prefix " << KeyForDisplay(cfg.key_prefix)
+           << " (deleted afterwards)\n";
+    // Before the table, so that its rows stay the last lines (scripts take them with tail).
+    io.out << "keys deleted afterwards:";
+    for (const auto& r : results) io.out << " " << r.target << " " << r.keys_removed;
+    io.out << "\n";
     io.out << std::left << std::setw(9) << "target" << std::right << std::setw(12) << "ops/s"
            << std::setw(10) << "GB/s" << std::setw(11) << "p50 us" << std::setw(11) << "p99 us"
            << std::setw(11) << "p999 us" << (daemon_pid ? "  daemon faults/GiB" : "") << "\n";
@@ -643,6 +739,7 @@ Status RunBench(const client::ClientOptions& remote, std::span<const char* const
       io.out << "\n";
       if (!r.error.empty()) io.out << "  " << r.target << " error: " << r.error << "\n";
     }
+
   }
   for (const auto& r : results) {
     if (!r.error.empty()) return Unavailable(r.target + ": " + r.error);

@@ -11,14 +11,14 @@
 #include <string_view>
 
 #include "cli_args.h"
+#include "cli_commands.h"
 #include "cli_internal.h"
-#include "json_writer.h"
+#include "cli_json.h"
+#include "kvdepot/base/file_io.h"
 #include "kvdepot/codec/cachegen.h"
 #include "kvdepot/codec/codec.h"
 #include "kvdepot/codec/compare.h"
 #include "kvdepot/codec/container.h"
-#include "kvdepot/base/file_io.h"
-#include "kvdepot/codec/hack.h"
 #include "kvdepot/codec/hack.h"
 #include "kvdepot/codec/npy.h"
 #include "kvdepot/codec/synth.h"
@@ -63,9 +63,8 @@ Result<bool> InputIsBf16(const Args& args) {
   return dtype == DType::kBFloat16;
 }
 
-void WriteShapeJson(JsonWriter& json, const KvShape& s) {
-  json.BeginArray().Uint(s.layers).Uint(2).Uint(s.tokens).Uint(s.kv_heads).Uint(s.head_dim);
-  json.EndArray();
+Json ShapeJson(const KvShape& s) {
+  return Json::array({s.layers, 2, s.tokens, s.kv_heads, s.head_dim});
 }
 
 // The --json report of a command that wrote `file`: its size in bytes, the tensor's shape and
@@ -73,13 +72,11 @@ void WriteShapeJson(JsonWriter& json, const KvShape& s) {
 void WrittenJson(Io io, const std::string& file, const KvTensor& tensor, std::string_view codec) {
   std::error_code ec;
   const std::uintmax_t bytes = std::filesystem::file_size(file, ec);
-  JsonWriter json(io.out);
-  json.BeginObject().Key("file").String(file).Key("bytes").Uint(ec ? 0 : bytes);
-  if (!codec.empty()) json.Key("codec").String(codec);
-  json.Key("dtype").String(DTypeName(tensor.dtype)).Key("shape");
-  WriteShapeJson(json, tensor.shape);
-  json.EndObject();
-  io.out << "\n";
+  Json json = {{"file", file}, {"bytes", ec ? 0 : bytes}};
+  if (!codec.empty()) json["codec"] = std::string(codec);
+  json["dtype"] = std::string(DTypeName(tensor.dtype));
+  json["shape"] = ShapeJson(tensor.shape);
+  PrintJson(json, io.out);
 }
 
 std::uint64_t Fp16Bytes(const KvShape& shape) { return shape.elements() * 2; }
@@ -108,10 +105,7 @@ std::string FormatDouble(double v, int precision = 6) {
 // ---- encode ----------------------------------------------------------------------------------
 
 Status Encode(std::span<const char* const> argv, Io io) {
-  KVD_ASSIGN_OR_RETURN(
-      Args args, Args::Parse(argv, {{"--codec", "--dtype", "--k-bins", "--v-bins", "--partition",
-                                     "--orientation", "--rounding", "--seed", "--sinks"},
-                                    {"--quiet", "--json"}}));
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, FlagsOf("codec encode")));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"IN.npy", "OUT.kvd"}));
   const std::string& in = args.positional()[0];
   const std::string& out = args.positional()[1];
@@ -175,7 +169,7 @@ Status Encode(std::span<const char* const> argv, Io io) {
 // ---- decode ----------------------------------------------------------------------------------
 
 Status Decode(std::span<const char* const> argv, Io io) {
-  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{"--dtype"}, {"--quiet", "--json"}}));
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, FlagsOf("codec decode")));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"IN.kvd", "OUT.npy"}));
   const std::string& in = args.positional()[0];
   const std::string& out = args.positional()[1];
@@ -203,7 +197,7 @@ Status Decode(std::span<const char* const> argv, Io io) {
 // ---- inspect ---------------------------------------------------------------------------------
 
 Status Inspect(std::span<const char* const> argv, Io io) {
-  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{}, {"--json"}}));
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, FlagsOf("codec inspect")));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"IN.kvd"}));
   const std::string& in = args.positional()[0];
   KVD_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadFile(in, kMaxInputBytes));
@@ -234,54 +228,45 @@ Status InspectContainerBytes(const std::string& in, std::span<const std::byte> b
   }
 
   if (json_out) {
-    JsonWriter json(io.out);
-    json.BeginObject();
-    json.Key("file").String(in);
-    json.Key("format_version").Uint(h.version);
-    json.Key("codec").String(CodecName(h.codec));
-    json.Key("dtype").String(DTypeName(h.dtype));
-    json.Key("shape");
-    WriteShapeJson(json, h.shape);
-    json.Key("encoded_bytes").Uint(h.total_bytes);
-    json.Key("fp16_bytes").Uint(Fp16Bytes(h.shape));
-    json.Key("ratio_vs_fp16").Double(ratio);
-    json.Key("header_checksum").String(Hex64(h.header_checksum));
-    json.Key("header_checksum_ok").Bool(sums.header_ok);
-    json.Key("checksums_ok").Bool(sums.all_ok());
+    Json json;
+    json["file"] = in;
+    json["format_version"] = h.version;
+    json["codec"] = std::string(CodecName(h.codec));
+    json["dtype"] = std::string(DTypeName(h.dtype));
+    json["shape"] = ShapeJson(h.shape);
+    json["encoded_bytes"] = h.total_bytes;
+    json["fp16_bytes"] = Fp16Bytes(h.shape);
+    json["ratio_vs_fp16"] = ratio;
+    json["header_checksum"] = Hex64(h.header_checksum);
+    json["header_checksum_ok"] = sums.header_ok;
+    json["checksums_ok"] = sums.all_ok();
     if (cachegen_sizes) {
-      json.Key("cachegen").BeginObject();
-      json.Key("payload_bytes").Uint(cachegen_sizes->codes);
-      json.Key("table_bytes").Uint(cachegen_sizes->tables);
-      json.Key("scale_bytes").Uint(cachegen_sizes->scales);
-      json.Key("index_bytes").Uint(cachegen_sizes->index);
-      json.Key("overhead_fraction").Double(Overhead(*cachegen_sizes));
-      json.EndObject();
+      json["cachegen"] = {{"payload_bytes", cachegen_sizes->codes},
+                          {"table_bytes", cachegen_sizes->tables},
+                          {"scale_bytes", cachegen_sizes->scales},
+                          {"index_bytes", cachegen_sizes->index},
+                          {"overhead_fraction", Overhead(*cachegen_sizes)}};
     }
     if (hack_sizes) {
-      json.Key("hack").BeginObject();
-      json.Key("code_bytes").Uint(hack_sizes->codes);
-      json.Key("scale_bytes").Uint(hack_sizes->scales);
-      json.Key("sum_bytes").Uint(hack_sizes->sums);
-      json.Key("tail_bytes").Uint(hack_sizes->tail);
-      json.EndObject();
+      json["hack"] = {{"code_bytes", hack_sizes->codes},
+                      {"scale_bytes", hack_sizes->scales},
+                      {"sum_bytes", hack_sizes->sums},
+                      {"tail_bytes", hack_sizes->tail}};
     }
-    json.Key("sections").BeginArray();
+    Json sections = Json::array();
     for (std::size_t i = 0; i < view.sections.size(); ++i) {
       const SectionView& s = view.sections[i];
-      json.BeginObject();
-      json.Key("index").Uint(i);
-      json.Key("kind").String(SectionKindName(s.kind));
-      json.Key("kind_id").Uint(s.kind);
-      json.Key("flags").Uint(s.flags);
-      json.Key("offset").Uint(s.offset);
-      json.Key("length").Uint(s.length);
-      json.Key("checksum").String(Hex64(s.checksum));
-      json.Key("checksum_ok").Bool(sums.section_ok[i]);
-      json.EndObject();
+      sections.push_back({{"index", i},
+                          {"kind", std::string(SectionKindName(s.kind))},
+                          {"kind_id", s.kind},
+                          {"flags", s.flags},
+                          {"offset", s.offset},
+                          {"length", s.length},
+                          {"checksum", Hex64(s.checksum)},
+                          {"checksum_ok", static_cast<bool>(sums.section_ok[i])}});
     }
-    json.EndArray();
-    json.EndObject();
-    io.out << "\n";
+    json["sections"] = std::move(sections);
+    PrintJson(json, io.out);
   } else {
     io.out << "file             " << in << "\n"
            << "format version   " << h.version << "\n"
@@ -330,9 +315,7 @@ namespace {
 // ---- compare ---------------------------------------------------------------------------------
 
 Status Compare(std::span<const char* const> argv, Io io) {
-  KVD_ASSIGN_OR_RETURN(
-      Args args,
-      Args::Parse(argv, {{"--dtype", "--max-rel-l2"}, {"--json", "--expect-bit-exact"}}));
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, FlagsOf("codec compare")));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"A", "B"}));
   const std::string& a_path = args.positional()[0];
   const std::string& b_path = args.positional()[1];
@@ -349,23 +332,20 @@ Status Compare(std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(KvTensor b, LoadTensor(b_path, bf16));
   KVD_ASSIGN_OR_RETURN(CompareStats st, CompareTensors(a.view(), b.view()));
   if (args.Has("--json")) {
-    JsonWriter json(io.out);
-    json.BeginObject();
-    json.Key("a").String(a_path);
-    json.Key("b").String(b_path);
-    json.Key("shape");
-    WriteShapeJson(json, a.shape);
-    json.Key("dtype_a").String(DTypeName(a.dtype));
-    json.Key("dtype_b").String(DTypeName(b.dtype));
-    json.Key("elements").Uint(st.elements);
-    json.Key("max_abs").Double(st.max_abs);
-    json.Key("mean_abs").Double(st.mean_abs);
-    json.Key("rel_l2").Double(st.rel_l2);
-    json.Key("snr_db").Double(st.snr_db);  // null when infinite (identical values)
-    json.Key("bit_exact").Bool(st.bit_exact);
-    json.Key("nonfinite_mismatches").Uint(st.nonfinite_mismatches);
-    json.EndObject();
-    io.out << "\n";
+    Json json;
+    json["a"] = a_path;
+    json["b"] = b_path;
+    json["shape"] = ShapeJson(a.shape);
+    json["dtype_a"] = std::string(DTypeName(a.dtype));
+    json["dtype_b"] = std::string(DTypeName(b.dtype));
+    json["elements"] = st.elements;
+    json["max_abs"] = st.max_abs;
+    json["mean_abs"] = st.mean_abs;
+    json["rel_l2"] = st.rel_l2;
+    json["snr_db"] = st.snr_db;  // null when infinite (identical values)
+    json["bit_exact"] = st.bit_exact;
+    json["nonfinite_mismatches"] = st.nonfinite_mismatches;
+    PrintJson(json, io.out);
   } else {
     io.out << "shape       " << a.shape.ToString() << "  (" << DTypeName(a.dtype) << " vs "
            << DTypeName(b.dtype) << ")\n"
@@ -391,10 +371,7 @@ Status Compare(std::span<const char* const> argv, Io io) {
 // ---- synth -----------------------------------------------------------------------------------
 
 Status Synth(std::span<const char* const> argv, Io io) {
-  KVD_ASSIGN_OR_RETURN(
-      Args args,
-      Args::Parse(argv, {{"--layers", "--tokens", "--heads", "--dim", "--seed", "--dtype"},
-                         {"--quiet", "--json"}}));
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, FlagsOf("codec synth")));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"OUT.npy"}));
   SynthOptions options;
   KVD_ASSIGN_OR_RETURN(std::uint64_t layers, args.GetUint("--layers", 2, 1, kMaxLayers));

@@ -34,20 +34,31 @@ void PrintCodecUsage(std::ostream& out);
 Status InspectContainerBytes(const std::string& name, std::span<const std::byte> bytes,
                              bool json, Io io);
 
-// What the CLI knows of its standard output (`get` without -o writes there unless a terminal).
-struct StdoutInfo {
-  bool is_terminal = false;
+// Which of the process's standard streams are terminals: `get` without -o writes to stdout
+// unless it is one, `del --prefix` asks for confirmation only on one, `bench` draws its progress
+// bar only on one. All false when RunCli writes to other streams (tests).
+struct Terminals {
+  bool stdout_is_terminal = false;
+  bool stdin_is_terminal = false;
+  bool stderr_is_terminal = false;
 };
 
 // Commands that talk to kvdepotd as `remote` says (address, token, TLS). Sets *handled = false
 // for an unknown command.
 Status RunRemoteCommand(const client::ClientOptions& remote, std::string_view command,
                         std::span<const char* const> argv, Io io, bool* handled,
-                        const StdoutInfo& stdout_info = {});
-void PrintRemoteUsage(std::ostream& out);
+                        const Terminals& terminals = {});
+
+// `kvdepot stats` and `kvdepot top` (cli_stats.cc).
+Status RunStats(const client::ClientOptions& remote, std::span<const char* const> argv, Io io);
+Status RunTop(const client::ClientOptions& remote, std::span<const char* const> argv, Io io);
 
 // `kvdepot bench`: a PUT/GET/LOOKUP load generator against kvdepotd, or Redis with --redis.
-Status RunBench(const client::ClientOptions& remote, std::span<const char* const> argv, Io io);
+Status RunBench(const client::ClientOptions& remote, std::span<const char* const> argv, Io io,
+                const Terminals& terminals);
+
+// Sizes for people: "512 B", "1.5 KiB", "64.0 MiB", "2.00 GiB".
+std::string HumanBytes(double bytes);
 
 // A command-line KEY: 96 hex digits decode to a 48-byte chunk key; anything else is taken as is.
 std::string KeyFromArg(std::string_view arg);

@@ -1,4 +1,5 @@
 // `kvdepot [--addr ADDR] COMMAND`: commands that talk to a running kvdepotd.
+#include <fnmatch.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,20 +9,24 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iomanip>
+#include <iostream>
 #include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "cli_args.h"
+#include "cli_commands.h"
 #include "cli_internal.h"
-#include "json_writer.h"
-#include "kvdepot/protocol/chunk_key.h"
-#include "kvdepot/client/client.h"
-#include "kvdepot/codec/container.h"
+#include "cli_json.h"
 #include "kvdepot/base/file_io.h"
 #include "kvdepot/base/hex.h"
+#include "kvdepot/client/client.h"
+#include "kvdepot/codec/container.h"
+#include "kvdepot/protocol/chunk_key.h"
 
 namespace kvdepot::cli {
 namespace {
@@ -60,7 +65,7 @@ Result<std::unique_ptr<client::Connection>> Connect(const client::ClientOptions&
 }
 
 Status Ping(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
-  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{}, {"--json"}}));
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, FlagsOf("ping")));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({}));
   const auto start = std::chrono::steady_clock::now();
   KVD_ASSIGN_OR_RETURN(auto c, Connect(remote));
@@ -68,132 +73,166 @@ Status Ping(const client::ClientOptions& remote, std::span<const char* const> ar
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                               start).count();
   if (args.Has("--json")) {
-    JsonWriter json(io.out);
-    json.BeginObject().Key("address").String(remote.address).Key("ms").Double(ms).EndObject();
-    io.out << "\n";
+    PrintJson({{"address", remote.address}, {"ms", ms}}, io.out);
     return Status::Ok();
   }
   io.out << "pong from " << remote.address << " in " << std::fixed << std::setprecision(2) << ms << " ms\n";
   return Status::Ok();
 }
 
-// Prints the daemon's flat stats JSON as "key  value" lines (nested objects become dotted keys).
-void PrintJsonAsLines(std::string_view json, std::ostream& out) {
-  std::vector<std::string> path;
-  std::string key, token;
-  bool in_string = false, reading_key = true;
-  for (std::size_t i = 0; i < json.size(); ++i) {
-    const char c = json[i];
-    if (in_string) {
-      if (c == '"') {
-        in_string = false;
-        if (reading_key) {
-          key = token;
-        } else {
-          std::string full;
-          for (const auto& p : path) full += p + ".";
-          out << std::left << std::setw(34) << full + key << token << "\n";
-          token.clear();
-          reading_key = true;
-        }
-      } else {
-        token += c;
-      }
-      continue;
+// The scan prefix that --namespace NSID (32 hex digits: a chunk key's first 16 bytes) or
+// --prefix P names; empty when neither is given. `command` labels errors.
+Result<std::string> ScanPrefix(const Args& args, const std::string& command) {
+  if (args.Has("--namespace") && args.Has("--prefix")) {
+    return UsageError(command + ": give --namespace or --prefix, not both");
+  }
+  if (const auto ns = args.Get("--namespace")) {
+    std::optional<std::string> id = HexDecode(*ns);
+    if (ns->size() != 32 || !id) {
+      return UsageError(command + " --namespace " + *ns +
+                        ": expected a namespace id, 32 hex characters (the first 16 bytes of a "
+                        "chunk key; 'kvdepot ls' shows keys in hex)");
     }
-    if (c == '"') {
-      in_string = true;
-      token.clear();
-    } else if (c == ':') {
-      reading_key = false;
-      token.clear();
-    } else if (c == '{') {
-      if (!key.empty()) path.push_back(key);
-      key.clear();
-      reading_key = true;
-    } else if (c == '}' || c == ',') {
-      if (!reading_key && !token.empty()) {
-        std::string full;
-        for (const auto& p : path) full += p + ".";
-        out << std::left << std::setw(34) << full + key << token << "\n";
+    return *std::move(id);
+  }
+  return args.Get("--prefix").value_or("");
+}
+
+// Scans the pages of `q` (its prefix and tier) and keeps the entries `keep` accepts, at most
+// `limit` of them. `*truncated` tells whether more may exist.
+Result<std::vector<protocol::ScanEntry>> ScanMatching(
+    client::Connection& c, protocol::ScanRequest q, std::uint64_t limit,
+    const std::function<bool(const protocol::ScanEntry&)>& keep, bool* truncated) {
+  std::vector<protocol::ScanEntry> entries;
+  *truncated = false;
+  while (true) {
+    q.limit = 1000;
+    KVD_ASSIGN_OR_RETURN(protocol::ScanResult page, c.Scan(q));
+    for (auto& e : page.entries) {
+      if (!keep(e)) continue;
+      if (entries.size() == limit) {
+        *truncated = true;
+        return entries;
       }
-      token.clear();
-      reading_key = true;
-      if (c == '}' && !path.empty()) path.pop_back();
-    } else if (!reading_key && c != ' ') {
-      token += c;
+      entries.push_back(std::move(e));
     }
+    if (page.next_cursor.empty() || page.entries.empty()) return entries;
+    q.cursor = page.next_cursor;
   }
 }
 
-Status Stats(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
-  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{}, {"--json"}}));
-  KVD_RETURN_IF_ERROR(args.ExpectPositional({}));
-  KVD_ASSIGN_OR_RETURN(auto c, Connect(remote));
-  KVD_ASSIGN_OR_RETURN(std::string json, c->Stats());
-  if (args.Has("--json")) {
-    io.out << json << "\n";
+bool IsGlob(std::string_view pattern) {
+  return pattern.find_first_of("*?[\\") != std::string_view::npos;
+}
+
+// An idle time for people: "850ms", "12.3s", "7m", "5h", "3d".
+std::string HumanIdle(std::uint64_t ms) {
+  std::ostringstream s;
+  if (ms < 1000) {
+    s << ms << "ms";
+  } else if (ms < 60'000) {
+    s << std::fixed << std::setprecision(1) << static_cast<double>(ms) / 1000 << "s";
+  } else if (ms < 3'600'000) {
+    s << ms / 60'000 << "m";
+  } else if (ms < 86'400'000) {
+    s << ms / 3'600'000 << "h";
   } else {
-    PrintJsonAsLines(json, io.out);
+    s << ms / 86'400'000 << "d";
   }
+  return s.str();
+}
+
+// Orders `entries` as --sort asks: key (byte order), size (largest first), tier (gpu, host,
+// ssd), idle (longest idle first); ties in key order.
+Status SortEntries(std::vector<protocol::ScanEntry>& entries, const std::string& by) {
+  using E = protocol::ScanEntry;
+  std::function<bool(const E&, const E&)> less;
+  if (by == "key") {
+    less = [](const E& a, const E& b) { return a.key < b.key; };
+  } else if (by == "size") {
+    less = [](const E& a, const E& b) {
+      return a.value_bytes != b.value_bytes ? a.value_bytes > b.value_bytes : a.key < b.key;
+    };
+  } else if (by == "tier") {
+    less = [](const E& a, const E& b) {
+      return a.tier != b.tier ? a.tier < b.tier : a.key < b.key;
+    };
+  } else if (by == "idle") {
+    less = [](const E& a, const E& b) {
+      return a.idle_ms != b.idle_ms ? a.idle_ms > b.idle_ms : a.key < b.key;
+    };
+  } else {
+    return UsageError("--sort " + by + ": expected key, size, tier or idle");
+  }
+  std::stable_sort(entries.begin(), entries.end(), less);
   return Status::Ok();
 }
 
 Status Ls(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
-  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{"--namespace", "--prefix", "--tier",
-                                                      "--limit"},
-                                                     {"--json"}}));
-  KVD_RETURN_IF_ERROR(args.ExpectPositional({}));
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, FlagsOf("ls")));
+  if (args.positional().size() > 1) {
+    return UsageError("ls takes one PATTERN (quote a glob: 'model-*'), got '" +
+                      args.positional()[1] + "' too");
+  }
   protocol::ScanRequest q;
-  if (const auto ns = args.Get("--namespace")) {
-    std::optional<std::string> id = HexDecode(*ns);
-    if (ns->size() != 32 || !id) {
-      return UsageError("--namespace takes a namespace id: 32 hex characters (the first 16 "
-                        "bytes of a chunk key)");
+  KVD_ASSIGN_OR_RETURN(q.prefix, ScanPrefix(args, "ls"));
+  std::string pattern;
+  if (!args.positional().empty()) {
+    if (args.Has("--namespace") || args.Has("--prefix")) {
+      return UsageError("ls: give a PATTERN or --namespace/--prefix, not both");
     }
-    q.prefix = *std::move(id);
-  } else if (const auto prefix = args.Get("--prefix")) {
-    q.prefix = *prefix;
+    pattern = args.positional()[0];
+    // The scan starts at the pattern's literal head; a glob then filters what it returns.
+    q.prefix = IsGlob(pattern) ? pattern.substr(0, pattern.find_first_of("*?[\\")) : pattern;
   }
   if (const auto tier = args.Get("--tier")) {
     KVD_ASSIGN_OR_RETURN(q.tier, ParseFlagValue("--tier", *tier, protocol::ParseTierName));
   }
   KVD_ASSIGN_OR_RETURN(std::uint64_t limit, args.GetUint("--limit", 100, 1, 1000000));
+  const std::string sort = args.Get("--sort").value_or("key");
+  std::vector<protocol::ScanEntry> probe;
+  KVD_RETURN_IF_ERROR(SortEntries(probe, sort));  // checks the --sort value before connecting
   KVD_ASSIGN_OR_RETURN(auto c, Connect(remote));
-  std::vector<protocol::ScanEntry> entries;
-  while (entries.size() < limit) {
-    q.limit = static_cast<std::uint32_t>(std::min<std::uint64_t>(limit - entries.size(), 1000));
-    KVD_ASSIGN_OR_RETURN(protocol::ScanResult page, c->Scan(q));
-    for (auto& e : page.entries) entries.push_back(std::move(e));
-    if (page.next_cursor.empty()) break;
-    q.cursor = page.next_cursor;
-  }
+  const bool glob = IsGlob(pattern);
+  bool truncated = false;
+  KVD_ASSIGN_OR_RETURN(std::vector<protocol::ScanEntry> entries,
+                       ScanMatching(
+                           *c, q, limit,
+                           [&](const protocol::ScanEntry& e) {
+                             return !glob || ::fnmatch(pattern.c_str(),
+                                                       KeyForDisplay(e.key).c_str(), 0) == 0;
+                           },
+                           &truncated));
+  KVD_RETURN_IF_ERROR(SortEntries(entries, sort));
   if (args.Has("--json")) {
-    JsonWriter json(io.out);
-    json.BeginArray();
+    Json json = Json::array();
     for (const auto& e : entries) {
-      json.BeginObject();
-      json.Key("key").String(KeyForDisplay(e.key));
-      json.Key("bytes").Uint(e.value_bytes);
-      json.Key("tier").String(protocol::TierName(e.tier));
-      json.Key("idle_ms").Uint(e.idle_ms);
-      json.EndObject();
+      json.push_back({{"key", KeyForDisplay(e.key)},
+                      {"bytes", e.value_bytes},
+                      {"tier", std::string(protocol::TierName(e.tier))},
+                      {"idle_ms", e.idle_ms}});
     }
-    json.EndArray();
-    io.out << "\n";
-  } else {
-    for (const auto& e : entries) {
-      io.out << std::left << std::setw(5) << protocol::TierName(e.tier) << std::right
-             << std::setw(12) << e.value_bytes << "  " << std::setw(10) << e.idle_ms << "ms  "
-             << KeyForDisplay(e.key) << "\n";
-    }
+    PrintJson(json, io.out);
+    return Status::Ok();
   }
+  std::uint64_t total = 0;
+  io.out << std::left << std::setw(5) << "TIER" << std::right << std::setw(12) << "SIZE"
+         << std::setw(9) << "IDLE"
+         << "  KEY\n";
+  for (const auto& e : entries) {
+    io.out << std::left << std::setw(5) << protocol::TierName(e.tier) << std::right << std::setw(12)
+           << HumanBytes(static_cast<double>(e.value_bytes)) << std::setw(9) << HumanIdle(e.idle_ms)
+           << "  " << KeyForDisplay(e.key) << "\n";
+    total += e.value_bytes;
+  }
+  io.out << entries.size() << (entries.size() == 1 ? " key, " : " keys, ")
+         << HumanBytes(static_cast<double>(total))
+         << (truncated ? " (more match: raise --limit)" : "") << "\n";
   return Status::Ok();
 }
-
 Status Get(const client::ClientOptions& remote, std::span<const char* const> argv, Io io,
-           const StdoutInfo& stdout_info) {
-  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{"-o", "--output"}, {"--json"}}));
+           const Terminals& terminals) {
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, FlagsOf("get")));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"KEY"}));
   const std::string key = KeyFromArg(args.positional()[0]);
   KVD_RETURN_IF_ERROR(CheckKey(key));
@@ -201,7 +240,7 @@ Status Get(const client::ClientOptions& remote, std::span<const char* const> arg
   if (!out && args.Has("--json")) {
     return UsageError("get --json prints what was written: it needs -o FILE");
   }
-  if (!out && stdout_info.is_terminal) {
+  if (!out && terminals.stdout_is_terminal) {
     return UsageError("get needs -o FILE when stdout is a terminal (-o - writes to stdout anyway)");
   }
   if (!out) out = "-";
@@ -218,10 +257,7 @@ Status Get(const client::ClientOptions& remote, std::span<const char* const> arg
   }
   KVD_RETURN_IF_ERROR(WriteFileAtomic(*out, *value));
   if (args.Has("--json")) {
-    JsonWriter json(io.out);
-    json.BeginObject().Key("key").String(args.positional()[0]).Key("file").String(*out);
-    json.Key("bytes").Uint(value->size()).EndObject();
-    io.out << "\n";
+    PrintJson({{"key", args.positional()[0]}, {"file", *out}, {"bytes", value->size()}}, io.out);
     return Status::Ok();
   }
   io.out << "wrote " << *out << ": " << value->size() << " bytes\n";
@@ -247,16 +283,14 @@ Result<std::vector<std::byte>> ReadStdin() {
   }
 }
 
-// A number field of the daemon's STATS JSON ("limits" and "tiers.host" hold distinct names).
-std::optional<std::uint64_t> JsonNumber(std::string_view json, std::string_view name) {
-  const std::string needle = "\"" + std::string(name) + "\":";
-  const auto at = json.find(needle);
-  if (at == std::string_view::npos) return std::nullopt;
-  std::uint64_t v = 0;
-  const char* first = json.data() + at + needle.size();
-  const auto [p, ec] = std::from_chars(first, json.data() + json.size(), v);
-  if (ec != std::errc() || p == first) return std::nullopt;
-  return v;
+// A number of the daemon's STATS document at `pointer` (e.g. "/limits/max_value_bytes").
+std::optional<std::uint64_t> JsonNumber(const std::string& stats, const char* pointer) {
+  const Json doc = Json::parse(stats, nullptr, /*allow_exceptions=*/false);
+  const Json::json_pointer at(pointer);
+  if (doc.is_discarded() || !doc.contains(at) || !doc.at(at).is_number_unsigned()) {
+    return std::nullopt;
+  }
+  return doc.at(at).get<std::uint64_t>();
 }
 
 // A PUT the server refused, explained: its status, what it means, the limit that applies and the
@@ -268,27 +302,27 @@ Status ExplainPutRefusal(const client::ClientOptions& remote, const Status& refu
   if (auto c = client::Connection::Connect(remote); c.ok()) {
     if (auto s = (*c)->Stats(); s.ok()) stats = std::move(*s);
   }
-  const auto quote = [&](std::string_view field) {
+  const auto quote = [&](const char* field) {
     const auto v = JsonNumber(stats, field);
     return v ? std::to_string(*v) : std::string("(unknown: STATS failed)");
   };
   std::string why;
   switch (refusal.code()) {
     case StatusCode::kOutOfRange:
-      if (const auto max_key = JsonNumber(stats, "max_key_bytes");
+      if (const auto max_key = JsonNumber(stats, "/limits/max_key_bytes");
           max_key && key_bytes > *max_key) {
         why = "the key is " + std::to_string(key_bytes) + " bytes, over the server's limit of " +
               std::to_string(*max_key) + " (limits.max_key_bytes, kvdepotd --limits-max-key-bytes)";
       } else {
         why = "the value is " + std::to_string(value_bytes) +
-              " bytes, over the server's limit of " + quote("max_value_bytes") +
+              " bytes, over the server's limit of " + quote("/limits/max_value_bytes") +
               " bytes (limits.max_value_bytes, kvdepotd --limits-max-value-bytes; at most "
               "host.capacity)";
       }
       break;
     case StatusCode::kResourceExhausted:
       why = "the host tier has no room for " + std::to_string(value_bytes) +
-            " bytes right now: host.capacity is " + quote("capacity") +
+            " bytes right now: host.capacity is " + quote("/tiers/host/capacity") +
             " bytes and what is left is in use (being read, or waiting for the SSD's write "
             "buffer); retry, or raise host.capacity (--host-capacity) or ssd.write_buffer";
       break;
@@ -304,7 +338,7 @@ Status ExplainPutRefusal(const client::ClientOptions& remote, const Status& refu
 }
 
 Status Put(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
-  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{}, {"--json"}}));
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, FlagsOf("put")));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"KEY", "FILE"}));
   const std::string key = KeyFromArg(args.positional()[0]);
   KVD_RETURN_IF_ERROR(CheckKey(key));
@@ -317,19 +351,95 @@ Status Put(const client::ClientOptions& remote, std::span<const char* const> arg
     return ExplainPutRefusal(remote, s, args.positional()[0], bytes.size(), key.size());
   }
   if (args.Has("--json")) {
-    JsonWriter json(io.out);
-    json.BeginObject().Key("key").String(args.positional()[0]).Key("bytes").Uint(bytes.size());
-    json.EndObject();
-    io.out << "\n";
+    PrintJson({{"key", args.positional()[0]}, {"bytes", bytes.size()}}, io.out);
     return Status::Ok();
   }
   io.out << "stored " << bytes.size() << " bytes under " << args.positional()[0] << "\n";
   return Status::Ok();
 }
 
-Status Del(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
-  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{}, {"--json"}}));
-  if (args.positional().empty()) return UsageError("del needs at least one KEY");
+// `del --prefix P` / `del --namespace NSID`: scans for the matching keys, asks (on a terminal,
+// unless --yes), then deletes them in batches and reports how many keys and bytes went.
+Status Purge(const client::ClientOptions& remote, const Args& args, Io io,
+             const Terminals& terminals) {
+  if (!args.positional().empty()) {
+    return UsageError("del: give KEYs or --prefix/--namespace, not both");
+  }
+  KVD_ASSIGN_OR_RETURN(const std::string prefix, ScanPrefix(args, "del"));
+  const std::string flag = args.Has("--namespace") ? "--namespace" : "--prefix";
+  const std::string what = args.Has("--namespace") ? "namespace " + *args.Get("--namespace")
+                                                   : "prefix '" + KeyForDisplay(prefix) + "'";
+  if (prefix.empty()) {
+    return UsageError("del --prefix needs a non-empty prefix (it would delete every key)");
+  }
+  KVD_ASSIGN_OR_RETURN(auto c, Connect(remote));
+  protocol::ScanRequest q;
+  q.prefix = prefix;
+  bool truncated = false;
+  KVD_ASSIGN_OR_RETURN(
+      std::vector<protocol::ScanEntry> entries,
+      ScanMatching(
+          *c, q, UINT64_MAX, [](const protocol::ScanEntry&) { return true; }, &truncated));
+  std::uint64_t bytes = 0;
+  for (const auto& e : entries) bytes += e.value_bytes;
+  const std::string found = std::to_string(entries.size()) +
+                            (entries.size() == 1 ? " key (" : " keys (") +
+                            HumanBytes(static_cast<double>(bytes)) + ")";
+  if (!entries.empty() && !args.Has("--yes")) {
+    if (!terminals.stdin_is_terminal) {
+      return UsageError("del " + flag + ": " + found + " under " + what +
+                        "; not deleting without confirmation, and stdin is not a terminal to "
+                        "ask on: add --yes");
+    }
+    io.err << "delete " << found << " under " << what << "? [y/N] " << std::flush;
+    std::string answer;
+    std::getline(std::cin, answer);
+    if (answer != "y" && answer != "Y" && answer != "yes") {
+      return Status(StatusCode::kCancelled,
+                    "not confirmed: nothing deleted (answer y to delete, or pass --yes)");
+    }
+  }
+  constexpr std::size_t kBatch = 1000;  // keys per DELETE request, well under limits.max_batch
+  std::uint64_t deleted = 0, deleted_bytes = 0, gone = 0;
+  for (std::size_t i = 0; i < entries.size(); i += kBatch) {
+    const std::size_t n = std::min(kBatch, entries.size() - i);
+    std::vector<std::string> keys;
+    for (std::size_t j = 0; j < n; ++j) keys.push_back(entries[i + j].key);
+    KVD_ASSIGN_OR_RETURN(auto codes, c->Delete(keys));
+    for (std::size_t j = 0; j < codes.size(); ++j) {
+      if (codes[j] == StatusCode::kOk) {
+        ++deleted;
+        deleted_bytes += entries[i + j].value_bytes;
+      } else {
+        ++gone;  // removed or evicted since the scan
+      }
+    }
+  }
+  if (args.Has("--json")) {
+    PrintJson({{flag.substr(2), args.Get(flag).value_or("")},
+               {"keys_deleted", deleted},
+               {"bytes_deleted", deleted_bytes},
+               {"keys_already_gone", gone}},
+              io.out);
+    return Status::Ok();
+  }
+  io.out << "deleted " << deleted << (deleted == 1 ? " key (" : " keys (")
+         << HumanBytes(static_cast<double>(deleted_bytes)) << ") under " << what;
+  if (gone > 0) io.out << "; " << gone << " were gone already";
+  io.out << "\n";
+  return Status::Ok();
+}
+
+Status Del(const client::ClientOptions& remote, std::span<const char* const> argv, Io io,
+           const Terminals& terminals) {
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, FlagsOf("del")));
+  if (args.Has("--prefix") || args.Has("--namespace")) {
+    return Purge(remote, args, io, terminals);
+  }
+  if (args.Has("--yes")) return UsageError("del --yes goes with --prefix or --namespace");
+  if (args.positional().empty()) {
+    return UsageError("del needs KEYs, --prefix P or --namespace NSID");
+  }
   std::vector<std::string> keys;
   for (const auto& k : args.positional()) {
     keys.push_back(KeyFromArg(k));
@@ -338,29 +448,23 @@ Status Del(const client::ClientOptions& remote, std::span<const char* const> arg
   KVD_ASSIGN_OR_RETURN(auto c, Connect(remote));
   KVD_ASSIGN_OR_RETURN(auto codes, c->Delete(keys));
   std::size_t missing = 0;
-  const bool as_json = args.Has("--json");
-  JsonWriter json(io.out);
-  if (as_json) json.BeginArray();
+  Json json = Json::array();
   for (std::size_t i = 0; i < codes.size(); ++i) {
     const bool deleted = codes[i] == StatusCode::kOk;
-    if (as_json) {
-      json.BeginObject().Key("key").String(args.positional()[i]).Key("deleted").Bool(deleted);
-      json.EndObject();
+    if (args.Has("--json")) {
+      json.push_back({{"key", args.positional()[i]}, {"deleted", deleted}});
     } else {
       io.out << args.positional()[i] << ": " << (deleted ? "deleted" : "not found") << "\n";
     }
     missing += !deleted;
   }
-  if (as_json) {
-    json.EndArray();
-    io.out << "\n";
-  }
+  if (args.Has("--json")) PrintJson(json, io.out);
   if (missing == codes.size()) return NotFound("no key was present");
   return Status::Ok();
 }
 
 Status Lookup(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
-  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{}, {"--json"}}));
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, FlagsOf("lookup")));
   if (args.positional().empty()) return UsageError("lookup needs KEYs in prefix order");
   std::vector<std::string> keys;
   for (const auto& k : args.positional()) {
@@ -370,11 +474,9 @@ Status Lookup(const client::ClientOptions& remote, std::span<const char* const> 
   KVD_ASSIGN_OR_RETURN(auto c, Connect(remote));
   KVD_ASSIGN_OR_RETURN(auto r, c->Lookup(keys));
   if (args.Has("--json")) {
-    JsonWriter json(io.out);
-    json.BeginObject().Key("prefix_length").Uint(r.prefix_length).Key("tiers").BeginArray();
-    for (auto t : r.tiers) json.String(protocol::TierName(t));
-    json.EndArray().EndObject();
-    io.out << "\n";
+    Json tiers = Json::array();
+    for (auto t : r.tiers) tiers.push_back(std::string(protocol::TierName(t)));
+    PrintJson({{"prefix_length", r.prefix_length}, {"tiers", std::move(tiers)}}, io.out);
   } else {
     io.out << "longest cached prefix: " << r.prefix_length << " of " << keys.size() << "\n";
     for (std::size_t i = 0; i < r.tiers.size(); ++i) {
@@ -386,7 +488,7 @@ Status Lookup(const client::ClientOptions& remote, std::span<const char* const> 
 }
 
 Status InspectRemote(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
-  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {{}, {"--json"}}));
+  KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, FlagsOf("inspect")));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"KEY"}));
   const std::string key = KeyFromArg(args.positional()[0]);
   KVD_RETURN_IF_ERROR(CheckKey(key));
@@ -400,37 +502,20 @@ Status InspectRemote(const client::ClientOptions& remote, std::span<const char* 
 
 Status RunRemoteCommand(const client::ClientOptions& remote, std::string_view command,
                         std::span<const char* const> argv, Io io, bool* handled,
-                        const StdoutInfo& stdout_info) {
+                        const Terminals& terminals) {
   *handled = true;
   if (command == "ping") return Ping(remote, argv, io);
-  if (command == "stats") return Stats(remote, argv, io);
+  if (command == "stats") return RunStats(remote, argv, io);
+  if (command == "top") return RunTop(remote, argv, io);
   if (command == "ls") return Ls(remote, argv, io);
-  if (command == "get") return Get(remote, argv, io, stdout_info);
+  if (command == "get") return Get(remote, argv, io, terminals);
   if (command == "put") return Put(remote, argv, io);
-  if (command == "del") return Del(remote, argv, io);
+  if (command == "del") return Del(remote, argv, io, terminals);
   if (command == "lookup") return Lookup(remote, argv, io);
   if (command == "inspect") return InspectRemote(remote, argv, io);
-  if (command == "bench") return RunBench(remote, argv, io);
+  if (command == "bench") return RunBench(remote, argv, io, terminals);
   *handled = false;
   return Status::Ok();
-}
-
-void PrintRemoteUsage(std::ostream& out) {
-  out << "kvdepot [--addr HOST:PORT | --addr unix:PATH] commands (default address:\n"
-         "$KVDEPOT_ADDR, else 127.0.0.1:7600). Before the command, also: --token-file FILE\n"
-         "(or $KVDEPOT_TOKEN_FILE) to AUTH with the file's first token; --tls, --tls-ca FILE,\n"
-         "--tls-cert FILE, --tls-key FILE, --tls-server-name NAME for a TLS listener:\n"
-         "  ping [--json]\n"
-         "  stats [--json]\n"
-         "  ls [--namespace NSID | --prefix P] [--tier gpu|host|ssd] [--limit N] [--json]\n"
-         "  inspect KEY [--json]           container header of a stored chunk\n"
-         "  get KEY [-o FILE] [--json]     without -o: to stdout unless it is a terminal\n"
-         "  put KEY FILE|- [--json]        FILE - reads standard input; the server's\n"
-         "                                 limits.max_value_bytes is the only size limit\n"
-         "  del KEY... [--json]\n"
-         "  lookup KEY... [--json]         longest cached prefix of keys given in prefix order\n"
-         "  bench [options]                load generator (see 'kvdepot bench --help')\n"
-         "KEY is any string of 1-256 bytes (e.g. k1), or a 96-hex-digit chunk key.\n";
 }
 
 }  // namespace kvdepot::cli

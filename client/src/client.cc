@@ -746,6 +746,10 @@ Status Client::Get(std::span<const std::string> keys, const GetCallback& on_item
   // Not retried: items may already have been delivered to the callback.
   return WithConnection([&](Connection& c) { return c.Get(keys, on_item); }, /*retry=*/false);
 }
+Status Client::GetAs(std::span<const std::string> keys, CodecId codec, const GetCallback& on_item) {
+  return WithConnection([&](Connection& c) { return c.GetAs(keys, codec, on_item); },
+                        /*retry=*/false);
+}
 Status Client::PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts) {
   return WithConnection([&](Connection& c) { return c.PutParts(key, parts); });
 }

@@ -51,7 +51,7 @@
 namespace kvdepot::daemon {
 namespace {
 
-constexpr const char* kVersion = "0.1.0";
+constexpr const char* kVersion = KVDEPOT_VERSION;  // the CMake project's version
 
 void PrintHelp() {
   std::printf(

@@ -2,11 +2,14 @@
 import hashlib
 import struct
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 kvdepot = pytest.importorskip("kvdepot", reason="the kvdepot Python module is not built")
+
+VECTORS = Path(__file__).resolve().parents[1] / "vectors"
 
 
 @pytest.fixture
@@ -90,7 +93,80 @@ def test_batched_lookup_delete_scan_stats(client):
     assert client.delete(b"b1") and not client.delete(b"b1")
     assert client.lookup(keys)[0] == 1
     assert [k for k, _, _ in client.scan(b"b")] == [b"b0", b"b2"]
-    assert '"tiers"' in client.stats()
+    stats = client.stats()
+    assert isinstance(stats, dict) and stats["tiers"]["host"]["chunks"] == 2
+
+
+def test_tiers_dtypes_and_codecs_are_int_enums(client):
+    import enum
+    for cls, members in ((kvdepot.Tier, {"NONE": 0, "GPU": 1, "HOST": 2, "SSD": 3}),
+                         (kvdepot.DType, {"FP16": 1, "BF16": 2, "FP32": 3}),
+                         (kvdepot.Codec, {"RAW": 0, "CACHEGEN": 1, "HACK_INT2": 2})):
+        assert issubclass(cls, enum.IntEnum) and cls.__doc__
+        assert {m.name: int(m) for m in cls} == members
+    assert kvdepot.TIER_HOST is kvdepot.Tier.HOST and kvdepot.TIER_HOST == 2  # old ints still work
+    client.put(b"e0", b"x")
+    prefix, tiers = client.lookup([b"e0", b"e1"])
+    assert tiers == [kvdepot.Tier.HOST, kvdepot.Tier.NONE]
+    assert all(type(t) is kvdepot.Tier for t in tiers)
+    assert [type(t) for _, _, t in client.scan(b"e")] == [kvdepot.Tier]
+    ns = kvdepot.Namespace("m", dtype=kvdepot.DType.BF16, codec=kvdepot.Codec.CACHEGEN)
+    assert ns.dtype is kvdepot.DType.BF16 and ns.codec is kvdepot.Codec.CACHEGEN
+    assert kvdepot.Namespace("m", dtype=2, codec=1).id() == ns.id()  # ints are the same fields
+
+
+def test_get_as_transcodes_on_the_daemon(client):
+    raw = (VECTORS / "raw-fp16-small.kvd").read_bytes()
+    client.put(b"chunk", raw)
+    assert client.get_as(b"chunk", kvdepot.Codec.RAW) == raw
+    encoded = client.get_as(b"chunk", kvdepot.Codec.CACHEGEN)
+    assert encoded[:4] == b"\x89KVD" and encoded != raw
+    assert client.get_as(b"missing", kvdepot.Codec.RAW) is None
+    client.put(b"not-a-chunk", b"plain bytes")
+    with pytest.raises(kvdepot.Error):
+        client.get_as(b"not-a-chunk", kvdepot.Codec.CACHEGEN)
+
+
+def test_every_class_and_method_is_documented():
+    for name in kvdepot.__all__:
+        obj = getattr(kvdepot, name)
+        if callable(obj):
+            assert obj.__doc__, name
+    for cls in (kvdepot.Client, kvdepot.Namespace):
+        for name, member in vars(cls).items():
+            if not name.startswith("_"):
+                assert member.__doc__, f"{cls.__name__}.{name}"
+    import pydoc
+    text = pydoc.render_doc(kvdepot, renderer=pydoc.plaintext)
+    assert "class Client" in text and "get_as" in text
+
+
+def test_the_type_stub_declares_every_public_name():
+    import ast
+    import pathlib
+    stub = pathlib.Path(kvdepot.__file__).with_name("__init__.pyi")
+    assert stub.exists(), "the .pyi is not installed beside the module"
+    assert stub.with_name("py.typed").exists()
+    tree = ast.parse(stub.read_text())
+    declared, methods = set(), {}
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            declared.add(node.name)
+        elif isinstance(node, ast.AnnAssign):
+            declared.add(node.target.id)
+        if isinstance(node, ast.ClassDef):
+            methods[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+            methods[node.name] |= {t.id for n in node.body if isinstance(n, ast.Assign)
+                                   for t in n.targets}
+    public = {n for n in dir(kvdepot) if not n.startswith("_") and
+              not isinstance(getattr(kvdepot, n), type(kvdepot))}  # submodules are not names
+    assert public - declared == set(), "public names missing from __init__.pyi"
+    assert set(kvdepot.__all__) <= declared
+    for cls in ("Client", "Namespace"):
+        real = {n for n in dir(getattr(kvdepot, cls)) if not n.startswith("_")}
+        assert real - methods[cls] == set(), f"{cls} members missing from __init__.pyi"
+    for cls in ("Tier", "DType", "Codec"):
+        assert {m.name for m in getattr(kvdepot, cls)} == methods[cls]
 
 
 def test_chunk_keys_match_the_format_golden_vector(client):

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from kvd import KVDEPOT, Daemon
+from kvd import KVDEPOT, Daemon, logfmt
 
 
 def kvdepot(*args, input=None, env=None, timeout=60):
@@ -144,3 +144,68 @@ def test_json_on_the_codec_commands(tmp_path):
     assert reports[1]["codec"] == "raw" and reports[1]["bytes"] == kvd.stat().st_size
     assert reports[0]["shape"] == reports[2]["shape"] == [2, 2, 16, 8, 128]
     assert reports[2]["file"] == str(back)
+
+
+# ---- issue 23 §3: purges, bench cleanup, top, completion (the real binary) ---------------------
+
+def test_del_prefix_refuses_without_yes_on_a_pipe(tmp_path):
+    d = Daemon(tmp_path)
+    try:
+        f = tmp_path / "v.bin"
+        f.write_bytes(b"x" * 1000)
+        for i in range(3):
+            d.cli("put", f"model-a/{i}", f)
+        d.cli("put", "model-b/0", f)
+        # stdin is a pipe here: no one to ask, so --yes is required (exit 2, nothing deleted).
+        p = subprocess.run([KVDEPOT, "--addr", d.addr, "del", "--prefix", "model-a/"],
+                           input=b"y\n", capture_output=True, timeout=30)
+        assert p.returncode == 2, p.stderr
+        assert b"3 keys" in p.stderr and b"--yes" in p.stderr, p.stderr
+        assert len(json.loads(d.cli("ls", "model-a/", "--json").stdout)) == 3
+        out = d.cli("del", "--prefix", "model-a/", "--yes").stdout.decode()
+        assert out == "deleted 3 keys (2.93 KiB) under prefix 'model-a/'\n", out
+        assert [e["key"] for e in json.loads(d.cli("ls", "--json").stdout)] == ["model-b/0"]
+    finally:
+        d.stop()
+
+
+def test_bench_leaves_no_keys_in_kvdepotd_redis_or_lm(tmp_path):
+    """The native run, the --redis run (against kvdepotd's own resp:// listener, which speaks
+    Redis's protocol and stores into the same cache) and the --lm run all delete their keys."""
+    d = Daemon(tmp_path, "--lm-listen", "127.0.0.1:0", "--resp-listen", "127.0.0.1:0")
+    try:
+        lm = logfmt(d.wait_for_line(r'msg="lm://'))["lm"]
+        resp = logfmt(d.wait_for_line(r'msg="resp://'))["resp"]
+        p = d.cli("bench", "--op", "put", "--duration", "1", "--keys", "8", "--value-size",
+                  "64KiB", "--redis", resp, "--lm", lm, "--json")
+        runs = json.loads(p.stdout)
+        assert [r["target"] for r in runs] == ["kvdepot", "lm", "redis"], runs
+        for r in runs:
+            assert r["ops"] > 0 and r["keys_removed"] == 8, r
+        assert p.stderr == b"", p.stderr  # no progress bar: stderr is not a terminal
+        assert json.loads(d.cli("ls", "--json").stdout) == []
+    finally:
+        d.stop()
+
+
+def test_top_prints_count_lines_and_stats_has_sections(tmp_path):
+    d = Daemon(tmp_path)
+    try:
+        lines = d.cli("top", "--interval", "0.2", "--count", "2").stdout.decode().splitlines()
+        assert len(lines) == 3 and "req/s" in lines[0], lines
+        text = d.cli("stats").stdout.decode()
+        for section in ("# server", "# connections", "# tiers", "# host", "# limits"):
+            assert section in text, text
+        assert f"{d.proc.pid}" in text and "0.1.0" in text, text
+        doc = json.loads(d.cli("stats", "--json").stdout)
+        assert doc["pid"] == d.proc.pid and doc["tiers"]["host"]["capacity"] == 64 << 20
+    finally:
+        d.stop()
+
+
+def test_completion_scripts_load_in_bash(tmp_path):
+    script = kvdepot("completion", "bash").stdout.decode()
+    probe = script + "\nCOMP_WORDS=(kvdepot ls --sort ''); COMP_CWORD=3; _kvdepot\n" \
+                     "echo \"${COMPREPLY[*]}\"\n"
+    p = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and p.stdout.strip() == "key size tier idle", (p.stdout, p.stderr)

@@ -45,6 +45,38 @@ T Unwrap(Result<T> r) {
 
 py::bytes Bytes(std::string_view s) { return py::bytes(s.data(), s.size()); }
 
+// The module's IntEnum classes (Tier, DType, Codec), made at import: IntEnum members compare
+// equal to the ints older code used (kvdepot.TIER_HOST == kvdepot.Tier.HOST == 2).
+struct Enums {
+  py::object tier, dtype, codec;
+};
+Enums& EnumTypes() {
+  static Enums enums;
+  return enums;
+}
+
+// An IntEnum `name` of `members` (NAME, value) in module `m`, documented by `doc`.
+py::object MakeIntEnum(py::module_& m, const char* name,
+                       std::vector<std::pair<std::string, int>> members, const char* doc) {
+  py::list items;
+  for (const auto& [member, value] : members) items.append(py::make_tuple(member, value));
+  py::object type = py::module_::import("enum").attr("IntEnum")(name, items);
+  type.attr("__module__") = "kvdepot";
+  type.attr("__doc__") = doc;
+  m.attr(name) = type;
+  return type;
+}
+
+py::object TierOf(protocol::Tier t) {
+  return EnumTypes().tier(static_cast<int>(t));
+}
+
+py::list TiersOf(const std::vector<protocol::Tier>& tiers) {
+  py::list out;
+  for (auto t : tiers) out.append(TierOf(t));
+  return out;
+}
+
 Namespace MakeNamespace(const std::string& model, std::uint32_t tp_world_size,
                         std::uint32_t tp_rank, std::uint8_t dtype, std::uint8_t codec,
                         std::uint32_t chunk_tokens, const std::string& tenant,
@@ -195,9 +227,7 @@ class PyClient {
       r = client_->Lookup(ks);
     }
     auto res = Unwrap(std::move(r));
-    std::vector<int> tiers;
-    for (auto t : res.tiers) tiers.push_back(static_cast<int>(t));
-    return py::make_tuple(res.prefix_length, tiers);
+    return py::make_tuple(res.prefix_length, TiersOf(res.tiers));
   }
 
   // (prefix_length, keys, tiers) for the full chunks of `tokens` in a chunk-key namespace.
@@ -208,9 +238,7 @@ class PyClient {
       r = client_->LookupPrefix(ns, tokens);
     }
     auto res = Unwrap(std::move(r));
-    std::vector<int> tiers;
-    for (auto t : res.tiers) tiers.push_back(static_cast<int>(t));
-    return py::make_tuple(res.prefix_length, KeysOf(res.keys), tiers);
+    return py::make_tuple(res.prefix_length, KeysOf(res.keys), TiersOf(res.tiers));
   }
 
   bool Delete(py::handle key) {
@@ -224,13 +252,36 @@ class PyClient {
     return !codes.empty() && codes[0] == StatusCode::kOk;
   }
 
-  std::string Stats() {
+  // The daemon's STATS document (docs/protocol.md) as a dict.
+  py::object Stats() {
     Result<std::string> r = Status::Ok();
     {
       py::gil_scoped_release release;
       r = client_->Stats();
     }
-    return Unwrap(std::move(r));
+    return py::module_::import("json").attr("loads")(Unwrap(std::move(r)));
+  }
+
+  // GET_AS: the value transcoded by the daemon into `codec` (a chunk container), or None on a
+  // miss. Raises kvdepot.Error when the value is no container or cannot be transcoded.
+  py::object GetAs(py::handle key, int codec) {
+    if (codec < 0 || codec > 255) throw py::value_error("codec is not a kvdepot.Codec");
+    const std::vector<std::string> keys = {Key(key)};
+    std::optional<std::vector<std::byte>> value;
+    Status item_status;
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = client_->GetAs(keys, static_cast<CodecId>(codec), [&](const client::GetItem& item) {
+        item_status = item.status;
+        if (item.status.ok()) value.emplace(item.value.begin(), item.value.end());
+      });
+    }
+    if (!s.ok()) Raise(s);
+    if (item_status.code() == StatusCode::kNotFound) return py::none();
+    if (!item_status.ok()) Raise(item_status);
+    if (!value) return py::none();
+    return py::bytes(reinterpret_cast<const char*>(value->data()), value->size());
   }
 
   // Every key starting with `prefix` (all pages), as [(key, value_bytes, tier)].
@@ -247,7 +298,7 @@ class PyClient {
       }
       auto res = Unwrap(std::move(r));
       for (const auto& e : res.entries) {
-        out.append(py::make_tuple(Bytes(e.key), e.value_bytes, static_cast<int>(e.tier)));
+        out.append(py::make_tuple(Bytes(e.key), e.value_bytes, TierOf(e.tier)));
       }
       if (res.next_cursor.empty() || res.entries.empty()) return out;
       q.cursor = res.next_cursor;
@@ -277,24 +328,50 @@ PYBIND11_MODULE(_kvdepot, m) {
   m.doc() = "kvdepot client: talks to kvdepotd (protocol v1) over TCP or a Unix socket";
   ErrorType() = py::reinterpret_borrow<py::object>(
       PyErr_NewException("kvdepot.Error", PyExc_RuntimeError, nullptr));
+  ErrorType().attr("__doc__") =
+      "A failed kvdepot call: the message starts with the status name (e.g. 'unavailable: ').";
   m.attr("Error") = ErrorType();
-  m.attr("TIER_NONE") = 0;
-  m.attr("TIER_GPU") = 1;
-  m.attr("TIER_HOST") = 2;
-  m.attr("TIER_SSD") = 3;
+  EnumTypes().tier = MakeIntEnum(m, "Tier", {{"NONE", 0}, {"GPU", 1}, {"HOST", 2}, {"SSD", 3}},
+                                 "Where a key is held: the tier LOOKUP and scan report (NONE: "
+                                 "not cached).");
+  EnumTypes().dtype = MakeIntEnum(m, "DType", {{"FP16", 1}, {"BF16", 2}, {"FP32", 3}},
+                                  "The element type of a namespace's KV tensors.");
+  EnumTypes().codec = MakeIntEnum(m, "Codec", {{"RAW", 0}, {"CACHEGEN", 1}, {"HACK_INT2", 2}},
+                                  "A chunk container's codec (docs/format.md): what GET_AS "
+                                  "transcodes into and a namespace's codec.");
+  // The ints of earlier releases, kept: each is the Tier member of the same value.
+  m.attr("TIER_NONE") = EnumTypes().tier(0);
+  m.attr("TIER_GPU") = EnumTypes().tier(1);
+  m.attr("TIER_HOST") = EnumTypes().tier(2);
+  m.attr("TIER_SSD") = EnumTypes().tier(3);
   m.attr("LM_HEADER_BYTES") = lm::kValueHeaderBytes;
 
-  py::class_<Namespace>(m, "Namespace")
+  py::class_<Namespace>(m, "Namespace",
+                        "A chunk-key namespace (docs/format.md §2): a model, its tensor-parallel "
+                        "rank, dtype, codec and chunk size, an optional tenant and salt.")
       .def(py::init(&MakeNamespace), py::arg("model"), py::arg("tp_world_size") = 1,
            py::arg("tp_rank") = 0, py::arg("dtype") = 1, py::arg("codec") = 0,
            py::arg("chunk_tokens") = 256, py::arg("tenant") = "", py::arg("salt") = "",
-           "A chunk-key namespace (docs/format.md §2). dtype: 1 fp16, 2 bf16, 3 fp32; codec: "
-           "0 raw, 1 cachegen, 2 hack-int2. Invalid fields raise kvdepot.Error.")
-      .def("id", [](const Namespace& ns) {
-        const NamespaceId id = ns.Id();
-        return py::bytes(reinterpret_cast<const char*>(id.bytes.data()), id.bytes.size());
-      })
-      .def("label", &Namespace::Label);
+           "Makes a namespace. dtype: a kvdepot.DType (default FP16); codec: a kvdepot.Codec "
+           "(default RAW); plain ints work too. Invalid fields raise kvdepot.Error.")
+      .def(
+          "id",
+          [](const Namespace& ns) {
+            const NamespaceId id = ns.Id();
+            return py::bytes(reinterpret_cast<const char*>(id.bytes.data()), id.bytes.size());
+          },
+          "The 16-byte namespace id: the first 16 bytes of each of its chunk keys.")
+      .def("label", &Namespace::Label, "A readable summary of the namespace's fields.")
+      .def_property_readonly(
+          "model", [](const Namespace& ns) { return ns.model; }, "The model name.")
+      .def_property_readonly(
+          "dtype",
+          [](const Namespace& ns) { return EnumTypes().dtype(static_cast<int>(ns.dtype)); },
+          "The KV element type, a kvdepot.DType.")
+      .def_property_readonly(
+          "codec",
+          [](const Namespace& ns) { return EnumTypes().codec(static_cast<int>(ns.codec)); },
+          "The codec, a kvdepot.Codec.");
 
   m.def(
       "chunk_keys",
@@ -325,7 +402,10 @@ PYBIND11_MODULE(_kvdepot, m) {
       py::arg("fmt"), py::arg("dtype"), py::arg("location"), py::arg("shape"),
       "The 32-byte header kept in front of an LMCache value (shape padded with zeros to 4).");
 
-  py::class_<PyClient>(m, "Client")
+  py::class_<PyClient>(m, "Client",
+                       "A thread-safe client of kvdepotd that pools its connections. Keys are "
+                       "bytes or str (1 to 256 bytes); values any C-contiguous buffer. Network "
+                       "calls release the GIL; failures raise kvdepot.Error.")
       .def(py::init<const std::string&, int, std::size_t, const std::string&, const std::string&,
                     bool, const std::string&, const std::string&, const std::string&,
                     const std::string&>(),
@@ -334,18 +414,36 @@ PYBIND11_MODULE(_kvdepot, m) {
            py::arg("token_file") = "", py::arg("tls") = false, py::arg("tls_ca_file") = "",
            py::arg("tls_cert_file") = "", py::arg("tls_key_file") = "",
            py::arg("tls_server_name") = "",
-           "A thread-safe pooled client; connections are made on demand. token / token_file: "
-           "AUTH on every connection (docs/security.md); tls*: TLS over TCP, verifying the "
-           "server against tls_ca_file (or the system CAs).")
-      .def("ping", &PyClient::Ping)
-      .def("put", &PyClient::Put, py::arg("key"), py::arg("value"))
-      .def("put_parts", &PyClient::PutParts, py::arg("key"), py::arg("parts"))
-      .def("get", &PyClient::Get, py::arg("key"))
-      .def("get_into", &PyClient::GetInto, py::arg("key"), py::arg("out"))
-      .def("get_lm", &PyClient::GetLm, py::arg("key"), py::arg("allocate"))
-      .def("lookup", &PyClient::Lookup, py::arg("keys"))
-      .def("lookup_prefix", &PyClient::LookupPrefix, py::arg("ns"), py::arg("tokens"))
-      .def("delete", &PyClient::Delete, py::arg("key"))
-      .def("stats", &PyClient::Stats)
-      .def("scan", &PyClient::Scan, py::arg("prefix") = py::bytes(), py::arg("page") = 4096);
+           "Connects on demand to address (HOST:PORT or unix:PATH). token / token_file: AUTH on "
+           "every connection (docs/security.md); tls*: TLS over TCP, verifying the server "
+           "against tls_ca_file (or the system CAs).")
+      .def("ping", &PyClient::Ping, "One round trip; raises kvdepot.Error when it fails.")
+      .def("put", &PyClient::Put, py::arg("key"), py::arg("value"),
+           "Stores value (any C-contiguous buffer, sent without a copy) under key.")
+      .def("put_parts", &PyClient::PutParts, py::arg("key"), py::arg("parts"),
+           "Stores the concatenation of parts (e.g. a header and a tensor) without joining "
+           "them first.")
+      .def("get", &PyClient::Get, py::arg("key"), "The value as bytes, or None on a miss.")
+      .def("get_into", &PyClient::GetInto, py::arg("key"), py::arg("out"),
+           "Receives the value straight into out (writable, C-contiguous, large enough); its "
+           "size, or None on a miss.")
+      .def("get_as", &PyClient::GetAs, py::arg("key"), py::arg("codec"),
+           "GET_AS: the value (a chunk container) transcoded by the daemon into codec (a "
+           "kvdepot.Codec), as bytes; None on a miss. The daemon's codec metrics count it.")
+      .def("get_lm", &PyClient::GetLm, py::arg("key"), py::arg("allocate"),
+           "A value stored with an LMCache header: allocate(payload_size, fmt, dtype, location, "
+           "shape) returns the writable buffer the payload is received into (or None to drop "
+           "it). Returns (payload_size, fmt, dtype, location, shape), or None.")
+      .def("lookup", &PyClient::Lookup, py::arg("keys"),
+           "One round trip for keys given in prefix order: (prefix_length, [kvdepot.Tier per "
+           "key]).")
+      .def("lookup_prefix", &PyClient::LookupPrefix, py::arg("ns"), py::arg("tokens"),
+           "The chunk keys of tokens in namespace ns and one LOOKUP: (prefix_length, keys, "
+           "[kvdepot.Tier per key]).")
+      .def("delete", &PyClient::Delete, py::arg("key"), "Deletes key; True when it was present.")
+      .def("stats", &PyClient::Stats,
+           "The daemon's statistics (the STATS document of docs/protocol.md) as a dict.")
+      .def("scan", &PyClient::Scan, py::arg("prefix") = py::bytes(), py::arg("page") = 4096,
+           "Every key starting with prefix, fetched page keys at a time: a list of (key, "
+           "value_bytes, kvdepot.Tier).");
 }

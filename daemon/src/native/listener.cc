@@ -4,6 +4,7 @@
 #include <utility>  // before Boost.Asio: Boost 1.74 under C++20 needs std::exchange declared
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -196,7 +197,10 @@ std::string Server::Impl::StatsJson(const AuthScope* scope) const {
   const auto uptime =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_)
           .count();
-  Json out = {{"uptime_s", static_cast<std::uint64_t>(uptime)},
+  // version and pid: what `kvdepot stats` shows in its server section.
+  Json out = {{"version", KVDEPOT_VERSION},
+              {"pid", static_cast<std::int64_t>(::getpid())},
+              {"uptime_s", static_cast<std::uint64_t>(uptime)},
               {"connections_open", s.connections_open},
               {"connections_total", s.connections_total},
               {"requests", s.requests},

@@ -206,6 +206,8 @@ class Client {
   Status Put(std::string_view key, std::span<const std::byte> value);
   Result<std::optional<std::vector<std::byte>>> Get(std::string_view key);
   Status Get(std::span<const std::string> keys, const GetCallback& on_item);
+  // GET_AS on a pooled connection: as Connection::GetAs (not retried once items were delivered).
+  Status GetAs(std::span<const std::string> keys, CodecId codec, const GetCallback& on_item);
   Status PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts);
   Result<std::optional<std::size_t>> GetInto(std::string_view key, std::span<std::byte> head,
                                              std::span<std::byte> out);

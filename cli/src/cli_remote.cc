@@ -42,6 +42,13 @@ std::string KeyForDisplay(std::string_view key) {
   return printable ? std::string(key) : HexLower(key);
 }
 
+Result<std::unique_ptr<client::Connection>> Connect(const client::ClientOptions& remote) {
+  const client::ClientOptions& o = remote;
+  auto c = client::Connection::Connect(o);
+  if (!c.ok()) return c.status().WithContext("kvdepotd at " + remote.address);
+  return c;
+}
+
 namespace {
 
 Status CheckKey(const std::string& key) {
@@ -50,13 +57,6 @@ Status CheckKey(const std::string& key) {
                       " bytes");
   }
   return Status::Ok();
-}
-
-Result<std::unique_ptr<client::Connection>> Connect(const client::ClientOptions& remote) {
-  const client::ClientOptions& o = remote;
-  auto c = client::Connection::Connect(o);
-  if (!c.ok()) return c.status().WithContext("kvdepotd at " + remote.address);
-  return c;
 }
 
 Status Ping(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
@@ -411,6 +411,7 @@ Status RunRemoteCommand(const client::ClientOptions& remote, std::string_view co
   if (command == "lookup") return Lookup(remote, argv, io);
   if (command == "inspect") return InspectRemote(remote, argv, io);
   if (command == "bench") return RunBench(remote, argv, io);
+  if (command == "cluster") return RunClusterCommand(remote, argv, io);
   *handled = false;
   return Status::Ok();
 }
@@ -430,6 +431,8 @@ void PrintRemoteUsage(std::ostream& out) {
          "  del KEY... [--json]\n"
          "  lookup KEY... [--json]         longest cached prefix of keys given in prefix order\n"
          "  bench [options]                load generator (see 'kvdepot bench --help')\n"
+         "  cluster status [--json]        the cluster's members as this node sees them\n"
+         "  cluster owner KEY [--json]     which member(s) own KEY\n"
          "KEY is any string of 1-256 bytes (e.g. k1), or a 96-hex-digit chunk key.\n";
 }
 

@@ -2,6 +2,7 @@
 
 #include "kvdepot/daemon/server.h"
 
+#include "kvdepot/daemon/cluster_router.h"
 #include "kvdepot/daemon/kv_events.h"
 #include "kvdepot/daemon/log.h"
 #include "kvdepot/daemon/ssd_tier.h"
@@ -486,16 +487,18 @@ class Connection : public ConnectionBase,
     put_.results->codes.push_back(StatusCode::kOk);
     ++put_.results->pending;
     ++store_ops_;
-    server_.store().Put(put_.key, std::move(put_.value),
-                        [self = this->shared_from_this(), results = put_.results,
-                         header = put_.header, item](Status status) {
-                          self->OnOwnThread([self, results, header, item, status] {
-                            self->StoreDone();
-                            results->codes[item] = status.code();
-                            --results->pending;
-                            self->MaybeFinishPut(header, *results);
-                          });
-                        });
+    server_.store().Put(
+        put_.key, std::move(put_.value),
+        [self = this->shared_from_this(), results = put_.results, header = put_.header,
+         item](Status status) {
+          self->OnOwnThread([self, results, header, item, status] {
+            self->StoreDone();
+            results->codes[item] = status.code();
+            --results->pending;
+            self->MaybeFinishPut(header, *results);
+          });
+        },
+        RouteOf(put_.header));
   }
 
   void MaybeFinishPut(const FrameHeader& header, const PutResults& results) {
@@ -560,6 +563,12 @@ class Connection : public ConnectionBase,
       case Op::kRelease: return HandleRelease(h);
       case Op::kGetAs: return HandleGetAs(h);
       case Op::kEventOrigin: return HandleEventOrigin(h);
+      case Op::kClusterInfo: {
+        const ClusterRouter* router = server_.store().router();
+        const std::string json = router != nullptr ? router->InfoJson() : NotClusteredInfoJson();
+        const auto* p = reinterpret_cast<const std::byte*>(json.data());
+        return SendBody(h, StatusCode::kOk, std::vector<std::byte>(p, p + json.size()));
+      }
       case Op::kPut: break;  // handled while reading
     }
   }
@@ -604,6 +613,11 @@ class Connection : public ConnectionBase,
     SendBody(h, status.code(), protocol::EncodeErrorBody(status.message()));
     stop_reading_ = true;
     MaybeClose();
+  }
+
+  // A request another cluster member forwarded is answered here, never forwarded again.
+  static Route RouteOf(const FrameHeader& h) {
+    return (h.flags & protocol::kFlagFromPeer) != 0 ? Route::kLocal : Route::kCluster;
   }
 
   // Every key is in an allowed namespace; else a permission error names the first that is not.
@@ -864,17 +878,21 @@ class Connection : public ConnectionBase,
       get_backlog_.pop_front();
       ++outstanding_gets_;
       ++store_ops_;
-      server_.store().Get(g.key, [self = this->shared_from_this(), g](Result<Found> found) {
-        self->OnOwnThread([self, g, found = std::move(found)]() mutable {
-          if (g.lease) return self->OnLeaseRead(g, std::move(found));
-          // A transcode keeps the store operation open until its answer (Transcode).
-          if (g.target_codec >= 0 && found.ok()) return self->Transcode(g, std::move(*found));
-          --self->outstanding_gets_;
-          self->StoreDone();
-          self->FillSlot(g.slot, GetItemFrame(g.header, g.index, g.last, std::move(found)));
-          self->PumpGets();
-        });
-      });
+      const Route route = g.lease ? Route::kLocal : RouteOf(g.header);  // leases: this node's
+      server_.store().Get(
+          g.key,
+          [self = this->shared_from_this(), g](Result<Found> found) {
+            self->OnOwnThread([self, g, found = std::move(found)]() mutable {
+              if (g.lease) return self->OnLeaseRead(g, std::move(found));
+              // A transcode keeps the store operation open until its answer (Transcode).
+              if (g.target_codec >= 0 && found.ok()) return self->Transcode(g, std::move(*found));
+              --self->outstanding_gets_;
+              self->StoreDone();
+              self->FillSlot(g.slot, GetItemFrame(g.header, g.index, g.last, std::move(found)));
+              self->PumpGets();
+            });
+          },
+          route);
     }
     pumping_ = false;
   }
@@ -901,30 +919,55 @@ class Connection : public ConnectionBase,
     auto keys = protocol::DecodeKeyList(body_, limits_);
     if (!keys.ok()) return RequestError(h, keys.status());
     if (Status s = CheckKeys(*keys); !s.ok()) return RequestError(h, s);
-    protocol::LookupResult result;
-    bool prefix = true;
-    for (std::string_view key : *keys) {
-      const protocol::Tier tier = server_.store().Locate(key);
-      result.tiers.push_back(tier);
-      const bool present = tier != protocol::Tier::kNone;
-      prefix = prefix && present;
-      if (prefix) ++result.prefix_length;
-    }
-    if (RequestObserver* o = server_.observer()) {
-      o->OnLookup(result.prefix_length, static_cast<std::uint32_t>(keys->size()));
-    }
-    SendBody(h, StatusCode::kOk, protocol::EncodeLookupResult(result));
+    // In a cluster the keys held elsewhere are asked of their owners in one parallel round.
+    const std::uint64_t slot = ReserveSlot();
+    ++store_ops_;
+    server_.store().LocateMany(
+        *keys, RouteOf(h),
+        [self = this->shared_from_this(), h, slot](std::vector<protocol::Tier> tiers) {
+          self->OnOwnThread([self, h, slot, tiers = std::move(tiers)]() mutable {
+            self->StoreDone();
+            protocol::LookupResult result;
+            while (result.prefix_length < tiers.size() &&
+                   tiers[result.prefix_length] != protocol::Tier::kNone) {
+              ++result.prefix_length;
+            }
+            result.tiers = std::move(tiers);
+            if (RequestObserver* o = self->server_.observer()) {
+              o->OnLookup(result.prefix_length, static_cast<std::uint32_t>(result.tiers.size()));
+            }
+            self->FillSlot(slot,
+                           BodyFrame(h, StatusCode::kOk, protocol::EncodeLookupResult(result)));
+          });
+        });
   }
 
   void HandleDelete(const FrameHeader& h) {
     auto keys = protocol::DecodeKeyList(body_, limits_);
     if (!keys.ok()) return RequestError(h, keys.status());
     if (Status s = CheckKeys(*keys); !s.ok()) return RequestError(h, s);
-    std::vector<StatusCode> codes;
-    for (std::string_view key : *keys) {
-      codes.push_back(server_.store().Erase(key) ? StatusCode::kOk : StatusCode::kNotFound);
+    // In a cluster each key is erased at its owners too; the answer waits for all of them.
+    struct Deletes {
+      std::vector<StatusCode> codes;
+      std::size_t pending = 0;
+    };
+    auto d = std::make_shared<Deletes>();
+    d->codes.assign(keys->size(), StatusCode::kNotFound);
+    d->pending = keys->size();
+    const std::uint64_t slot = ReserveSlot();
+    ++store_ops_;
+    for (std::size_t i = 0; i < keys->size(); ++i) {
+      server_.store().Delete(
+          (*keys)[i], RouteOf(h), [self = this->shared_from_this(), h, slot, d, i](bool found) {
+            self->OnOwnThread([self, h, slot, d, i, found] {
+              if (found) d->codes[i] = StatusCode::kOk;
+              if (--d->pending != 0) return;
+              self->StoreDone();
+              self->FillSlot(slot,
+                             BodyFrame(h, StatusCode::kOk, protocol::EncodeStatusList(d->codes)));
+            });
+          });
     }
-    SendBody(h, StatusCode::kOk, protocol::EncodeStatusList(codes));
   }
 
   void HandleScan(const FrameHeader& h) {

@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvdepot/daemon/cluster_router.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/kv_events.h"
 #include "kvdepot/daemon/lm_server.h"
@@ -91,6 +92,10 @@ class Metrics final : public RequestObserver {
   // The SSD tier's own counters (kvdepot_ssd_*: I/O, errors, checksum failures, the I/O path);
   // read at every scrape. Its generic tier series come through AddTier("ssd", ...).
   void SetSsdSource(std::function<SsdTierStats()> source);
+  // The cluster router's counters (kvdepot_cluster_forwarded_total{op}, ..._forward_errors_total
+  // {op}, ..._handoff_hits_total, ..._handoff_bytes_total, ..._replica_writes_total); read at
+  // every scrape. Without it the families are absent (not in a cluster).
+  void SetClusterRouterSource(std::function<ClusterRouterStats()> source);
 
   // RequestObserver: kvdepot_requests_total, kvdepot_request_duration_seconds,
   // kvdepot_lookup_prefix_chunks, kvdepot_lookup_keys_total.

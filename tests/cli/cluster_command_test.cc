@@ -21,7 +21,7 @@ struct CliResult {
   std::string err;
 };
 
-CliResult Run(std::vector<std::string> args) {
+CliResult RunKvdepot(std::vector<std::string> args) {
   args.insert(args.begin(), "kvdepot");
   std::vector<const char*> argv;
   for (const std::string& a : args) argv.push_back(a.c_str());
@@ -33,7 +33,7 @@ CliResult Run(std::vector<std::string> args) {
 TEST(ClusterCommandTest, StatusJsonListsEveryMemberUp) {
   daemon::InProcessCluster cluster;
   cluster.Start(3, {.replicas = 1, .group_chunks = 4});
-  const CliResult r = Run({"--addr", cluster.node(2).addr, "cluster", "status", "--json"});
+  const CliResult r = RunKvdepot({"--addr", cluster.node(2).addr, "cluster", "status", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["members"].size(), 3u);
@@ -46,7 +46,7 @@ TEST(ClusterCommandTest, StatusJsonListsEveryMemberUp) {
   EXPECT_EQ(ids.size(), 3u);
   EXPECT_EQ(j["self"], cluster.node(2).id);
 
-  const CliResult human = Run({"--addr", cluster.node(0).addr, "cluster", "status"});
+  const CliResult human = RunKvdepot({"--addr", cluster.node(0).addr, "cluster", "status"});
   ASSERT_EQ(human.code, 0) << human.err;
   EXPECT_NE(human.out.find("3 members up"), std::string::npos) << human.out;
   EXPECT_NE(human.out.find("64.0 MiB"), std::string::npos) << human.out;  // capacity, human units
@@ -58,7 +58,8 @@ TEST(ClusterCommandTest, OwnerNamesThePlacementsOwners) {
   const auto view = cluster.node(0).source->Current();
   for (const std::string key : {"k1", "{tag}chunk-9", "another-key"}) {
     const auto owners = view->Owners(cluster::PlacementKey(key));
-    const CliResult r = Run({"--addr", cluster.node(1).addr, "cluster", "owner", key, "--json"});
+    const CliResult r =
+        RunKvdepot({"--addr", cluster.node(1).addr, "cluster", "owner", key, "--json"});
     ASSERT_EQ(r.code, 0) << r.err;
     const auto j = nlohmann::json::parse(r.out);
     ASSERT_EQ(j["owners"].size(), 2u);
@@ -66,12 +67,12 @@ TEST(ClusterCommandTest, OwnerNamesThePlacementsOwners) {
       EXPECT_EQ(j["owners"][i]["id"], owners[i]->id) << key;
       EXPECT_EQ(j["owners"][i]["addr"], owners[i]->native_addr);
     }
-    const CliResult human = Run({"--addr", cluster.node(1).addr, "cluster", "owner", key});
+    const CliResult human = RunKvdepot({"--addr", cluster.node(1).addr, "cluster", "owner", key});
     ASSERT_EQ(human.code, 0) << human.err;
     EXPECT_NE(human.out.find("primary  " + owners[0]->id), std::string::npos) << human.out;
   }
-  EXPECT_EQ(Run({"--addr", cluster.node(1).addr, "cluster", "owner"}).code, 2);
-  EXPECT_EQ(Run({"--addr", cluster.node(1).addr, "cluster", "bogus"}).code, 2);
+  EXPECT_EQ(RunKvdepot({"--addr", cluster.node(1).addr, "cluster", "owner"}).code, 2);
+  EXPECT_EQ(RunKvdepot({"--addr", cluster.node(1).addr, "cluster", "bogus"}).code, 2);
 }
 
 class NotClusteredTest : public daemon::InProcessServerTest {};
@@ -79,15 +80,15 @@ class NotClusteredTest : public daemon::InProcessServerTest {};
 TEST_F(NotClusteredTest, StatusAndOwnerSaySo) {
   StartServerWith(daemon::HostTierOptions{}, daemon::ServerOptions{});
   const std::string addr = "127.0.0.1:" + std::to_string(server_->tcp_port());
-  const CliResult status = Run({"--addr", addr, "cluster", "status"});
+  const CliResult status = RunKvdepot({"--addr", addr, "cluster", "status"});
   ASSERT_EQ(status.code, 0) << status.err;
   EXPECT_NE(status.out.find("not in a cluster"), std::string::npos) << status.out;
-  const CliResult json = Run({"--addr", addr, "cluster", "status", "--json"});
+  const CliResult json = RunKvdepot({"--addr", addr, "cluster", "status", "--json"});
   ASSERT_EQ(json.code, 0) << json.err;
   const auto j = nlohmann::json::parse(json.out);
   EXPECT_FALSE(j["clustered"].get<bool>());
   EXPECT_TRUE(j["members"].empty());
-  const CliResult owner = Run({"--addr", addr, "cluster", "owner", "k1"});
+  const CliResult owner = RunKvdepot({"--addr", addr, "cluster", "owner", "k1"});
   ASSERT_EQ(owner.code, 0) << owner.err;
   EXPECT_NE(owner.out.find("not in a cluster"), std::string::npos) << owner.out;
 }

@@ -106,6 +106,69 @@ class GarbagePeer {
   std::thread thread_;
 };
 
+// Answers one LOOKUP per connection ("all present, in host memory"), then closes it: every
+// pooled connection to it is stale by the next request.
+class OneReplyPeer {
+ public:
+  OneReplyPeer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    ::listen(fd_, 16);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~OneReplyPeer() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  std::string addr() const { return "127.0.0.1:" + std::to_string(port_); }
+  int connections() const { return connections_.load(); }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      const int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) continue;
+      ++connections_;
+      std::array<std::byte, protocol::kFrameHeaderBytes> head{};
+      if (::recv(c, head.data(), head.size(), MSG_WAITALL) == static_cast<ssize_t>(head.size())) {
+        auto h = protocol::DecodeFrameHeader(head, protocol::Limits{}, false);
+        std::vector<std::byte> body(h.ok() ? h->body_length : 0);
+        if (h.ok() &&
+            ::recv(c, body.data(), body.size(), MSG_WAITALL) == static_cast<ssize_t>(body.size())) {
+          auto keys = protocol::DecodeKeyList(body, protocol::Limits{});
+          protocol::LookupResult result;
+          result.tiers.assign(keys.ok() ? keys->size() : 0, protocol::Tier::kHost);
+          result.prefix_length = static_cast<std::uint32_t>(result.tiers.size());
+          const std::vector<std::byte> reply_body = protocol::EncodeLookupResult(result);
+          protocol::FrameHeader r;
+          r.type = h->type | protocol::kResponseBit;
+          r.request_id = h->request_id;
+          r.body_length = static_cast<std::uint32_t>(reply_body.size());
+          std::vector<std::byte> reply(protocol::kFrameHeaderBytes);
+          protocol::EncodeFrameHeader(r, reply.data());
+          reply.insert(reply.end(), reply_body.begin(), reply_body.end());
+          ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+        }
+      }
+      ::close(c);
+    }
+  }
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> connections_{0};
+  std::thread thread_;
+};
+
 class ClusterRouterTest : public ::testing::Test {
  protected:
   std::unique_ptr<client::Connection> Connect(std::size_t node) {
@@ -333,6 +396,30 @@ TEST_F(ClusterRouterTest, MalformedPeerRepliesAreMissesAndTheNodeKeepsServing) {
   EXPECT_GT(garbage.served() + mismatched.served(), 0);
   auto pong = c->Ping();
   EXPECT_TRUE(pong.ok()) << pong.ToString();
+}
+
+TEST_F(ClusterRouterTest, AConnectionThePeerClosedIsReplacedWithoutAMiss) {
+  OneReplyPeer peer;
+  cluster_.Start(1, {.replicas = 1, .group_chunks = 1});
+  cluster::Member fake;
+  fake.id = std::string(32, 'f');
+  fake.native_addr = peer.addr();
+  fake.capacity_bytes = 1ull << 40;  // owns (nearly) every key
+  cluster_.SetView(cluster_.View({0}, {fake}), false);
+  const auto view = cluster_.node(0).source->Current();
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; keys.size() < 3; ++i) {
+    if (OwnerIds(*view, KeyFor(i))[0] == fake.id) keys.push_back(KeyFor(i));
+  }
+  auto c = Connect(0);
+  ASSERT_NE(c, nullptr);
+  for (int round = 0; round < 3; ++round) {
+    auto r = c->Lookup(keys);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->prefix_length, keys.size()) << "round " << round;
+  }
+  EXPECT_EQ(peer.connections(), 3);
+  EXPECT_EQ(RouterStats(0).forward_errors[static_cast<std::size_t>(Op::kLookup)], 0u);
 }
 
 TEST_F(ClusterRouterTest, HandOffHitCopiesTheChunkToItsNewOwner) {

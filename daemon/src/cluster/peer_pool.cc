@@ -19,6 +19,7 @@ namespace {
 struct Pending {
   PeerRequest request;
   PeerCallback done;
+  bool retried = false;  // already resent once after its pooled connection turned out closed
 };
 
 struct Peer;
@@ -33,6 +34,9 @@ struct PeerConn : std::enable_shared_from_this<PeerConn> {
   std::uint64_t next_request_id = 0;
   std::uint64_t call_seq = 0;  // which call the timer belongs to
   bool closed = false;
+  std::uint64_t calls_done = 0;  // calls this connection answered
+  bool timed_out = false;        // the current call's deadline passed
+  bool reply_seen = false;       // the current call's reply header arrived
   Pending current;
   protocol::FrameHeader sent;
   std::array<std::byte, protocol::kFrameHeaderBytes> header_out{};
@@ -146,8 +150,9 @@ class PeerPool::Impl {
     const std::uint64_t seq = ++c->call_seq;
     c->timer.expires_after(options_.timeout);
     c->timer.async_wait([c, seq](const boost::system::error_code& ec) {
-      if (!ec && c->call_seq == seq)
-        c->Close();  // the pending operation fails: "Operation canceled"
+      if (ec || c->call_seq != seq) return;
+      c->timed_out = true;
+      c->Close();  // the pending operation fails: "Operation canceled"
     });
   }
 
@@ -237,6 +242,7 @@ class PeerPool::Impl {
 
   void Run(const std::shared_ptr<PeerConn>& c, Pending p) {
     c->current = std::move(p);
+    c->reply_seen = false;
     const PeerRequest& r = c->current.request;
     const std::uint64_t length = r.body.size() + (r.value ? r.value->bytes().size() : 0);
     if (length > options_.limits.max_body_bytes) {
@@ -268,6 +274,7 @@ class PeerPool::Impl {
   }
 
   void OnReplyHeader(const std::shared_ptr<PeerConn>& c) {
+    c->reply_seen = true;
     auto h = protocol::DecodeFrameHeader(c->header_in, options_.limits, true);
     if (!h.ok()) return CallFailed(c, "malformed reply: " + std::string(h.status().message()));
     if (h->op() != c->sent.op() || h->request_id != c->sent.request_id ||
@@ -318,6 +325,7 @@ class PeerPool::Impl {
 
   void Finish(const std::shared_ptr<PeerConn>& c, PeerResponse response) {
     ++c->call_seq;
+    ++c->calls_done;
     c->timer.cancel();
     Pending p = std::move(c->current);
     c->current = Pending{};
@@ -325,11 +333,20 @@ class PeerPool::Impl {
     p.done(std::move(response));
   }
 
+  // A call on a pooled connection that the peer had closed meanwhile (idle timeout, restart)
+  // fails before any reply: it is resent once on a fresh connection. Every forwarded request is
+  // safe to repeat (GET and LOOKUP read; PUT stores an immutable chunk again; DELETE again).
   void CallFailed(const std::shared_ptr<PeerConn>& c, const std::string& why) {
     Pending p = std::move(c->current);
     c->current = Pending{};
     Peer& peer = c->peer;
+    const bool stale = c->calls_done > 0 && !c->timed_out && !c->reply_seen;
     Drop(c);
+    if (stale && !p.retried && p.done && !stopped_) {
+      p.retried = true;
+      peer.queue.push_front(std::move(p));
+      return Pump(peer);
+    }
     Pump(peer);
     if (p.done) {
       p.done(Unavailable("cluster peer " + peer.address + ": " + why));

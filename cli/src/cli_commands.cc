@@ -68,6 +68,13 @@ const std::vector<CommandSpec>& Table() {
        "print how many keys and bytes went. On a terminal it asks first unless --yes; without\n"
        "a terminal on stdin it refuses (exit 2) unless --yes."},
       {"lookup", "KEY...", "longest cached prefix of keys given in prefix order", {kJson}},
+      {"cluster status",
+       "",
+       "the cluster's members, their use and capacity, as this node sees them",
+       {kJson},
+       "--json: the node's CLUSTER_INFO document (docs/protocol.md): self, fenced, revision,\n"
+       "placement and a members array (id, addr, state \"up\", capacity, used)."},
+      {"cluster owner", "KEY", "which member(s) own KEY (primary first, then replicas)", {kJson}},
       {"bench",
        "",
        "PUT / GET / LOOKUP load generator against kvdepotd (and Redis, lm://)",

@@ -53,6 +53,13 @@ Status RunRemoteCommand(const client::ClientOptions& remote, std::string_view co
 Status RunStats(const client::ClientOptions& remote, std::span<const char* const> argv, Io io);
 Status RunTop(const client::ClientOptions& remote, std::span<const char* const> argv, Io io);
 
+// A connection to kvdepotd as `remote` says; errors name the address.
+Result<std::unique_ptr<client::Connection>> Connect(const client::ClientOptions& remote);
+
+// `kvdepot cluster status|owner ...` (cluster_command.cc); argv starts after "cluster".
+Status RunClusterCommand(const client::ClientOptions& remote, std::span<const char* const> argv,
+                         Io io);
+
 // `kvdepot bench`: a PUT/GET/LOOKUP load generator against kvdepotd, or Redis with --redis.
 Status RunBench(const client::ClientOptions& remote, std::span<const char* const> argv, Io io,
                 const Terminals& terminals);

@@ -47,6 +47,13 @@ std::string KeyForDisplay(std::string_view key) {
   return printable ? std::string(key) : HexLower(key);
 }
 
+Result<std::unique_ptr<client::Connection>> Connect(const client::ClientOptions& remote) {
+  const client::ClientOptions& o = remote;
+  auto c = client::Connection::Connect(o);
+  if (!c.ok()) return c.status().WithContext("kvdepotd at " + remote.address);
+  return c;
+}
+
 namespace {
 
 Status CheckKey(const std::string& key) {
@@ -55,13 +62,6 @@ Status CheckKey(const std::string& key) {
                       " bytes");
   }
   return Status::Ok();
-}
-
-Result<std::unique_ptr<client::Connection>> Connect(const client::ClientOptions& remote) {
-  const client::ClientOptions& o = remote;
-  auto c = client::Connection::Connect(o);
-  if (!c.ok()) return c.status().WithContext("kvdepotd at " + remote.address);
-  return c;
 }
 
 Status Ping(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
@@ -514,6 +514,7 @@ Status RunRemoteCommand(const client::ClientOptions& remote, std::string_view co
   if (command == "lookup") return Lookup(remote, argv, io);
   if (command == "inspect") return InspectRemote(remote, argv, io);
   if (command == "bench") return RunBench(remote, argv, io, terminals);
+  if (command == "cluster") return RunClusterCommand(remote, argv, io);
   *handled = false;
   return Status::Ok();
 }

@@ -694,6 +694,11 @@ Result<std::string> Connection::Stats() {
   return std::string(reinterpret_cast<const char*>(response.data()), response.size());
 }
 
+Result<std::string> Connection::ClusterInfo() {
+  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kClusterInfo, {}));
+  return std::string(reinterpret_cast<const char*>(response.data()), response.size());
+}
+
 Result<protocol::ScanResult> Connection::Scan(const protocol::ScanRequest& request) {
   KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> body, protocol::EncodeScanRequest(request));
   KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kScan, body));
@@ -771,6 +776,9 @@ Result<std::vector<StatusCode>> Client::Delete(std::span<const std::string> keys
 }
 Result<std::string> Client::Stats() {
   return WithConnection([](Connection& c) { return c.Stats(); });
+}
+Result<std::string> Client::ClusterInfo() {
+  return WithConnection([](Connection& c) { return c.ClusterInfo(); });
 }
 Result<protocol::ScanResult> Client::Scan(const protocol::ScanRequest& request) {
   return WithConnection([&](Connection& c) { return c.Scan(request); });

@@ -134,4 +134,19 @@ const AuthScope* Authenticator::Check(std::string_view token) const {
   return found;
 }
 
+Result<std::string> LoadPeerToken(const std::string& path) {
+  KVD_RETURN_IF_ERROR(Authenticator::LoadFile(path).status());
+  std::ifstream in(path, std::ios::binary);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string token, scope;
+    if (!(fields >> token >> scope) || token.front() == '#') continue;
+    if (scope == "*") return token;
+  }
+  return NotFound("auth.token_file " + path +
+                  " has no '*' token: cluster members authenticate to each other with the "
+                  "file's first '*' token (docs/cluster.md)");
+}
+
 }  // namespace kvdepot::daemon

@@ -24,6 +24,7 @@
 #include "kvdepot/cluster/etcd_membership.h"
 #include "kvdepot/cluster/topology_source.h"
 #include "kvdepot/daemon/auth.h"
+#include "kvdepot/daemon/cluster_router.h"
 #include "kvdepot/daemon/config.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/kv_events.h"
@@ -616,9 +617,27 @@ int Run(int argc, char** argv) {
          {"advertise", config.cluster.advertise},
          {"etcd", config.cluster.etcd}});
   }
-  // What the cluster's request router reads (owners, previous owners, fencing): the etcd
-  // membership in a cluster, null for a single daemon.
-  [[maybe_unused]] cluster::TopologySource* const topology_source = membership.get();
+  // Requests for keys this node does not own go to their owners (docs/cluster.md, "Requests"):
+  // the router reads the membership's view; every front end reaches it through the store.
+  std::unique_ptr<ClusterRouter> router;
+  if (membership) {
+    ClusterRouterOptions ro;
+    ro.limits = config.server.limits;
+    if (config.server.auth != nullptr) {
+      auto token = LoadPeerToken(config.auth_token_file);
+      if (!token.ok()) {
+        membership->Leave();
+        resp_server.Stop();
+        lm_server.Stop();
+        server.Stop();
+        return Fail(1, token.status().message());
+      }
+      ro.peer_token = *std::move(token);
+    }
+    router = std::make_unique<ClusterRouter>(store, *membership, std::move(ro));
+    store.SetRouter(router.get());
+    metrics.SetClusterRouterSource([r = router.get()] { return r->stats(); });
+  }
 
   std::string where;
   std::vector<LogField> fields;
@@ -698,6 +717,10 @@ int Run(int argc, char** argv) {
   }
   if (events) events->Stop();  // publishes what the tiers announced until now (the flush too)
   http.reset();                // its sources read the server, the tiers and the membership
+  // The listeners are stopped: no request reaches the router any more. It goes before the
+  // membership it reads and before the store it was set on.
+  store.SetRouter(nullptr);
+  router.reset();
   membership.reset();
   const ServerStats st = server.stats();
   Log(LogLevel::kInfo, "stopped after " + std::to_string(st.requests) + " requests",

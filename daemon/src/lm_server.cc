@@ -271,13 +271,7 @@ class LmConnection : public DrainableConnection, public std::enable_shared_from_
     switch (r.command) {
       case lm::kCommandPut: return HandlePut(std::move(r));
       case lm::kCommandGet: return HandleGet(std::move(r));
-      case lm::kCommandExist: {
-        ++counters_->exists;
-        const bool hit = !r.key.empty() &&
-                         server_.store().Locate(server_.prefix() + r.key) != protocol::Tier::kNone;
-        if (hit) ++counters_->exist_hits;
-        return Reply(ServerHeader(hit ? kReplySuccess : kReplyFail, 0));
-      }
+      case lm::kCommandExist: return HandleExist(std::move(r));
       case lm::kCommandList: return HandleList();
       case lm::kCommandHealth: ++counters_->health; return Reply(ServerHeader(kReplySuccess, 0));
       default: return ProtocolError();
@@ -334,6 +328,27 @@ class LmConnection : public DrainableConnection, public std::enable_shared_from_
                        if (ec) return self->Close();
                        self->Discard(left, /*counted=*/true);
                      });
+  }
+
+  // ---- EXIST: in a cluster, asked of the key's owner when not held here ----------------------
+  void HandleExist(lm::Request r) {
+    ++counters_->exists;
+    if (r.key.empty()) return Reply(ServerHeader(kReplyFail, 0));
+    in_store_ = true;
+    const std::string key = server_.prefix() + r.key;
+    const std::string_view keys[] = {key};
+    server_.store().LocateMany(keys, Route::kCluster,
+                               [self = shared_from_this()](std::vector<protocol::Tier> tiers) {
+                                 auto finish = [self, hit = tiers.at(0) != protocol::Tier::kNone] {
+                                   self->in_store_ = false;
+                                   self->last_progress_ = std::chrono::steady_clock::now();
+                                   if (hit) ++self->counters_->exist_hits;
+                                   self->Reply(ServerHeader(hit ? kReplySuccess : kReplyFail, 0));
+                                 };
+                                 if (self->socket_.get_executor().running_in_this_thread())
+                                   return finish();
+                                 asio::post(self->socket_.get_executor(), std::move(finish));
+                               });
   }
 
   // ---- GET: header, then the payload straight from the stored value ---------------------------

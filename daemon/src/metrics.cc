@@ -214,6 +214,10 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     std::lock_guard lock(mu_);
     cluster_ = std::move(source);
   }
+  void SetClusterRouter(std::function<ClusterRouterStats()> source) {
+    std::lock_guard lock(mu_);
+    cluster_router_ = std::move(source);
+  }
 
   std::vector<MetricFamily> Collect() const override {
     std::lock_guard lock(mu_);
@@ -235,6 +239,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     CollectProcessMetrics(out);
     if (events_) CollectEvents(events_(), out);
     if (cluster_) CollectCluster(cluster_(), out);
+    if (cluster_router_) CollectClusterRouter(cluster_router_(), out);
     return out;
   }
 
@@ -352,6 +357,37 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
          "Member records advertising other cluster.replicas/group_chunks than this node's "
          "(counted at every poll)",
          MetricType::Counter, static_cast<std::uint64_t>(s.placement_mismatches)},
+    };
+    AddRows(rows, out);
+  }
+
+  static void CollectClusterRouter(const ClusterRouterStats& s, std::vector<MetricFamily>& out) {
+    auto forwarded = NewFamily("kvdepot_cluster_forwarded_total",
+                               "Requests this node sent to another cluster member, by native op",
+                               MetricType::Counter);
+    auto errors = NewFamily("kvdepot_cluster_forward_errors_total",
+                            "Of those, requests that failed (peer down, timeout, bad reply, error)",
+                            MetricType::Counter);
+    for (const protocol::Op op :
+         {protocol::Op::kGet, protocol::Op::kPut, protocol::Op::kLookup, protocol::Op::kDelete}) {
+      const std::string name(protocol::OpName(op));
+      Add(forwarded, {{"op", name}},
+          static_cast<double>(s.forwarded[static_cast<std::size_t>(op)]));
+      Add(errors, {{"op", name}},
+          static_cast<double>(s.forward_errors[static_cast<std::size_t>(op)]));
+    }
+    out.push_back(std::move(forwarded));
+    out.push_back(std::move(errors));
+    const UnlabelledRow rows[] = {
+        {"kvdepot_cluster_handoff_hits_total",
+         "Misses at a key's owners answered by a previous owner during a hand-off (and copied "
+         "to the owners)",
+         MetricType::Counter, s.handoff_hits},
+        {"kvdepot_cluster_handoff_bytes_total", "Value bytes of those hand-off hits",
+         MetricType::Counter, s.handoff_bytes},
+        {"kvdepot_cluster_replica_writes_total",
+         "PUTs an owner sent on to the key's other owners (cluster.replicas > 1)",
+         MetricType::Counter, s.replica_writes},
     };
     AddRows(rows, out);
   }
@@ -526,6 +562,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
   std::function<RespServerStats()> resp_;
   std::function<KvEventStats()> events_;
   std::function<cluster::MembershipStats()> cluster_;
+  std::function<ClusterRouterStats()> cluster_router_;
 };
 
 Metrics::Metrics(std::string version)
@@ -566,6 +603,10 @@ Metrics::~Metrics() = default;
 
 void Metrics::AddTier(std::string name, std::function<TierStats()> source) {
   collector_->AddTier(std::move(name), std::move(source));
+}
+
+void Metrics::SetClusterRouterSource(std::function<ClusterRouterStats()> source) {
+  collector_->SetClusterRouter(std::move(source));
 }
 
 void Metrics::SetServerSource(std::function<ServerStats()> source) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "kvdepot/daemon/cluster_router.h"
 #include "kvdepot/daemon/kv_events.h"
 #include "kvdepot/daemon/ssd_tier.h"
 
@@ -35,7 +36,10 @@ Result<std::shared_ptr<Value>> Store::Allocate(std::string_view key, std::size_t
   return host_.Allocate(key, size);
 }
 
-void Store::Put(std::string_view key, ValueRef value, PutCallback done) {
+void Store::Put(std::string_view key, ValueRef value, PutCallback done, Route route) {
+  if (router_ != nullptr && route == Route::kCluster) {
+    return router_->Put(key, std::move(value), std::move(done));
+  }
   // The GPU copy is stale now.
   if (device_ != nullptr && device_->Erase(key) && events_ != nullptr) {
     events_->Removed(key, EventMedium::kGpu);
@@ -63,7 +67,8 @@ void Store::Put(std::string_view key, ValueRef value, PutCallback done) {
   done(Status::Ok());
 }
 
-void Store::Get(std::string_view key, GetCallback done) {
+void Store::Get(std::string_view key, GetCallback done, Route route) {
+  if (router_ != nullptr && route == Route::kCluster) return router_->Get(key, std::move(done));
   if (ValueRef v = host_.Get(key)) {
     if (device_ != nullptr) device_->OnHostHit(key, v);
     return done(Found{std::move(v), protocol::Tier::kHost});
@@ -101,6 +106,22 @@ protocol::Tier Store::Locate(std::string_view key) const {
   if (host_.Contains(key)) return protocol::Tier::kHost;
   if (ssd_ != nullptr && ssd_->Contains(key)) return protocol::Tier::kSsd;
   return protocol::Tier::kNone;
+}
+
+void Store::LocateMany(std::span<const std::string_view> keys, Route route,
+                       std::function<void(std::vector<protocol::Tier>)> done) {
+  if (router_ != nullptr && route == Route::kCluster) {
+    return router_->LocateMany(keys, std::move(done));
+  }
+  std::vector<protocol::Tier> tiers;
+  tiers.reserve(keys.size());
+  for (std::string_view key : keys) tiers.push_back(Locate(key));
+  done(std::move(tiers));
+}
+
+void Store::Delete(std::string_view key, Route route, std::function<void(bool found)> done) {
+  if (router_ != nullptr && route == Route::kCluster) return router_->Delete(key, std::move(done));
+  done(Erase(key));
 }
 
 bool Store::Erase(std::string_view key) {

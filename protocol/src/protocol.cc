@@ -139,6 +139,7 @@ std::string_view OpName(Op op) {
     case Op::kRelease: return "release";
     case Op::kGetAs: return "get_as";
     case Op::kEventOrigin: return "event_origin";
+    case Op::kClusterInfo: return "cluster_info";
   }
   return "unknown";
 }
@@ -147,7 +148,8 @@ std::uint64_t MaxRequestBody(Op op, const Limits& limits) {
   const std::uint64_t key_list = 4 + std::uint64_t{limits.max_batch} * (2 + limits.max_key_bytes);
   switch (op) {
     case Op::kPing:
-    case Op::kStats: return 0;
+    case Op::kStats:
+    case Op::kClusterInfo: return 0;
     case Op::kPut: return limits.max_body_bytes;
     case Op::kGet:
     case Op::kLookup:
@@ -193,7 +195,8 @@ Result<FrameHeader> DecodeFrameHeader(std::span<const std::byte> bytes, const Li
     return Malformed(expect_response ? "expected a response frame" : "expected a request frame");
   }
   h.flags = LoadLE<std::uint16_t>(bytes.data() + 6);
-  if ((h.flags & ~kFlagMore) != 0 || (!expect_response && h.flags != 0)) {
+  const std::uint16_t defined = expect_response ? kFlagMore : kFlagFromPeer;
+  if ((h.flags & ~defined) != 0) {
     return Malformed("frame flags " + std::to_string(h.flags) + " are not defined");
   }
   h.request_id = LoadLE<std::uint64_t>(bytes.data() + 8);

@@ -5,11 +5,13 @@
 #include <signal.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "../common/wait.h"
 #include "../daemon/kvdepotd_child.h"
 #include "etcd_fixture.h"
+#include "kvdepot/client/client.h"
 #include "kvdepot/cluster/member_record.h"
 #include "kvdepot/daemon/config.h"
 
@@ -94,6 +96,90 @@ TEST_F(ClusterDaemonTest, NodesRegisterAndLeaveByLeaseExpiryOrGracefully) {
     auto r = Records();
     return r.count(IdOf(d3)) == 1 && r.at(IdOf(d3)).member.incarnation == 2;
   }));
+}
+
+// Members in each node's CLUSTER_INFO view (0 when it cannot be asked).
+std::size_t MembersSeenBy(const test::KvdepotdChild& node) {
+  auto c = client::Connection::Connect(node.Options(milliseconds(2000)));
+  if (!c.ok()) return 0;
+  auto info = (*c)->ClusterInfo();
+  if (!info.ok()) return 0;
+  const auto j = nlohmann::json::parse(*info, nullptr, false);
+  if (j.is_discarded() || !j.contains("members")) return 0;
+  return j["members"].size();
+}
+
+std::vector<std::byte> ValueFor(std::size_t i) {
+  std::vector<std::byte> v(4096 + i * 97);
+  for (std::size_t b = 0; b < v.size(); ++b) v[b] = static_cast<std::byte>((b * 131 + i) & 0xff);
+  return v;
+}
+
+// The whole request path on real processes: a prompt's chunks PUT through one node are read
+// byte-identical through every node (forwarded to their owners), LOOKUP through any node finds the
+// whole prefix, and after one node is SIGKILLed the survivors answer every key with its value or a
+// miss — never an error — once the lost node's lease has expired.
+TEST_F(ClusterDaemonTest, AnyNodeAnswersAnythingAndSurvivesALostNode) {
+  test::TempTestDir d1{"kvd-cl"}, d2{"kvd-cl"}, d3{"kvd-cl"};
+  std::vector<std::unique_ptr<test::KvdepotdChild>> nodes;
+  nodes.push_back(StartNode(d1));
+  nodes.push_back(StartNode(d2));
+  nodes.push_back(StartNode(d3));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const auto& n : nodes) {
+          if (MembersSeenBy(*n) != 3) return false;
+        }
+        return true;
+      },
+      milliseconds(10000)));
+  constexpr std::size_t kChunks = 32;
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < kChunks; ++i) keys.push_back("prompt-7/chunk-" + std::to_string(i));
+  {
+    auto a = client::Connection::Connect(nodes[0]->Options());
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    for (std::size_t i = 0; i < kChunks; ++i) {
+      ASSERT_TRUE((*a)->Put(keys[i], ValueFor(i)).ok()) << i;
+    }
+  }
+  // Stored only at their owners: no single node holds them all (3 nodes, 32 keys).
+  for (const auto& n : nodes) {
+    auto c = client::Connection::Connect(n->Options());
+    ASSERT_TRUE(c.ok());
+    for (std::size_t i = 0; i < kChunks; ++i) {
+      auto got = (*c)->Get(keys[i]);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      ASSERT_TRUE(got->has_value()) << keys[i];
+      ASSERT_EQ(**got, ValueFor(i)) << keys[i];
+    }
+    auto lookup = (*c)->Lookup(keys);
+    ASSERT_TRUE(lookup.ok()) << lookup.status().ToString();
+    EXPECT_EQ(lookup->prefix_length, kChunks);
+  }
+  // Lose node 2 (SIGKILL: no graceful leave). Until its lease expires, requests for its keys may
+  // time out at the peer pool and answer as misses; afterwards the view has two members.
+  nodes[1]->Kill();
+  ASSERT_TRUE(
+      WaitFor([&] { return MembersSeenBy(*nodes[0]) == 2 && MembersSeenBy(*nodes[2]) == 2; },
+              milliseconds(10000)));
+  std::size_t hits = 0;
+  for (std::size_t n : {0u, 2u}) {
+    auto c = client::Connection::Connect(nodes[n]->Options());
+    ASSERT_TRUE(c.ok());
+    for (std::size_t i = 0; i < kChunks; ++i) {
+      auto got = (*c)->Get(keys[i]);
+      ASSERT_TRUE(got.ok()) << "node " << n << " key " << keys[i] << ": "
+                            << got.status().ToString();
+      if (got->has_value()) {
+        ASSERT_EQ(**got, ValueFor(i));
+        ++hits;
+      }
+    }
+  }
+  // The survivors kept what they owned (about two thirds of the keys, read through both).
+  EXPECT_GT(hits, 2 * kChunks / 3);
+  EXPECT_LT(hits, 2 * kChunks);
 }
 
 TEST_F(ClusterDaemonTest, AStoppedNodeIsFencedPastItsLeaseAndReRegistersAfterSigcont) {

@@ -35,6 +35,31 @@ TEST(ProtocolTest, FrameHeaderRoundTripAndValidation) {
   EXPECT_EQ(DecodeFrameHeader(buf, Limits{}, true).status().code(), StatusCode::kCorruption);
 }
 
+// Requests may carry only `from_peer` (docs/protocol.md), responses only `more`.
+TEST(ProtocolTest, FlagsAreDefinedPerDirection) {
+  std::array<std::byte, kFrameHeaderBytes> buf{};
+  FrameHeader h;
+  h.type = static_cast<std::uint8_t>(Op::kGet);
+  h.flags = kFlagFromPeer;
+  EncodeFrameHeader(h, buf.data());
+  auto request = DecodeFrameHeader(buf, Limits{}, /*expect_response=*/false);
+  ASSERT_TRUE(request.ok()) << request.status().ToString();
+  EXPECT_EQ(request->flags, kFlagFromPeer);
+  h.flags = kFlagMore;
+  EncodeFrameHeader(h, buf.data());
+  EXPECT_EQ(DecodeFrameHeader(buf, Limits{}, false).status().code(), StatusCode::kCorruption);
+  h.type |= kResponseBit;
+  h.flags = kFlagFromPeer;
+  EncodeFrameHeader(h, buf.data());
+  EXPECT_EQ(DecodeFrameHeader(buf, Limits{}, true).status().code(), StatusCode::kCorruption);
+  h.type = static_cast<std::uint8_t>(Op::kClusterInfo);
+  h.flags = 0;
+  EncodeFrameHeader(h, buf.data());
+  EXPECT_TRUE(DecodeFrameHeader(buf, Limits{}, false).ok());
+  EXPECT_EQ(OpName(Op::kClusterInfo), "cluster_info");
+  EXPECT_EQ(MaxRequestBody(Op::kClusterInfo, Limits{}), 0u);
+}
+
 TEST(ProtocolTest, BodiesRoundTrip) {
   const std::vector<std::string> keys = {"a", std::string(256, 'k'), std::string("\0x", 2)};
   const std::vector<std::byte> kl_body = EncodeKeyList(keys).value();  // the views point into it

@@ -114,6 +114,12 @@ void Connection<Socket>::Dispatch(const FrameHeader& h) {
     case Op::kRelease: return HandleRelease(h);
     case Op::kGetAs: return HandleGetAs(h);
     case Op::kEventOrigin: return HandleEventOrigin(h);
+    case Op::kClusterInfo: {
+      const ClusterRouter* router = server_.store().router();
+      const std::string json = router != nullptr ? router->InfoJson() : NotClusteredInfoJson();
+      const auto* p = reinterpret_cast<const std::byte*>(json.data());
+      return SendBody(h, StatusCode::kOk, std::vector<std::byte>(p, p + json.size()));
+    }
     case Op::kPut: break;  // handled while reading
   }
 }

@@ -39,6 +39,7 @@
 
 #include "kvdepot/base/byte_order.h"
 #include "kvdepot/base/hex.h"
+#include "kvdepot/daemon/cluster_router.h"
 #include "kvdepot/daemon/kv_events.h"
 #include "kvdepot/daemon/log.h"
 #include "kvdepot/daemon/shm_arena.h"
@@ -252,6 +253,11 @@ class Connection : public DrainableConnection,
 
   // Answers `status` (unauthenticated) and closes the connection once it is written.
   void Refuse(const FrameHeader& h, const Status& status);
+
+  // A request another cluster member forwarded is answered here, never forwarded again.
+  static Route RouteOf(const FrameHeader& h) {
+    return (h.flags & protocol::kFlagFromPeer) != 0 ? Route::kLocal : Route::kCluster;
+  }
 
   // Every key is in an allowed namespace; else a permission error names the first that is not.
   Status CheckKeys(const std::vector<std::string_view>& keys) const;

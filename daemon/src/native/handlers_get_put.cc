@@ -110,16 +110,18 @@ void Connection<Socket>::StoreItem() {
   put_.results->codes.push_back(StatusCode::kOk);
   ++put_.results->pending;
   ++store_ops_;
-  server_.store().Put(put_.key, std::move(put_.value),
-                      [self = this->shared_from_this(), results = put_.results,
-                       header = put_.header, item](Status status) {
-                        self->OnOwnThread([self, results, header, item, status] {
-                          self->StoreDone();
-                          results->codes[item] = status.code();
-                          --results->pending;
-                          self->MaybeFinishPut(header, *results);
-                        });
-                      });
+  server_.store().Put(
+      put_.key, std::move(put_.value),
+      [self = this->shared_from_this(), results = put_.results, header = put_.header,
+       item](Status status) {
+        self->OnOwnThread([self, results, header, item, status] {
+          self->StoreDone();
+          results->codes[item] = status.code();
+          --results->pending;
+          self->MaybeFinishPut(header, *results);
+        });
+      },
+      RouteOf(put_.header));
 }
 
 template <typename Socket>
@@ -200,17 +202,21 @@ void Connection<Socket>::PumpGets() {
     get_backlog_.pop_front();
     ++outstanding_gets_;
     ++store_ops_;
-    server_.store().Get(g.key, [self = this->shared_from_this(), g](Result<Found> found) {
-      self->OnOwnThread([self, g, found = std::move(found)]() mutable {
-        if (g.lease) return self->OnLeaseRead(g, std::move(found));
-        // A transcode keeps the store operation open until its answer (Transcode).
-        if (g.target_codec >= 0 && found.ok()) return self->Transcode(g, std::move(*found));
-        --self->outstanding_gets_;
-        self->StoreDone();
-        self->FillSlot(g.slot, GetItemFrame(g.header, g.index, g.last, std::move(found)));
-        self->PumpGets();
-      });
-    });
+    const Route route = g.lease ? Route::kLocal : RouteOf(g.header);  // leases: this node's
+    server_.store().Get(
+        g.key,
+        [self = this->shared_from_this(), g](Result<Found> found) {
+          self->OnOwnThread([self, g, found = std::move(found)]() mutable {
+            if (g.lease) return self->OnLeaseRead(g, std::move(found));
+            // A transcode keeps the store operation open until its answer (Transcode).
+            if (g.target_codec >= 0 && found.ok()) return self->Transcode(g, std::move(*found));
+            --self->outstanding_gets_;
+            self->StoreDone();
+            self->FillSlot(g.slot, GetItemFrame(g.header, g.index, g.last, std::move(found)));
+            self->PumpGets();
+          });
+        },
+        route);
   }
   pumping_ = false;
 }

@@ -8,19 +8,26 @@ void Connection<Socket>::HandleLookup(const FrameHeader& h) {
   auto keys = protocol::DecodeKeyList(body_, limits_);
   if (!keys.ok()) return RequestError(h, keys.status());
   if (Status s = CheckKeys(*keys); !s.ok()) return RequestError(h, s);
-  protocol::LookupResult result;
-  bool prefix = true;
-  for (std::string_view key : *keys) {
-    const protocol::Tier tier = server_.store().Locate(key);
-    result.tiers.push_back(tier);
-    const bool present = tier != protocol::Tier::kNone;
-    prefix = prefix && present;
-    if (prefix) ++result.prefix_length;
-  }
-  if (RequestObserver* o = server_.observer()) {
-    o->OnLookup(result.prefix_length, static_cast<std::uint32_t>(keys->size()));
-  }
-  SendBody(h, StatusCode::kOk, protocol::EncodeLookupResult(result));
+  // In a cluster the keys held elsewhere are asked of their owners in one parallel round.
+  const std::uint64_t slot = ReserveSlot();
+  ++store_ops_;
+  server_.store().LocateMany(
+      *keys, RouteOf(h),
+      [self = this->shared_from_this(), h, slot](std::vector<protocol::Tier> tiers) {
+        self->OnOwnThread([self, h, slot, tiers = std::move(tiers)]() mutable {
+          self->StoreDone();
+          protocol::LookupResult result;
+          while (result.prefix_length < tiers.size() &&
+                 tiers[result.prefix_length] != protocol::Tier::kNone) {
+            ++result.prefix_length;
+          }
+          result.tiers = std::move(tiers);
+          if (RequestObserver* o = self->server_.observer()) {
+            o->OnLookup(result.prefix_length, static_cast<std::uint32_t>(result.tiers.size()));
+          }
+          self->FillSlot(slot, BodyFrame(h, StatusCode::kOk, protocol::EncodeLookupResult(result)));
+        });
+      });
 }
 
 template <typename Socket>
@@ -28,11 +35,28 @@ void Connection<Socket>::HandleDelete(const FrameHeader& h) {
   auto keys = protocol::DecodeKeyList(body_, limits_);
   if (!keys.ok()) return RequestError(h, keys.status());
   if (Status s = CheckKeys(*keys); !s.ok()) return RequestError(h, s);
-  std::vector<StatusCode> codes;
-  for (std::string_view key : *keys) {
-    codes.push_back(server_.store().Erase(key) ? StatusCode::kOk : StatusCode::kNotFound);
+  // In a cluster each key is erased at its owners too; the answer waits for all of them.
+  struct Deletes {
+    std::vector<StatusCode> codes;
+    std::size_t pending = 0;
+  };
+  auto d = std::make_shared<Deletes>();
+  d->codes.assign(keys->size(), StatusCode::kNotFound);
+  d->pending = keys->size();
+  const std::uint64_t slot = ReserveSlot();
+  ++store_ops_;
+  for (std::size_t i = 0; i < keys->size(); ++i) {
+    server_.store().Delete(
+        (*keys)[i], RouteOf(h), [self = this->shared_from_this(), h, slot, d, i](bool found) {
+          self->OnOwnThread([self, h, slot, d, i, found] {
+            if (found) d->codes[i] = StatusCode::kOk;
+            if (--d->pending != 0) return;
+            self->StoreDone();
+            self->FillSlot(slot,
+                           BodyFrame(h, StatusCode::kOk, protocol::EncodeStatusList(d->codes)));
+          });
+        });
   }
-  SendBody(h, StatusCode::kOk, protocol::EncodeStatusList(codes));
 }
 
 template <typename Socket>

@@ -1,6 +1,7 @@
 // resp:// command handlers for values and keys (docs/resp.md): GET, MGET, SET, MSET, EXISTS,
 // DEL / UNLINK, STRLEN, with the key, scope and value checks they share with the transport's
 // large-bulk path (resp_connection.h).
+#include <algorithm>
 #include <cstring>
 
 #include "kvdepot/daemon/log.h"
@@ -191,11 +192,11 @@ void RespConnection::Mset(const Args& args) {
 
 void RespConnection::Exists(const Args& args) {
   if (std::string e = KeysScopeError(args, 1, 1); !e.empty()) return ReplyError(e);
-  std::int64_t n = 0;
-  for (std::size_t i = 1; i < args.size(); ++i) {
-    if (server_.store().Locate(args[i]) != protocol::Tier::kNone) ++n;
-  }
-  resp::AppendInteger(Out(), n);
+  LocateValues(Args(args.begin() + 1, args.end()), [this](const std::vector<protocol::Tier>& t) {
+    resp::AppendInteger(Out(), std::count_if(t.begin(), t.end(), [](protocol::Tier x) {
+                          return x != protocol::Tier::kNone;
+                        }));
+  });
 }
 
 void RespConnection::Del(const Args& args) {

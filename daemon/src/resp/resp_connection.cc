@@ -332,6 +332,20 @@ void RespConnection::PutValues(std::vector<std::pair<std::string, ValueRef>> ite
       std::move(then));
 }
 
+void RespConnection::LocateValues(std::vector<std::string> keys,
+                                  std::function<void(const std::vector<protocol::Tier>&)> then) {
+  auto shared_keys = std::make_shared<std::vector<std::string>>(std::move(keys));
+  RunBatch<std::vector<protocol::Tier>>(
+      1,
+      [this, shared_keys](std::size_t, auto done) {
+        const std::vector<std::string_view> views(shared_keys->begin(), shared_keys->end());
+        server_.store().LocateMany(views, Route::kCluster, std::move(done));
+      },
+      [then = std::move(then)](std::vector<std::optional<std::vector<protocol::Tier>>>& r) {
+        then(*r[0]);
+      });
+}
+
 std::string RespConnection::Peer() const {
   boost::system::error_code ec;
   const auto ep = socket_.remote_endpoint(ec);

@@ -85,6 +85,10 @@ class RespConnection : public DrainableConnection,
                  std::function<void(std::vector<std::optional<Result<Found>>>&)> then);
   void PutValues(std::vector<std::pair<std::string, ValueRef>> items,
                  std::function<void(std::vector<std::optional<Status>>&)> then);
+  // Store::LocateMany over `keys` (in a cluster: one parallel round to their owners); `then`
+  // gets the tiers in key order.
+  void LocateValues(std::vector<std::string> keys,
+                    std::function<void(const std::vector<protocol::Tier>&)> then);
 
   std::string Peer() const;
   void ArmWatchdog();

@@ -103,6 +103,8 @@ class Connection {
   Result<protocol::LookupResult> Lookup(std::span<const std::string> keys);
   Result<std::vector<StatusCode>> Delete(std::span<const std::string> keys);
   Result<std::string> Stats();  // JSON document
+  // CLUSTER_INFO: the node's view of its cluster, a JSON document (docs/protocol.md).
+  Result<std::string> ClusterInfo();
   Result<protocol::ScanResult> Scan(const protocol::ScanRequest& request);
 
   // Pipelining: send several requests, then read their responses. SendRequest returns the
@@ -216,6 +218,7 @@ class Client {
   Result<protocol::LookupResult> Lookup(std::span<const std::string> keys);
   Result<std::vector<StatusCode>> Delete(std::span<const std::string> keys);
   Result<std::string> Stats();
+  Result<std::string> ClusterInfo();
   Result<protocol::ScanResult> Scan(const protocol::ScanRequest& request);
 
  private:

@@ -64,4 +64,9 @@ class Authenticator {
   std::vector<Entry> entries_;
 };
 
+// The token a cluster member presents to its peers (docs/cluster.md): the first `*` token of the
+// token file at `path` (every member has the same file). NotFound when the file has none: peers
+// must reach every key. The file is validated as Authenticator::LoadFile does.
+Result<std::string> LoadPeerToken(const std::string& path);
+
 }  // namespace kvdepot::daemon

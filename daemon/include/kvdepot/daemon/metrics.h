@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvdepot/daemon/cluster_router.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/kv_events.h"
 #include "kvdepot/daemon/lm_server.h"
@@ -81,6 +82,10 @@ class Metrics final : public RequestObserver {
   // fenced, membership changes, ...); read at every scrape. Without it the families are absent
   // (no cluster.etcd).
   void SetClusterSource(std::function<cluster::MembershipStats()> source);
+  // The cluster router's counters (kvdepot_cluster_forwarded_total{op}, ..._forward_errors_total
+  // {op}, ..._handoff_hits_total, ..._handoff_bytes_total, ..._replica_writes_total); read at
+  // every scrape. Without it the families are absent (not in a cluster).
+  void SetClusterRouterSource(std::function<ClusterRouterStats()> source);
 
   // RequestObserver: kvdepot_requests_total, kvdepot_request_duration_seconds,
   // kvdepot_lookup_prefix_chunks, kvdepot_lookup_keys_total.

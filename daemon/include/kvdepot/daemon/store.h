@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,12 @@ namespace kvdepot::daemon {
 class SsdTier;
 struct SsdTierStats;
 class KvEventPublisher;
+class ClusterRouter;
+
+// Whether a request may be routed to the key's owners in a cluster (docs/cluster.md): kCluster
+// for what a client sent (the default), kLocal for what another member forwarded
+// (protocol::kFlagFromPeer) and for paths that need this node's own copy (LEASE_GET).
+enum class Route { kCluster, kLocal };
 
 // A value found by Get(), and the tier that served it.
 struct Found {
@@ -54,7 +61,10 @@ class Store {
   // the value is as durable as configured: at once for memory-only or write-back, after the
   // payload and its index entry reached the disk under `ssd.durability: sync`. A durable write
   // that fails reports its error; the value stays served from memory either way.
-  void Put(std::string_view key, ValueRef value, PutCallback done);
+  //
+  // With a router (SetRouter) and Route::kCluster, Put, Get, Delete and LocateMany go through the
+  // router (cluster_router.h says what each does); without one they are local, as documented here.
+  void Put(std::string_view key, ValueRef value, PutCallback done, Route route = Route::kCluster);
 
   // Publishes KV events (docs/events.md) for what becomes readable or stops being readable in the
   // host and GPU tiers (the SSD tier reports its own through SsdTierOptions::on_index_change).
@@ -70,13 +80,26 @@ class Store {
   // key only in the GPU tier is copied back to host memory on the GPU tier's worker; an SSD hit reads the value (verifying its
   // checksum) and calls `done` from the SSD tier's thread. NotFound when absent in every tier or
   // when the SSD copy failed verification (that copy is then removed and counted).
-  void Get(std::string_view key, GetCallback done);
+  void Get(std::string_view key, GetCallback done, Route route = Route::kCluster);
 
-  // The highest tier holding `key`, or kNone; counts nothing and moves nothing (LOOKUP).
+  // The highest tier holding `key` here, or kNone; counts nothing and moves nothing.
   protocol::Tier Locate(std::string_view key) const;
+  // Locate for every key (LOOKUP); in a cluster, keys held elsewhere are asked of their owners in
+  // one parallel round trip. `done` gets one tier per key, in key order; it runs inline when every
+  // key was answered here.
+  void LocateMany(std::span<const std::string_view> keys, Route route,
+                  std::function<void(std::vector<protocol::Tier>)> done);
 
-  // Removes `key` from every tier; false when no tier had it.
+  // Removes `key` from every tier here; false when no tier had it.
   bool Erase(std::string_view key);
+  // Erase, and in a cluster also at the key's owners; `done` (inline when answered here) gets
+  // whether any of them had the key.
+  void Delete(std::string_view key, Route route, std::function<void(bool found)> done);
+
+  // Routes requests in a cluster (may be null: a single daemon; must outlive the store). Call
+  // before use.
+  void SetRouter(ClusterRouter* router) { router_ = router; }
+  ClusterRouter* router() const { return router_; }
 
   // Keys starting with `prefix` after `cursor`, in byte order, across the tiers selected by
   // `tier` (kNone: all; a key in several tiers is listed once, with its highest tier).
@@ -98,6 +121,7 @@ class Store {
   SsdTier* ssd_;
   DeviceTier* device_ = nullptr;
   KvEventPublisher* events_ = nullptr;
+  ClusterRouter* router_ = nullptr;
   // Demotes evicted values to the SSD tier and announces their removal, as configured.
   void InstallEvictionListener();
 };

@@ -45,14 +45,19 @@ enum class Op : std::uint8_t {
   kGetAs = 12,     // GET transcoded into another codec
   // KV events (docs/events.md): names the engine instance and model of a namespace's chunks.
   kEventOrigin = 13,
+  // Cluster (docs/cluster.md): this node's view of the cluster as a JSON document.
+  kClusterInfo = 14,
 };
-inline constexpr std::uint8_t kMaxOp = 13;
+inline constexpr std::uint8_t kMaxOp = 14;
 // AUTH tokens: 1 ..= kMaxTokenBytes bytes.
 inline constexpr std::size_t kMaxTokenBytes = 1024;
 inline constexpr std::uint8_t kResponseBit = 0x80;
 // Response flag: more response frames follow for the same request (a GET streams one frame per
 // key; every frame but the last carries this flag).
 inline constexpr std::uint16_t kFlagMore = 1;
+// Request flag: the request comes from another node of the cluster, which forwarded it (docs/
+// cluster.md). The receiver answers from its own tiers and never forwards it again (one hop).
+inline constexpr std::uint16_t kFlagFromPeer = 2;
 
 // "ping", "put", ...
 std::string_view OpName(Op op);

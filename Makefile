@@ -19,7 +19,8 @@
 #   make install     install what `make build` built: kvdepotd, kvdepot, the systemd unit and the
 #                    default config (PREFIX); it never builds (no build: it says so and fails)
 #   make gpu         build the GPU test/bench binaries into .gpu/ (for a GPU machine)
-#   make format      clang-format every C++/CUDA source
+#   make format      clang-format every C++/CUDA source (clang-format-14, .clang-format)
+#   make format-check  fail, listing the files, when a source is not formatted (CI runs it)
 #
 # Variables: BUILD_DIR (build), BUILD_TYPE (RelWithDebInfo), CUDA (AUTO|ON|OFF), JOBS (nproc),
 # PREFIX (/usr/local, for make install), SOAK_CONNECTIONS (1000), SOAK_SECONDS (150).
@@ -36,7 +37,7 @@ WERROR := $(if $(filter true 1,$(CI)),ON,OFF)
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVDEPOT_CUDA=$(CUDA) -DKVDEPOT_WERROR=$(WERROR)
 
 .PHONY: all deps configure build run demo cluster-demo test bench bench-loopback bench-lm bench-resp soak \
-	test-asan crash-loop test-tsan fuzz fuzz-smoke install gpu format clean
+	test-asan crash-loop test-tsan fuzz fuzz-smoke install gpu format format-check clean
 
 all: build
 
@@ -121,8 +122,14 @@ install:
 gpu: deps
 	@bash scripts/build-gpu.sh
 
-format:
-	@git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
+format: deps
+	@git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format-14 -i
+
+format-check: deps
+	@git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format-14 --dry-run --Werror 2>/dev/null || \
+	  { echo "make format-check: these files are not clang-formatted (run make format):" >&2; \
+	    git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format-14 --dry-run 2>&1 | \
+	      grep -o '^[^:]*:[0-9]*:[0-9]*: warning' | cut -d: -f1 | sort -u >&2; exit 1; }
 
 clean:
 	@rm -rf $(BUILD_DIR) build-asan build-tsan build-fuzz .gpu kvdepot-data

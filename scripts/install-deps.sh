@@ -29,6 +29,8 @@ packages=(
   prometheus systemd
   # Fuzzing (make fuzz-smoke, make fuzz): clang with libFuzzer and the sanitizer runtimes.
   clang-14 libclang-rt-14-dev
+  # make format / make format-check (CI): one clang-format version for everyone.
+  clang-format-14
 )
 
 missing=()

@@ -15,8 +15,8 @@
 // Usage: kvdepot_cachegen_rd [REAL.npy]   (default: ../shared/data/tinystories656k-kv-768tok.npy)
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <random>
 #include <string>
@@ -55,9 +55,8 @@ Errors Measure(const KvTensorView& ref, const std::vector<double>& got, bool att
   if (!attention) return {std::sqrt(num / den), 0};
   const std::uint32_t C = s.kv_heads * s.head_dim, D = s.head_dim, T = s.tokens;
   auto at = [&](const std::vector<double>& v, std::uint32_t l, int kv, std::uint32_t t,
-                std::uint32_t h, std::uint32_t d) {
-    return v[((std::size_t{l} * 2 + kv) * T + t) * C + h * D + d];
-  };
+                std::uint32_t h,
+                std::uint32_t d) { return v[((std::size_t{l} * 2 + kv) * T + t) * C + h * D + d]; };
   std::mt19937_64 rng(0);
   std::normal_distribution<double> noise(0, 1);
   double anum = 0, aden = 0;
@@ -121,8 +120,8 @@ SchemeResult LmCache(const KvTensorView& t, const CacheGenOptions& profile, bool
       const double mh = HalfBitsToFloat(FloatToHalfBits(static_cast<float>(m)));  // kept as fp16
       for (std::uint32_t c = 0; c < C; ++c) {
         const double f = mh > 0 ? max_level / mh : 0;
-        const int q = static_cast<int>(std::clamp(std::nearbyint(x[row + c] * f + max_level), 0.0,
-                                                  2 * max_level));
+        const int q = static_cast<int>(
+            std::clamp(std::nearbyint(x[row + c] * f + max_level), 0.0, 2 * max_level));
         sym[row + c] = q;
         recon[row + c] = mh > 0 ? (q - max_level) / max_level * mh : 0;
       }
@@ -132,7 +131,8 @@ SchemeResult LmCache(const KvTensorView& t, const CacheGenOptions& profile, bool
   for (std::uint32_t lk = 0; lk < s.layers * 2; ++lk) {
     for (std::uint32_t c = 0; c < C; ++c) {
       std::map<int, std::uint32_t> counts;
-      for (std::uint32_t tok = 0; tok < T; ++tok) ++counts[sym[(std::size_t{lk} * T + tok) * C + c]];
+      for (std::uint32_t tok = 0; tok < T; ++tok)
+        ++counts[sym[(std::size_t{lk} * T + tok) * C + c]];
       for (const auto& [q, n] : counts) bits -= n * std::log2(static_cast<double>(n) / T);
     }
   }
@@ -215,12 +215,17 @@ void Report(const char* name, const std::vector<KvTensor>& chunks) {
       best_bytes = r.bytes;
     }
   }
-  std::printf("smallest kvdepot at rel_l2 <= LMCache's: %d bins, %.0f bytes: %.2fx fewer bytes "
-              "than LMCache\n", best_bins, best_bytes, lm.bytes / best_bytes);
-  std::printf("kvdepot default profile: %.2fx fewer bytes than LMCache's default, rel_l2 %.4f vs "
-              "%.4f\n", lm.bytes / ours_def.bytes, ours_def.errors.rel_l2, lm.errors.rel_l2);
-  std::printf("coded payload / empirical entropy of the symbols (default profile, chunk 0): %.4f\n\n",
-              PayloadOverEntropy(chunks[0].view()));
+  std::printf(
+      "smallest kvdepot at rel_l2 <= LMCache's: %d bins, %.0f bytes: %.2fx fewer bytes "
+      "than LMCache\n",
+      best_bins, best_bytes, lm.bytes / best_bytes);
+  std::printf(
+      "kvdepot default profile: %.2fx fewer bytes than LMCache's default, rel_l2 %.4f vs "
+      "%.4f\n",
+      lm.bytes / ours_def.bytes, ours_def.errors.rel_l2, lm.errors.rel_l2);
+  std::printf(
+      "coded payload / empirical entropy of the symbols (default profile, chunk 0): %.4f\n\n",
+      PayloadOverEntropy(chunks[0].view()));
 }
 
 }  // namespace

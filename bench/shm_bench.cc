@@ -4,6 +4,7 @@
 // an engine does with fetched bytes). docs/benchmarks.md records the results.
 //
 //   kvdepot_shm_bench [--value-size BYTES] [--values N] [--batch K] [--seconds S]
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,7 +13,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "kvdepot/client/client.h"
@@ -47,10 +47,14 @@ int main(int argc, char** argv) {
   double seconds = 2;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--value-size") value_size = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--values") values = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
-    else if (a == "--batch") batch = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
-    else if (a == "--seconds") seconds = std::atof(argv[i + 1]);
+    if (a == "--value-size")
+      value_size = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--values")
+      values = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
+    else if (a == "--batch")
+      batch = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
+    else if (a == "--seconds")
+      seconds = std::atof(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: %s [--value-size B] [--values N] [--batch K] [--seconds S]\n",
                    argv[0]);
@@ -126,10 +130,13 @@ int main(int argc, char** argv) {
   auto socket_get = [&](client::Connection& c) {
     return [&] {
       std::size_t i = 0;
-      return c.Get(next_batch(), [&](const client::GetItem& item) {
-                std::memcpy(dest.data() + (i++) * value_size, item.value.data(),
-                            item.value.size());
-              }).ok();
+      return c
+          .Get(next_batch(),
+               [&](const client::GetItem& item) {
+                 std::memcpy(dest.data() + (i++) * value_size, item.value.data(),
+                             item.value.size());
+               })
+          .ok();
     };
   };
   const double unix_gbs = Run(seconds, per_iter, socket_get(*unix_conn));

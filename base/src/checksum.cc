@@ -15,7 +15,9 @@ Checksum64Builder::Checksum64Builder() : state_(XXH3_createState()) {
   XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
 }
 
-Checksum64Builder::~Checksum64Builder() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+Checksum64Builder::~Checksum64Builder() {
+  XXH3_freeState(static_cast<XXH3_state_t*>(state_));
+}
 
 void Checksum64Builder::Update(std::span<const std::byte> bytes) {
   XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), bytes.data(), bytes.size());

@@ -43,30 +43,60 @@ Status Status::WithContext(std::string_view context) const {
   return Status(code_, std::move(message));
 }
 
-Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
-Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
-Status Corruption(std::string m) { return {StatusCode::kCorruption, std::move(m)}; }
-Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
-Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
-Status IOError(std::string m) { return {StatusCode::kIOError, std::move(m)}; }
-Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
-Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
-Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
-Status DeviceError(std::string m) { return {StatusCode::kDeviceError, std::move(m)}; }
-Status Unauthenticated(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
-Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
+Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
+Status NotFound(std::string m) {
+  return {StatusCode::kNotFound, std::move(m)};
+}
+Status Corruption(std::string m) {
+  return {StatusCode::kCorruption, std::move(m)};
+}
+Status OutOfRange(std::string m) {
+  return {StatusCode::kOutOfRange, std::move(m)};
+}
+Status ResourceExhausted(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
+Status IOError(std::string m) {
+  return {StatusCode::kIOError, std::move(m)};
+}
+Status Unavailable(std::string m) {
+  return {StatusCode::kUnavailable, std::move(m)};
+}
+Status Unimplemented(std::string m) {
+  return {StatusCode::kUnimplemented, std::move(m)};
+}
+Status Internal(std::string m) {
+  return {StatusCode::kInternal, std::move(m)};
+}
+Status DeviceError(std::string m) {
+  return {StatusCode::kDeviceError, std::move(m)};
+}
+Status Unauthenticated(std::string m) {
+  return {StatusCode::kUnauthenticated, std::move(m)};
+}
+Status PermissionDenied(std::string m) {
+  return {StatusCode::kPermissionDenied, std::move(m)};
+}
 
 Status StatusFromErrno(int err, std::string_view context) {
   StatusCode code = StatusCode::kIOError;
   switch (err) {
     case ENOENT: code = StatusCode::kNotFound; break;
-    case ENOSPC: case ENOMEM: case EMFILE: case ENFILE: case EDQUOT:
-      code = StatusCode::kResourceExhausted; break;
+    case ENOSPC:
+    case ENOMEM:
+    case EMFILE:
+    case ENFILE:
+    case EDQUOT: code = StatusCode::kResourceExhausted; break;
     case EINVAL: code = StatusCode::kInvalidArgument; break;
     case EEXIST: code = StatusCode::kAlreadyExists; break;
     case ECANCELED: code = StatusCode::kCancelled; break;
-    case ECONNREFUSED: case ECONNRESET: case EPIPE: case ETIMEDOUT: case EHOSTUNREACH:
-      code = StatusCode::kUnavailable; break;
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case EPIPE:
+    case ETIMEDOUT:
+    case EHOSTUNREACH: code = StatusCode::kUnavailable; break;
     default: break;
   }
   char buf[256];

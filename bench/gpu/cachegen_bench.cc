@@ -44,8 +44,8 @@ namespace kvdepot::cuda {
 namespace {
 
 using bench::JsonEscape;
-using bench::Median;
 using bench::MeasureD2d;
+using bench::Median;
 using bench::SetsFor;
 using bench::Time;
 

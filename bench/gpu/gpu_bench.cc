@@ -81,9 +81,9 @@ std::vector<std::byte> RandomInput(DType dtype, std::uint64_t bytes, std::uint64
 Status RunOnce(const Variant& v, const DeviceBuffer& src, const DeviceBuffer& dst,
                std::uint64_t input_bytes, cudaStream_t stream) {
   if (v.memcpy) {
-    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.data(), src.data(), input_bytes,
-                                             cudaMemcpyDeviceToDevice, stream),
-                             "cudaMemcpyAsync D2D");
+    KVD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst.data(), src.data(), input_bytes, cudaMemcpyDeviceToDevice, stream),
+        "cudaMemcpyAsync D2D");
     return Status::Ok();
   }
   return ConvertOnDevice(v.from, v.to, src.data(), dst.data(), input_bytes / DTypeSize(v.from),
@@ -96,8 +96,7 @@ Status VerifyPrefix(const Variant& v, const std::vector<std::byte>& host_in,
                     const DeviceBuffer& dst) {
   KvShape shape{1, kMaxTokens, 8, 1};  // 1 Mi elements
   const std::uint64_t n = shape.elements();
-  KvTensorView in{v.from, shape,
-                  std::span<const std::byte>(host_in.data(), n * DTypeSize(v.from))};
+  KvTensorView in{v.from, shape, std::span<const std::byte>(host_in.data(), n * DTypeSize(v.from))};
   KVD_ASSIGN_OR_RETURN(KvTensor ref, ConvertDType(in, v.to));
   std::vector<std::byte> got(ref.data.size());
   KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(got.data(), dst.data(), got.size(), cudaMemcpyDeviceToHost),
@@ -143,9 +142,8 @@ Result<Row> Measure(const Variant& v, const Options& opt, cudaStream_t stream) {
     KVD_RETURN_IF_ERROR(VerifyPrefix(v, first_input, dsts[(opt.warmup + opt.reps - 1) % kSets]));
   }
   std::sort(us.begin(), us.end());
-  const double median = us.size() % 2 == 1
-                            ? us[us.size() / 2]
-                            : 0.5 * (us[us.size() / 2 - 1] + us[us.size() / 2]);
+  const double median =
+      us.size() % 2 == 1 ? us[us.size() / 2] : 0.5 * (us[us.size() / 2 - 1] + us[us.size() / 2]);
   Row row;
   row.name = v.name;
   row.input_bytes = input_bytes;
@@ -155,7 +153,6 @@ Result<Row> Measure(const Variant& v, const Options& opt, cudaStream_t stream) {
   row.gbps = static_cast<double>(row.bytes_moved) / (median * 1e3);  // bytes/us/1e3 = GB/s
   return row;
 }
-
 
 int Usage(const char* argv0) {
   std::fprintf(stderr,
@@ -192,8 +189,7 @@ int Main(int argc, char** argv) {
       {"fp32->bf16", DType::kFloat32, DType::kBFloat16, false},
       {"bf16->fp16", DType::kBFloat16, DType::kFloat16, false},
   };
-  std::printf("%-12s %14s %12s %10s %8s\n", "variant", "bytes moved", "median us", "GB/s",
-              "% d2d");
+  std::printf("%-12s %14s %12s %10s %8s\n", "variant", "bytes moved", "median us", "GB/s", "% d2d");
   double ceiling = 0;
   int rc = 0;
   for (const Variant& v : variants) {
@@ -207,8 +203,7 @@ int Main(int argc, char** argv) {
     if (v.memcpy) ceiling = row->gbps;
     const double pct = ceiling > 0 ? 100.0 * row->gbps / ceiling : 0.0;
     std::printf("%-12s %14llu %12.1f %10.1f %7.1f%%\n", row->name.c_str(),
-                static_cast<unsigned long long>(row->bytes_moved), row->median_us, row->gbps,
-                pct);
+                static_cast<unsigned long long>(row->bytes_moved), row->median_us, row->gbps, pct);
     std::fflush(stdout);
     if (json != nullptr) {
       std::fprintf(json,
@@ -227,4 +222,6 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace kvdepot::cuda
 
-int main(int argc, char** argv) { return kvdepot::cuda::Main(argc, argv); }
+int main(int argc, char** argv) {
+  return kvdepot::cuda::Main(argc, argv);
+}

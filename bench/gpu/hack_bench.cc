@@ -71,8 +71,8 @@ namespace kvdepot::cuda {
 namespace {
 
 using bench::JsonEscape;
-using bench::Median;
 using bench::MeasureD2d;
+using bench::Median;
 using bench::SetsFor;
 using bench::Time;
 
@@ -80,7 +80,7 @@ constexpr std::uint32_t kQHeads = 64;
 constexpr std::uint32_t kKvHeads = 8;
 constexpr std::uint32_t kDim = 128;
 constexpr std::uint32_t kVerifyMaxTokens = 32768;
-constexpr std::uint32_t kStreamCalls = 8;  // calls per rep of the "-stream" rows
+constexpr std::uint32_t kStreamCalls = 8;     // calls per rep of the "-stream" rows
 constexpr std::uint32_t kGraphMinCalls = 16;  // fewest calls captured per graph ("-graph" rows)
 
 struct Options : bench::CommonOptions {
@@ -154,8 +154,8 @@ HostSeq MakeHostSeq(std::uint32_t tokens, std::uint64_t seed) {
         const std::uint64_t sb = lay.sum_base(0, kv, h, blk);
         for (std::uint32_t t = 0; t < lay.partition; ++t) {
           for (std::uint32_t d = 0; d < kDim; ++d) {
-            s.sums[sb + lay.sum_offset(kv, t, d)] += static_cast<std::uint8_t>(
-                code(base + lay.code_offset(kv, t, d)));
+            s.sums[sb + lay.sum_offset(kv, t, d)] +=
+                static_cast<std::uint8_t>(code(base + lay.code_offset(kv, t, d)));
           }
         }
       }
@@ -213,17 +213,17 @@ Result<DeviceKv> Replicate(const HostSeq& s, int sets, std::uint32_t batch) {
   KVD_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(base + o1, s.scales.data(), s.scales.size(), cudaMemcpyHostToDevice),
       "upload scales");
-  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(base + o2, s.sums.data(), s.sums.size(), cudaMemcpyHostToDevice),
-                           "upload sums");
+  KVD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(base + o2, s.sums.data(), s.sums.size(), cudaMemcpyHostToDevice), "upload sums");
   if (!s.tail.empty()) {
     KVD_CUDA_RETURN_IF_ERROR(
         cudaMemcpy(base + o3, s.tail.data(), s.tail.size() * 2, cudaMemcpyHostToDevice),
         "upload tail");
   }
   for (std::uint64_t i = 1; i < n; ++i) {
-    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(base + i * kv.seq_bytes, base, kv.seq_bytes,
-                                        cudaMemcpyDeviceToDevice),
-                             "replicate");
+    KVD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(base + i * kv.seq_bytes, base, kv.seq_bytes, cudaMemcpyDeviceToDevice),
+        "replicate");
   }
   std::vector<HackAttentionSeq> descs(n);
   for (std::uint64_t i = 0; i < n; ++i) {
@@ -392,14 +392,14 @@ Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, HackPref
                            const Options& opt) {
   const std::uint32_t tokens = prefix + queries;
   const HostSeq host = MakeHostSeq(tokens, 2000 + tokens);
-  const int sets = SetsFor(HackSectionBytesFor(host.lay, DType::kFloat16).codes * 5 / 4,
-                           info.l2_bytes);
+  const int sets =
+      SetsFor(HackSectionBytesFor(host.lay, DType::kFloat16).codes * 5 / 4, info.l2_bytes);
   KVD_ASSIGN_OR_RETURN(DeviceKv kv, Replicate(host, sets, 1));
   std::vector<HackAttentionSeq> descs(static_cast<std::size_t>(sets));
-  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(descs.data(), kv.descs.data(),
-                                      descs.size() * sizeof(HackAttentionSeq),
-                                      cudaMemcpyDeviceToHost),
-                           "download descriptors");
+  KVD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(descs.data(), kv.descs.data(), descs.size() * sizeof(HackAttentionSeq),
+                 cudaMemcpyDeviceToHost),
+      "download descriptors");
   const std::vector<float> q = RandomFloats(std::size_t{queries} * kQHeads * kDim, 11);
   KVD_ASSIGN_OR_RETURN(DeviceBuffer d_q, DeviceBuffer::Allocate(q.size() * 4));
   KVD_ASSIGN_OR_RETURN(DeviceBuffer d_out, DeviceBuffer::Allocate(q.size() * 4));
@@ -516,12 +516,13 @@ Result<Row> MeasureCodec(bool quantize, std::uint32_t layers, bool stochastic, s
   }
   auto* e = err.as<unsigned long long>();
   if (!quantize) {  // sections from the GPU quantizer, replicated
-    KVD_RETURN_IF_ERROR(EnqueueQuantizeHack(t.dtype, t.shape, o, tensors.data(), sec(0), e, stream));
+    KVD_RETURN_IF_ERROR(
+        EnqueueQuantizeHack(t.dtype, t.shape, o, tensors.data(), sec(0), e, stream));
     KVD_RETURN_IF_ERROR(FinishQuantizeHack(t.shape, e, stream));
     for (int s = 1; s < sets; ++s) {
-      KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(sec(s).codes, sec(0).codes, sec_bytes - 256,
-                                          cudaMemcpyDeviceToDevice),
-                               "replicate");
+      KVD_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy(sec(s).codes, sec(0).codes, sec_bytes - 256, cudaMemcpyDeviceToDevice),
+          "replicate");
     }
   }
   KVD_ASSIGN_OR_RETURN(

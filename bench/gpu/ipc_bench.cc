@@ -67,7 +67,8 @@ int Child(int in) {
     const auto start = std::chrono::steady_clock::now();
     for (std::uint64_t r = 0; r < m.reps; ++r) fn();
     cudaStreamSynchronize(s);
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double sec =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return static_cast<double>(m.decoded_bytes * m.chunks * m.reps) / sec / 1e9;
   };
   const double d2d = time([&] {
@@ -139,12 +140,18 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const auto v = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
-    if (a == "--chunks") chunks = std::min<std::uint64_t>(v, 256);
-    else if (a == "--reps") reps = v;
-    else if (a == "--layers") shape.layers = v;
-    else if (a == "--heads") shape.kv_heads = v;
-    else if (a == "--head-dim") shape.head_dim = v;
-    else return 64;
+    if (a == "--chunks")
+      chunks = std::min<std::uint64_t>(v, 256);
+    else if (a == "--reps")
+      reps = v;
+    else if (a == "--layers")
+      shape.layers = v;
+    else if (a == "--heads")
+      shape.kv_heads = v;
+    else if (a == "--head-dim")
+      shape.head_dim = v;
+    else
+      return 64;
   }
   if (Status s = cuda::GpuAvailable(); !s.ok()) {
     std::fprintf(stderr, "no GPU: %s\n", s.message().c_str());

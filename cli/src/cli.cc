@@ -100,9 +100,9 @@ int Run(int argc, const char* const* argv, Io io) {
   std::string token_file = env_token != nullptr ? env_token : "";
   // Connection flags, before the command: --NAME VALUE or --NAME=VALUE; --tls is a switch.
   const std::pair<const char*, std::string*> valued[] = {
-      {"--addr", &remote.address},          {"--token-file", &token_file},
-      {"--tls-ca", &remote.tls_ca_file},    {"--tls-cert", &remote.tls_cert_file},
-      {"--tls-key", &remote.tls_key_file},  {"--tls-server-name", &remote.tls_server_name}};
+      {"--addr", &remote.address},         {"--token-file", &token_file},
+      {"--tls-ca", &remote.tls_ca_file},   {"--tls-cert", &remote.tls_cert_file},
+      {"--tls-key", &remote.tls_key_file}, {"--tls-server-name", &remote.tls_server_name}};
   while (first < argc && std::string_view(argv[first]).rfind("--", 0) == 0) {
     const std::string_view arg = argv[first];
     if (arg == "--tls") {

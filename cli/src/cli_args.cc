@@ -5,7 +5,9 @@
 
 namespace kvdepot::cli {
 
-Status UsageError(const std::string& message) { return InvalidArgument(kUsagePrefix + message); }
+Status UsageError(const std::string& message) {
+  return InvalidArgument(kUsagePrefix + message);
+}
 
 bool IsUsageError(const Status& status) {
   return status.code() == StatusCode::kInvalidArgument &&
@@ -17,9 +19,9 @@ Result<Args> Args::Parse(std::span<const char* const> argv, const FlagSpec& spec
   bool flags_done = false;
   for (std::size_t i = 0; i < argv.size(); ++i) {
     const std::string_view arg = argv[i];
-    const bool short_flag = arg.size() >= 2 && arg[0] == '-' && arg[1] != '-' &&
-                            (spec.with_value.count(std::string(arg)) ||
-                             spec.switches.count(std::string(arg)));
+    const bool short_flag =
+        arg.size() >= 2 && arg[0] == '-' && arg[1] != '-' &&
+        (spec.with_value.count(std::string(arg)) || spec.switches.count(std::string(arg)));
     if (flags_done || arg.size() < 2 || (arg.substr(0, 2) != "--" && !short_flag)) {
       args.positional_.emplace_back(arg);
       continue;

@@ -57,7 +57,7 @@ struct BenchConfig {
   double duration_s = 5;
   std::uint32_t pipeline = 1;
   bool progress = true;
-  bool huge_pages = true;  // the PUT value and the receive buffers advised for huge pages
+  bool huge_pages = true;     // the PUT value and the receive buffers advised for huge pages
   bool chunk_keys = false;    // 48-byte chunk-shaped keys instead of PREFIX/N
   bool progress_tty = false;  // stderr is a terminal: draw the progress bar there
   // The run's throwaway key prefix: "kvdepot-bench-PID-RANDOM/", or with chunk_keys a 16-byte
@@ -318,10 +318,11 @@ class RedisBackend : public Backend {
   std::size_t pos_ = 0, len_ = 0;
 };
 
-// LMCache's remote-server protocol (kvdepotd's lm:// listener, protocol/include/kvdepot/protocol/lm_wire.h),
-// as LMCache's client drives it: PUT is the 186-byte header and the payload, with no reply (a
-// batch ends with a HEALTH whose reply says the PUTs before it were handled); GET reads the
-// 36-byte reply and the payload into a buffer the connection reuses.
+// LMCache's remote-server protocol (kvdepotd's lm:// listener,
+// protocol/include/kvdepot/protocol/lm_wire.h), as LMCache's client drives it: PUT is the 186-byte
+// header and the payload, with no reply (a batch ends with a HEALTH whose reply says the PUTs
+// before it were handled); GET reads the 36-byte reply and the payload into a buffer the connection
+// reuses.
 class LmBackend : public Backend {
  public:
   static Result<std::unique_ptr<Backend>> Connect(const std::string& addr) {
@@ -739,7 +740,6 @@ Status RunBench(const client::ClientOptions& remote, std::span<const char* const
       io.out << "\n";
       if (!r.error.empty()) io.out << "  " << r.target << " error: " << r.error << "\n";
     }
-
   }
   for (const auto& r : results) {
     if (!r.error.empty()) return Unavailable(r.target + ": " + r.error);

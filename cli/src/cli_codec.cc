@@ -79,7 +79,9 @@ void WrittenJson(Io io, const std::string& file, const KvTensor& tensor, std::st
   PrintJson(json, io.out);
 }
 
-std::uint64_t Fp16Bytes(const KvShape& shape) { return shape.elements() * 2; }
+std::uint64_t Fp16Bytes(const KvShape& shape) {
+  return shape.elements() * 2;
+}
 
 // Encoded size over fp16 size, 4 decimals ("1.0003", "0.1406").
 std::string FormatRatio(std::uint64_t encoded, const KvShape& shape) {

@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include "kvdepot/client/client.h"
 #include "kvdepot/base/status.h"
+#include "kvdepot/client/client.h"
 
 namespace kvdepot::cli {
 
@@ -31,8 +31,8 @@ void PrintCodecUsage(std::ostream& out);
 // Prints a container's header, sections and checksum status (text or JSON); an error when the
 // container is malformed or a checksum fails (after printing what could be read). `name` labels
 // the output (a file name or a key).
-Status InspectContainerBytes(const std::string& name, std::span<const std::byte> bytes,
-                             bool json, Io io);
+Status InspectContainerBytes(const std::string& name, std::span<const std::byte> bytes, bool json,
+                             Io io);
 
 // Which of the process's standard streams are terminals: `get` without -o writes to stdout
 // unless it is one, `del --prefix` asks for confirmation only on one, `bench` draws its progress

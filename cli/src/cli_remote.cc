@@ -29,9 +29,7 @@
 #include "kvdepot/protocol/chunk_key.h"
 
 namespace kvdepot::cli {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 std::string KeyFromArg(std::string_view arg) {
   if (arg.size() == 2 * kChunkKeyBytes) {
@@ -70,13 +68,14 @@ Status Ping(const client::ClientOptions& remote, std::span<const char* const> ar
   const auto start = std::chrono::steady_clock::now();
   KVD_ASSIGN_OR_RETURN(auto c, Connect(remote));
   KVD_RETURN_IF_ERROR(c->Ping().WithContext(remote.address));
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                              start).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (args.Has("--json")) {
     PrintJson({{"address", remote.address}, {"ms", ms}}, io.out);
     return Status::Ok();
   }
-  io.out << "pong from " << remote.address << " in " << std::fixed << std::setprecision(2) << ms << " ms\n";
+  io.out << "pong from " << remote.address << " in " << std::fixed << std::setprecision(2) << ms
+         << " ms\n";
   return Status::Ok();
 }
 
@@ -487,7 +486,8 @@ Status Lookup(const client::ClientOptions& remote, std::span<const char* const> 
   return Status::Ok();
 }
 
-Status InspectRemote(const client::ClientOptions& remote, std::span<const char* const> argv, Io io) {
+Status InspectRemote(const client::ClientOptions& remote, std::span<const char* const> argv,
+                     Io io) {
   KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, FlagsOf("inspect")));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"KEY"}));
   const std::string key = KeyFromArg(args.positional()[0]);

@@ -54,7 +54,8 @@ void PrintMembers(const nlohmann::json& members, const std::string& self, std::o
     const std::uint64_t capacity = m.value("capacity_bytes", std::uint64_t{0});
     const std::uint64_t used = m.value("used_bytes", std::uint64_t{0});
     out << "  " << id << (id == self ? " *" : "  ") << "  " << m.value("addr", "") << "  "
-        << m.value("state", "") << "  " << HumanBytes(static_cast<double>(used)) << " used of " << HumanBytes(static_cast<double>(capacity));
+        << m.value("state", "") << "  " << HumanBytes(static_cast<double>(used)) << " used of "
+        << HumanBytes(static_cast<double>(capacity));
     if (capacity > 0) {
       char pct[16];
       std::snprintf(pct, sizeof pct, " (%.0f%%)",

@@ -3,4 +3,6 @@
 
 #include "kvdepot/cli/cli.h"
 
-int main(int argc, char** argv) { return kvdepot::cli::RunCli(argc, argv, std::cout, std::cerr); }
+int main(int argc, char** argv) {
+  return kvdepot::cli::RunCli(argc, argv, std::cout, std::cerr);
+}

@@ -60,9 +60,9 @@ Result<std::unique_ptr<Connector>> Create(std::string_view json) {
   options.tls = (cfg.count("tls") && cfg["tls"] == "true") || !options.tls_ca_file.empty() ||
                 !options.tls_cert_file.empty();
   auto c = std::make_unique<Connector>();
-  KVD_ASSIGN_OR_RETURN(c->prefix, lm::NamespaceId(cfg.count("namespace") ? cfg["namespace"]
-                                                                         : std::string(
-                                                                               lm::kDefaultNamespace)));
+  KVD_ASSIGN_OR_RETURN(
+      c->prefix, lm::NamespaceId(cfg.count("namespace") ? cfg["namespace"]
+                                                        : std::string(lm::kDefaultNamespace)));
   c->client = std::make_unique<client::Client>(options);
   return c;
 }
@@ -97,9 +97,9 @@ extern "C" {
 
 ConnectorHandle connector_create(const char* config_json, size_t config_json_len) {
   try {
-    const std::string_view json =
-        config_json == nullptr ? std::string_view("{}") : std::string_view(config_json,
-                                                                          config_json_len);
+    const std::string_view json = config_json == nullptr
+                                      ? std::string_view("{}")
+                                      : std::string_view(config_json, config_json_len);
     auto c = kvdepot::lmcache::Create(json);
     return c.ok() ? static_cast<ConnectorHandle>(c->release()) : nullptr;
   } catch (...) {

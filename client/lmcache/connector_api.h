@@ -40,8 +40,7 @@ int32_t connector_remove(ConnectorHandle handle, const char* key);
 int32_t connector_file_size(ConnectorHandle handle, const char* key, uint64_t* out_size);
 /* The namespace's keys joined by '\n' (no trailing newline), *out_len bytes, return 0. When they
  * do not fit in out_cap: -1 with *out_len set to the size needed. */
-int32_t connector_list_keys(ConnectorHandle handle, char* out_buf, size_t out_cap,
-                            size_t* out_len);
+int32_t connector_list_keys(ConnectorHandle handle, char* out_buf, size_t out_cap, size_t* out_len);
 
 #ifdef __cplusplus
 }

@@ -75,7 +75,9 @@ int kvdepot_open_ex(const char* address, int timeout_ms, const kvdepot_options* 
   return *out == nullptr ? KVDEPOT_RESOURCE_EXHAUSTED : KVDEPOT_OK;
 }
 
-void kvdepot_close(kvdepot_client* client) { delete client; }
+void kvdepot_close(kvdepot_client* client) {
+  delete client;
+}
 
 const char* kvdepot_last_error(const kvdepot_client* client) {
   return client == nullptr ? "no client" : client->last_error.c_str();
@@ -92,8 +94,8 @@ int kvdepot_put(kvdepot_client* c, const void* key, size_t key_len, const void* 
     return KVDEPOT_INVALID_ARGUMENT;
   }
   return Guard(c, [&] {
-    return Report(c, c->client.Put(AsKey(key, key_len),
-                                   {static_cast<const std::byte*>(value), value_len}));
+    return Report(
+        c, c->client.Put(AsKey(key, key_len), {static_cast<const std::byte*>(value), value_len}));
   });
 }
 
@@ -118,10 +120,12 @@ int kvdepot_get(kvdepot_client* c, const void* key, size_t key_len, void** value
   });
 }
 
-void kvdepot_free(void* buffer) { std::free(buffer); }
+void kvdepot_free(void* buffer) {
+  std::free(buffer);
+}
 
-int kvdepot_lookup(kvdepot_client* c, const void* const* keys, const size_t* key_lens,
-                   size_t count, size_t* prefix_length, uint8_t* tiers) {
+int kvdepot_lookup(kvdepot_client* c, const void* const* keys, const size_t* key_lens, size_t count,
+                   size_t* prefix_length, uint8_t* tiers) {
   if (c == nullptr || keys == nullptr || key_lens == nullptr || prefix_length == nullptr ||
       count == 0) {
     return KVDEPOT_INVALID_ARGUMENT;
@@ -149,7 +153,7 @@ int kvdepot_delete(kvdepot_client* c, const void* key, size_t key_len) {
     auto r = c->client.Delete(list);
     if (!r.ok()) return Report(c, r.status());
     return Report(c, (*r)[0] == kvdepot::StatusCode::kOk ? kvdepot::Status::Ok()
-                                                          : kvdepot::NotFound("key not cached"));
+                                                         : kvdepot::NotFound("key not cached"));
   });
 }
 

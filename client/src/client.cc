@@ -1,18 +1,18 @@
 #include "kvdepot/client/client.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/un.h>
-#include <arpa/inet.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -44,8 +44,7 @@ Result<int> ConnectSocket(const ClientOptions& options) {
     if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
       const int err = errno;
       ::close(fd);
-      return Status(StatusCode::kUnavailable,
-                    StatusFromErrno(err, "connect " + address).message());
+      return Status(StatusCode::kUnavailable, StatusFromErrno(err, "connect " + address).message());
     }
     return fd;
   }
@@ -128,7 +127,8 @@ class SigpipeGuard {
 
 Status FromWire(std::uint16_t code, std::span<const std::byte> body) {
   std::string message(reinterpret_cast<const char*>(body.data()), body.size());
-  if (message.empty()) message = "server returned " + std::string(StatusCodeName(static_cast<StatusCode>(code)));
+  if (message.empty())
+    message = "server returned " + std::string(StatusCodeName(static_cast<StatusCode>(code)));
   return Status(static_cast<StatusCode>(code), "server: " + message);
 }
 
@@ -184,10 +184,10 @@ Status Connection::StartTls() {
   if (tls_->ctx == nullptr) return fail("cannot create a context");
   SSL_CTX_set_min_proto_version(tls_->ctx, TLS1_2_VERSION);
   SSL_CTX_set_verify(tls_->ctx, SSL_VERIFY_PEER, nullptr);
-  const int ca_ok = options_.tls_ca_file.empty()
-                        ? SSL_CTX_set_default_verify_paths(tls_->ctx)
-                        : SSL_CTX_load_verify_locations(tls_->ctx, options_.tls_ca_file.c_str(),
-                                                        nullptr);
+  const int ca_ok =
+      options_.tls_ca_file.empty()
+          ? SSL_CTX_set_default_verify_paths(tls_->ctx)
+          : SSL_CTX_load_verify_locations(tls_->ctx, options_.tls_ca_file.c_str(), nullptr);
   if (ca_ok != 1) return fail("cannot load CA file '" + options_.tls_ca_file + "'");
   if (!options_.tls_cert_file.empty()) {
     if (SSL_CTX_use_certificate_chain_file(tls_->ctx, options_.tls_cert_file.c_str()) != 1) {
@@ -209,8 +209,8 @@ Status Connection::StartTls() {
     if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   }
   in6_addr ip{};
-  const bool is_ip = ::inet_pton(AF_INET, host.c_str(), &ip) == 1 ||
-                     ::inet_pton(AF_INET6, host.c_str(), &ip) == 1;
+  const bool is_ip =
+      ::inet_pton(AF_INET, host.c_str(), &ip) == 1 || ::inet_pton(AF_INET6, host.c_str(), &ip) == 1;
   X509_VERIFY_PARAM* param = SSL_get0_param(tls_->ssl);
   if (is_ip) {
     X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str());
@@ -223,9 +223,9 @@ Status Connection::StartTls() {
     const long verify = SSL_get_verify_result(tls_->ssl);
     if (verify != X509_V_OK) {
       ERR_clear_error();
-      return Broken(Unavailable("tls: handshake with " + options_.address +
-                                " failed: server certificate not trusted: " +
-                                X509_verify_cert_error_string(verify)));
+      return Broken(Unavailable(
+          "tls: handshake with " + options_.address +
+          " failed: server certificate not trusted: " + X509_verify_cert_error_string(verify)));
     }
     return fail("handshake failed");
   }
@@ -239,7 +239,9 @@ Status Connection::Authenticate() {
   return Status::Ok();
 }
 
-Connection::~Connection() { static_cast<void>(Broken(Status::Ok())); }
+Connection::~Connection() {
+  static_cast<void>(Broken(Status::Ok()));
+}
 
 Status Connection::Broken(Status status) {
   tls_.reset();
@@ -282,9 +284,9 @@ Status Connection::RecvAll(std::byte* out, std::size_t n) {
     if (r < 0) {
       if (errno == EINTR) continue;
       const int err = errno;
-      return Broken(Status(StatusCode::kUnavailable,
-                           StatusFromErrno(err, err == EAGAIN ? "receive (timeout)" : "receive")
-                               .message()));
+      return Broken(
+          Status(StatusCode::kUnavailable,
+                 StatusFromErrno(err, err == EAGAIN ? "receive (timeout)" : "receive").message()));
     }
     if (r == 0) return Broken(Unavailable("connection closed by the server"));
     done += static_cast<std::size_t>(r);
@@ -352,8 +354,8 @@ Result<FrameHeader> Connection::ReadResponse(std::vector<std::byte>& body) {
   std::byte head[protocol::kFrameHeaderBytes];
   KVD_RETURN_IF_ERROR(RecvAll(head, sizeof(head)));
   protocol::Limits limits = options_.limits;
-  limits.max_body_bytes = std::max<std::uint64_t>(limits.max_body_bytes,
-                                                  limits.max_value_bytes + 4096);
+  limits.max_body_bytes =
+      std::max<std::uint64_t>(limits.max_body_bytes, limits.max_value_bytes + 4096);
   auto h = protocol::DecodeFrameHeader(head, limits, /*expect_response=*/true);
   if (!h.ok()) return Broken(h.status());
   body.resize(h->body_length);
@@ -375,7 +377,9 @@ Result<std::vector<std::byte>> Connection::Call(Op op, std::span<const std::byte
   return response;
 }
 
-Status Connection::Ping() { return Call(Op::kPing, {}).status(); }
+Status Connection::Ping() {
+  return Call(Op::kPing, {}).status();
+}
 
 Status Connection::SetEventOrigin(const protocol::EventOrigin& origin) {
   KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> body,
@@ -440,11 +444,11 @@ Status Connection::ReadGetFrames(std::uint64_t id, Op op, std::size_t keys,
     GetItem item;
     item.index = prefix.index;
     item.tier = prefix.tier;
-    item.status = h.status == 0 ? Status::Ok()
-                                : Status(static_cast<StatusCode>(h.status), "key " +
-                                             std::to_string(prefix.index) + ": " +
-                                             std::string(StatusCodeName(
-                                                 static_cast<StatusCode>(h.status))));
+    item.status = h.status == 0
+                      ? Status::Ok()
+                      : Status(static_cast<StatusCode>(h.status),
+                               "key " + std::to_string(prefix.index) + ": " +
+                                   std::string(StatusCodeName(static_cast<StatusCode>(h.status))));
     item.value = std::span<const std::byte>(frame).subspan(protocol::kGetItemPrefixBytes);
     on_item(item);
     if ((h.flags & protocol::kFlagMore) == 0) {
@@ -637,8 +641,8 @@ Result<std::optional<std::size_t>> Connection::GetInto(std::string_view key,
   std::byte raw[protocol::kFrameHeaderBytes];
   KVD_RETURN_IF_ERROR(RecvAll(raw, sizeof(raw)));
   protocol::Limits limits = options_.limits;
-  limits.max_body_bytes = std::max<std::uint64_t>(limits.max_body_bytes,
-                                                  limits.max_value_bytes + 4096);
+  limits.max_body_bytes =
+      std::max<std::uint64_t>(limits.max_body_bytes, limits.max_value_bytes + 4096);
   auto h = protocol::DecodeFrameHeader(raw, limits, /*expect_response=*/true);
   if (!h.ok()) return Broken(h.status());
   if (h->request_id != id || h->op() != Op::kGet || (h->flags & protocol::kFlagMore) != 0 ||
@@ -660,9 +664,9 @@ Result<std::optional<std::size_t>> Connection::GetInto(std::string_view key,
   }
   if (h->status != 0) {
     KVD_RETURN_IF_ERROR(Drain(size));
-    return Status(static_cast<StatusCode>(h->status), "get: server returned " +
-                                                          std::string(StatusCodeName(
-                                                              static_cast<StatusCode>(h->status))));
+    return Status(
+        static_cast<StatusCode>(h->status),
+        "get: server returned " + std::string(StatusCodeName(static_cast<StatusCode>(h->status))));
   }
   const std::size_t in_head = static_cast<std::size_t>(std::min<std::uint64_t>(size, head.size()));
   KVD_RETURN_IF_ERROR(RecvAll(head.data(), in_head));
@@ -811,10 +815,9 @@ std::future<Status> Client::PutAsync(std::string key, std::vector<std::byte> val
 }
 
 std::future<Status> Client::GetAsync(std::vector<std::string> keys, GetCallback on_item) {
-  return std::async(std::launch::async,
-                    [this, keys = std::move(keys), on_item = std::move(on_item)] {
-                      return Get(keys, on_item);
-                    });
+  return std::async(
+      std::launch::async,
+      [this, keys = std::move(keys), on_item = std::move(on_item)] { return Get(keys, on_item); });
 }
 
 }  // namespace kvdepot::client

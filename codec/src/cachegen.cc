@@ -49,7 +49,8 @@ Layout MakeLayout(const KvShape& shape, std::vector<std::uint8_t> bins, std::uin
   l.scale_dtype = scale_dtype;
   l.bins = std::move(bins);
   l.table_start.resize(l.bins.size() + 1);
-  for (std::size_t i = 0; i < l.bins.size(); ++i) l.table_start[i + 1] = l.table_start[i] + l.bins[i];
+  for (std::size_t i = 0; i < l.bins.size(); ++i)
+    l.table_start[i + 1] = l.table_start[i] + l.bins[i];
   return l;
 }
 
@@ -321,7 +322,8 @@ Result<std::vector<std::byte>> EncodeCacheGen(const KvTensorView& tensor,
     }
   }
   std::byte* ix = w.section(3).data();
-  for (std::size_t i = 0; i < group_end.size(); ++i) StoreLE<std::uint32_t>(ix + i * 4, group_end[i]);
+  for (std::size_t i = 0; i < group_end.size(); ++i)
+    StoreLE<std::uint32_t>(ix + i * 4, group_end[i]);
   std::byte* cw = w.section(4).data();
   for (std::size_t i = 0; i < codes.size(); ++i) StoreLE<std::uint16_t>(cw + i * 2, codes[i]);
   return std::move(w).Finish();
@@ -359,11 +361,12 @@ Result<double> CacheGenSymbolEntropyBits(const KvTensorView& tensor,
 
 namespace {
 
-Status Bad(const std::string& what) { return Corruption("cachegen decode: " + what); }
+Status Bad(const std::string& what) {
+  return Corruption("cachegen decode: " + what);
+}
 
 // Scale pair i of a scales section in `scale_dtype`. Precondition: the section is long enough.
-ChannelScale LoadScale(std::span<const std::byte> scales, std::uint8_t scale_dtype,
-                       std::size_t i) {
+ChannelScale LoadScale(std::span<const std::byte> scales, std::uint8_t scale_dtype, std::size_t i) {
   if (scale_dtype == cachegen::kScaleFp16) {
     return {HalfBitsToFloat(LoadLE<std::uint16_t>(scales.data() + i * 4)),
             HalfBitsToFloat(LoadLE<std::uint16_t>(scales.data() + i * 4 + 2))};
@@ -395,7 +398,8 @@ Result<const SectionView*> Need(const ContainerView& view, SectionKind kind) {
       return Bad("unexpected " + std::string(SectionKindName(sec.kind)) + " section");
     }
   }
-  if (s == nullptr) return Bad("no " + std::string(SectionKindName(static_cast<std::uint32_t>(kind))) + " section");
+  if (s == nullptr)
+    return Bad("no " + std::string(SectionKindName(static_cast<std::uint32_t>(kind))) + " section");
   return s;
 }
 
@@ -432,8 +436,7 @@ Result<CacheGenSections> ValidateCacheGenSections(const ContainerView& view) {
     return Bad("params field 'prob_bits' = " + std::to_string(prob_bits) + ", expected 12");
   }
   if (out.scale_dtype != cachegen::kScaleFp16 && out.scale_dtype != cachegen::kScaleFp32) {
-    return Bad("params field 'scale_dtype' = " + std::to_string(out.scale_dtype) +
-               " is invalid");
+    return Bad("params field 'scale_dtype' = " + std::to_string(out.scale_dtype) + " is invalid");
   }
   if (cpl != cachegen::ChannelsPerLane(shape.tokens)) {
     return Bad("params field 'channels_per_lane' = " + std::to_string(cpl) + ", expected " +
@@ -444,8 +447,8 @@ Result<CacheGenSections> ValidateCacheGenSections(const ContainerView& view) {
   std::memcpy(out.bins.data(), p + kParamsFixedBytes, out.bins.size());
   for (std::size_t i = 0; i < out.bins.size(); ++i) {
     if (out.bins[i] < cachegen::kMinBins || out.bins[i] > cachegen::kMaxBins) {
-      return Bad("params: bins of layer " + std::to_string(i / 2) + (i % 2 ? " V" : " K") +
-                 " = " + std::to_string(out.bins[i]) + " is out of range [2, 64]");
+      return Bad("params: bins of layer " + std::to_string(i / 2) + (i % 2 ? " V" : " K") + " = " +
+                 std::to_string(out.bins[i]) + " is out of range [2, 64]");
     }
   }
   const Layout lay = MakeLayout(shape, out.bins, out.scale_dtype);
@@ -576,7 +579,8 @@ Result<KvTensor> DecodeCacheGen(const ContainerView& view) {
   for (std::uint32_t lk = 0; lk < lay.lk_count(); ++lk) {
     const std::uint16_t* freq = &pz.freq[lay.table_start[lk]];
     for (std::uint32_t s = 0, slot = 0; s < lay.bins[lk]; ++s) {
-      for (std::uint32_t i = 0; i < freq[s]; ++i) slot_to_symbol[slot++] = static_cast<std::uint8_t>(s);
+      for (std::uint32_t i = 0; i < freq[s]; ++i)
+        slot_to_symbol[slot++] = static_cast<std::uint8_t>(s);
     }
     for (std::uint32_t g = 0; g < lay.groups_per_lk; ++g) {
       KVD_RETURN_IF_ERROR(DecodeGroup(pz, lk, g, slot_to_symbol, out.dtype, out.data.data()));

@@ -21,6 +21,8 @@ Result<CodecId> ParseCodecName(std::string_view name) {
                          "' (expected raw, cachegen or hack-int2)");
 }
 
-bool IsValidCodecId(std::uint8_t raw) { return raw <= 2; }
+bool IsValidCodecId(std::uint8_t raw) {
+  return raw <= 2;
+}
 
 }  // namespace kvdepot

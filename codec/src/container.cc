@@ -52,7 +52,9 @@ std::uint64_t ComputeHeaderChecksum(std::span<const std::byte> bytes, std::uint3
   return builder.Digest();
 }
 
-Status Bad(const std::string& what) { return Corruption("container: " + what); }
+Status Bad(const std::string& what) {
+  return Corruption("container: " + what);
+}
 
 std::string SectionLabel(std::size_t i, std::uint32_t kind) {
   return "section " + std::to_string(i) + " (" + std::string(SectionKindName(kind)) + ")";
@@ -98,14 +100,16 @@ Result<std::vector<SectionView>> PeekSectionTable(std::span<const std::byte> pre
     return Bad("not a container (bad magic or shorter than its header)");
   }
   const std::uint32_t count = LoadLE<std::uint32_t>(prefix.data() + kOffSectionCount);
-  if (count > kMaxSections) return Bad("header field 'section_count' exceeds " + std::to_string(kMaxSections));
+  if (count > kMaxSections)
+    return Bad("header field 'section_count' exceeds " + std::to_string(kMaxSections));
   if (prefix.size() < kContainerHeaderBytes + std::size_t{count} * kSectionEntryBytes) {
     return Bad("the section table extends past the " + std::to_string(prefix.size()) +
                " bytes given");
   }
   std::vector<SectionView> sections(count);
   for (std::uint32_t i = 0; i < count; ++i) {
-    const std::byte* e = prefix.data() + kContainerHeaderBytes + std::size_t{i} * kSectionEntryBytes;
+    const std::byte* e =
+        prefix.data() + kContainerHeaderBytes + std::size_t{i} * kSectionEntryBytes;
     sections[i].kind = LoadLE<std::uint32_t>(e + kEntKind);
     sections[i].flags = LoadLE<std::uint32_t>(e + kEntFlags);
     sections[i].offset = LoadLE<std::uint64_t>(e + kEntOffset);

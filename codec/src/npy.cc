@@ -39,7 +39,9 @@ std::string Printable(std::string_view text) {
   return out;
 }
 
-Status SyntaxError(std::string message) { return InvalidArgument("npy: header: " + message); }
+Status SyntaxError(std::string message) {
+  return InvalidArgument("npy: header: " + message);
+}
 
 // One shape entry as written: magnitude (saturated at UINT64_MAX), sign and source text.
 struct ShapeDim {
@@ -122,8 +124,8 @@ class HeaderParser {
   Status Unexpected(std::string_view expected) const {
     std::string found = AtEnd() ? std::string("the end of the header")
                                 : "'" + Printable(text_.substr(pos_, 1)) + "'";
-    return SyntaxError("expected " + std::string(expected) + " at offset " +
-                       std::to_string(pos_) + ", found " + found);
+    return SyntaxError("expected " + std::string(expected) + " at offset " + std::to_string(pos_) +
+                       ", found " + found);
   }
 
   Status Expect(char c, std::string_view what) {
@@ -271,8 +273,9 @@ Result<ElementFormat> ParseDescr(std::string_view descr, const NpyReadOptions& o
   }
   std::string hint;
   if (descr.size() >= 2 && descr[1] == 'V') {
-    hint = " (opaque void bytes, e.g. an ml_dtypes bfloat16 array; save bf16 as its uint16 bits, "
-           "arr.view(np.uint16), and declare bf16 when reading)";
+    hint =
+        " (opaque void bytes, e.g. an ml_dtypes bfloat16 array; save bf16 as its uint16 bits, "
+        "arr.view(np.uint16), and declare bf16 when reading)";
   }
   return InvalidArgument("npy: header field 'descr' is '" + Printable(descr) + "'" + hint +
                          "; accepted are '<f2', '>f2' (fp16), '<f4', '>f4' (fp32), and '<u2', "

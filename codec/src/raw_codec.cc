@@ -34,8 +34,7 @@ Result<KvTensorView> RawPayloadView(const ContainerView& view) {
   if (payload->length != want) {
     return Corruption("raw decode: payload is " + std::to_string(payload->length) +
                       " bytes, shape " + view.header.shape.ToString() + " in " +
-                      std::string(DTypeName(view.header.dtype)) + " needs " +
-                      std::to_string(want));
+                      std::string(DTypeName(view.header.dtype)) + " needs " + std::to_string(want));
   }
   return KvTensorView{view.header.dtype, view.header.shape, payload->bytes};
 }

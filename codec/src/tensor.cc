@@ -24,9 +24,13 @@ Result<DType> ParseDType(std::string_view name) {
   return InvalidArgument("unknown dtype '" + std::string(name) + "' (expected fp16, bf16 or fp32)");
 }
 
-std::size_t DTypeSize(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+std::size_t DTypeSize(DType dtype) {
+  return dtype == DType::kFloat32 ? 4 : 2;
+}
 
-bool IsValidDType(std::uint8_t raw) { return raw >= 1 && raw <= 3; }
+bool IsValidDType(std::uint8_t raw) {
+  return raw >= 1 && raw <= 3;
+}
 
 namespace {
 // "[a, b, ...]", appended piecewise (GCC 12 -O3 warns falsely on "[" + std::to_string(...)).

@@ -343,7 +343,6 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
 
 // ---- Host-side parsing (mirrors the CPU decoder's ParseSections) ----
 
-
 std::string DecodeErrorMessage(unsigned long long key) {
   const auto code = static_cast<std::uint32_t>(key & 15u);
   const auto group = static_cast<std::uint32_t>((key >> 4) & ((1ull << 30) - 1));

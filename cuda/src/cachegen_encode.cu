@@ -42,11 +42,11 @@ namespace kvdepot::cuda {
 namespace {
 
 using internal::ConfigureSharedMemory;
-using internal::kMaxDevices;
 using internal::CpAsync16;
 using internal::CpAsyncCommit;
 using internal::CpAsyncWait;
 using internal::CpAsyncWaitAll;
+using internal::kMaxDevices;
 using internal::SharedAddress;
 
 using cachegen::kLanes;
@@ -520,7 +520,7 @@ __global__ void NormalizeKernel(const __grid_constant__ CacheGenEncodeParams p) 
   const std::uint32_t lks = p.layers * 2;
   const std::uint32_t lane = threadIdx.x & 31u;
   const std::uint32_t i = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;  // chunk * lks + lk
-  if (i >= p.num_chunks * lks) return;  // whole warps
+  if (i >= p.num_chunks * lks) return;                                   // whole warps
   const std::uint32_t chunk = i / lks, lk = i % lks;
   const std::uint32_t bins = p.bins[lk];
   const bool fp32 = p.status[chunk * kStatusWords + 0] != 0;
@@ -882,7 +882,6 @@ __global__ void __launch_bounds__(kCompactThreads)
   }
 }
 
-
 cudaError_t Launch(const void* kernel, unsigned blocks, unsigned threads, std::size_t smem,
                    const CacheGenEncodeParams& params, cudaStream_t stream) {
   cudaLaunchConfig_t config{};
@@ -1035,8 +1034,8 @@ cudaError_t LaunchCacheGenEncode(const CacheGenEncodeParams& params, cudaStream_
                params.num_chunks * lks * tiles, kTileThreads, fallback_smem, params, stream);
   if (err != cudaSuccess) return err;
   const std::uint32_t norm_warps = params.num_chunks * lks;  // 4 per block
-  err = Launch(reinterpret_cast<const void*>(NormalizeKernel), (norm_warps + 3) / 4, 128, 0,
-               params, stream);
+  err = Launch(reinterpret_cast<const void*>(NormalizeKernel), (norm_warps + 3) / 4, 128, 0, params,
+               stream);
   if (err != cudaSuccess) return err;
   const std::uint32_t enc_blocks =
       params.num_chunks * lks * ((params.groups_per_lk + kEncodeWarps - 1) / kEncodeWarps);

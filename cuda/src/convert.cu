@@ -16,9 +16,9 @@ namespace kvdepot::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;     // threads per block (grid: as many blocks as are resident)
-constexpr int kVecElems = 8;      // elements per vector step: 16 B of fp16/bf16, 32 B of fp32
-constexpr int kUnroll = 2;        // vector steps in flight per thread (more bytes in flight)
+constexpr int kThreads = 256;  // threads per block (grid: as many blocks as are resident)
+constexpr int kVecElems = 8;   // elements per vector step: 16 B of fp16/bf16, 32 B of fp32
+constexpr int kUnroll = 2;     // vector steps in flight per thread (more bytes in flight)
 
 // Raw storage of one element: the kernel moves bits, never does float arithmetic.
 template <DType D>
@@ -226,8 +226,7 @@ Status ConvertOnDevice(DType from, DType to, const void* d_src, void* d_dst, std
     case PairKey(DType::kFloat32, DType::kBFloat16):
       err = LaunchConvert<DType::kFloat32, DType::kBFloat16>(params, stream);
       break;
-    default:
-      return InvalidArgument(what + ": unsupported dtype pair");
+    default: return InvalidArgument(what + ": unsupported dtype pair");
   }
   KVD_CUDA_RETURN_IF_ERROR(err, what);
   return Status::Ok();
@@ -246,8 +245,8 @@ Result<KvTensor> ConvertDTypeGpu(const KvTensorView& in, DType to) {
   KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_in.data(), in.data.data(), in.data.size(),
                                            cudaMemcpyHostToDevice, stream.get()),
                            "ConvertDTypeGpu: upload");
-  KVD_RETURN_IF_ERROR(ConvertOnDevice(in.dtype, to, d_in.data(), d_out.data(),
-                                      in.shape.elements(), stream.get()));
+  KVD_RETURN_IF_ERROR(
+      ConvertOnDevice(in.dtype, to, d_in.data(), d_out.data(), in.shape.elements(), stream.get()));
   KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data.data(), d_out.data(), out.data.size(),
                                            cudaMemcpyDeviceToHost, stream.get()),
                            "ConvertDTypeGpu: download");

@@ -18,8 +18,8 @@ Result<std::unique_ptr<DevicePool>> DevicePool::Create(int device, std::uint64_t
   const std::uint64_t size = (bytes + kGranularity - 1) / kGranularity * kGranularity;
   std::unique_ptr<DevicePool> p(new DevicePool());
   KVD_ASSIGN_OR_RETURN(p->alloc_, RangeAllocator::Create(size, kGranularity));
-  KVD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), "gpu pool: cudaSetDevice(" +
-                                                      std::to_string(device) + ")");
+  KVD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device),
+                           "gpu pool: cudaSetDevice(" + std::to_string(device) + ")");
   void* base = nullptr;
   KVD_CUDA_RETURN_IF_ERROR(cudaMalloc(&base, size),
                            "gpu pool: cudaMalloc of " + std::to_string(size) + " bytes");
@@ -42,8 +42,8 @@ DevicePool::~DevicePool() {
 // ---- IpcMapping ---------------------------------------------------------------------------------
 
 Result<IpcMapping> IpcMapping::Open(int device, const IpcHandle& handle) {
-  KVD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), "ipc: cudaSetDevice(" +
-                                                      std::to_string(device) + ")");
+  KVD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device),
+                           "ipc: cudaSetDevice(" + std::to_string(device) + ")");
   cudaIpcMemHandle_t h;
   std::memcpy(&h, handle.data(), sizeof(h));
   void* p = nullptr;
@@ -58,7 +58,9 @@ IpcMapping::~IpcMapping() {
   if (base_ != nullptr) cudaIpcCloseMemHandle(base_);
 }
 
-IpcMapping::IpcMapping(IpcMapping&& other) noexcept : base_(other.base_) { other.base_ = nullptr; }
+IpcMapping::IpcMapping(IpcMapping&& other) noexcept : base_(other.base_) {
+  other.base_ = nullptr;
+}
 
 IpcMapping& IpcMapping::operator=(IpcMapping&& other) noexcept {
   if (this != &other) {
@@ -128,10 +130,9 @@ Status GpuTier::Insert(std::string_view key, std::span<const std::byte> bytes,
   {
     std::lock_guard copy(copy_mu_);
     KVD_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool_->device()), "gpu tier: cudaSetDevice");
-    KVD_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(pool_->base() + *offset, bytes.data(), bytes.size(),
-                        cudaMemcpyHostToDevice, stream_),
-        "gpu tier: upload");
+    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pool_->base() + *offset, bytes.data(), bytes.size(),
+                                             cudaMemcpyHostToDevice, stream_),
+                             "gpu tier: upload");
     KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "gpu tier: upload");
   }
   GpuBlockRef old;  // released after the lock
@@ -181,9 +182,9 @@ Status GpuTier::CopyToHost(const GpuBlock& block, std::span<std::byte> out) {
   if (out.size() != block.length()) return InvalidArgument("gpu tier: CopyToHost size mismatch");
   std::lock_guard copy(copy_mu_);
   KVD_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool_->device()), "gpu tier: cudaSetDevice");
-  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data(), block.data(), out.size(),
-                                           cudaMemcpyDeviceToHost, stream_),
-                           "gpu tier: download");
+  KVD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(out.data(), block.data(), out.size(), cudaMemcpyDeviceToHost, stream_),
+      "gpu tier: download");
   KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "gpu tier: download");
   return Status::Ok();
 }
@@ -217,8 +218,8 @@ Result<std::vector<std::byte>> TranscodeGpu(std::span<const std::byte> container
     }
     return InvalidArgument("TranscodeGpu: unknown codec");
   };
-  const auto encode = [&options, target](const KvTensorView& tensor)
-      -> Result<std::vector<std::byte>> {
+  const auto encode = [&options,
+                       target](const KvTensorView& tensor) -> Result<std::vector<std::byte>> {
     switch (target) {
       case CodecId::kCacheGen: return EncodeCacheGenGpu(tensor, options.cachegen);
       case CodecId::kHackInt2: return EncodeHackGpu(tensor, options.hack);

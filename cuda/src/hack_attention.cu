@@ -59,8 +59,8 @@ using internal::kMaxDevices;
 
 using hack::Layout;
 
-constexpr std::uint32_t kP = 64;          // partition (block) size
-constexpr std::uint32_t kRows = 8;        // head rows per tile
+constexpr std::uint32_t kP = 64;    // partition (block) size
+constexpr std::uint32_t kRows = 8;  // head rows per tile
 constexpr std::uint32_t kMaxWarps = 16;
 constexpr std::uint32_t kStages = 2;
 constexpr std::uint32_t kMaxSplits = 16;
@@ -246,9 +246,9 @@ bool __device__ __forceinline__ Aligned16(const void* ptr) {
 // Online-softmax state and output accumulator of one warp.
 template <int D>
 struct WarpState {
-  float m;                     // running max of row g (log2 domain), quad-uniform
-  float lsum;                  // this lane's part of row g's normaliser
-  float acc[Geo<D>::MT][4];    // O[d][h]: d = 16 mt + g (+8 for [2], [3]), h = 2 tq (+1 odd)
+  float m;                   // running max of row g (log2 domain), quad-uniform
+  float lsum;                // this lane's part of row g's normaliser
+  float acc[Geo<D>::MT][4];  // O[d][h]: d = 16 mt + g (+8 for [2], [3]), h = 2 tq (+1 odd)
 };
 
 // Softmax update of row g over the lane's 16 scores (log2 domain; -inf = masked): returns the
@@ -512,7 +512,8 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
   // Per-head factors of the accumulator's two head columns (rows 2 tq and 2 tq + 1).
   Rescale<D>(ws, alpha, tq);
   const float sp_row = ip.scale, spsum_row = ip.scale * static_cast<float>(psum);
-  const float sp0 = __shfl_sync(kFull, sp_row, 8 * tq), sp1 = __shfl_sync(kFull, sp_row, 8 * tq + 4);
+  const float sp0 = __shfl_sync(kFull, sp_row, 8 * tq),
+              sp1 = __shfl_sync(kFull, sp_row, 8 * tq + 4);
   const float ss0 = __shfl_sync(kFull, spsum_row, 8 * tq);
   const float ss1 = __shfl_sync(kFull, spsum_row, 8 * tq + 4);
   const float mp0 = __shfl_sync(kFull, pmn, 8 * tq), mp1 = __shfl_sync(kFull, pmn, 8 * tq + 4);
@@ -522,8 +523,10 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
 #pragma unroll
   for (std::uint32_t mt = 0; mt < G::MT; ++mt) {
     const std::uint32_t d0 = 16 * mt + g, d1 = d0 + 8;
-    const std::uint32_t w0 = *reinterpret_cast<const std::uint32_t*>(st + G::kOffV + d0 * 16 + 4 * tq);
-    const std::uint32_t w1 = *reinterpret_cast<const std::uint32_t*>(st + G::kOffV + d1 * 16 + 4 * tq);
+    const std::uint32_t w0 =
+        *reinterpret_cast<const std::uint32_t*>(st + G::kOffV + d0 * 16 + 4 * tq);
+    const std::uint32_t w1 =
+        *reinterpret_cast<const std::uint32_t*>(st + G::kOffV + d1 * 16 + 4 * tq);
     int c[4] = {kBiasInit, kBiasInit, kBiasInit, kBiasInit};
     MmaU8U8(c, w0 & kLow2, w1 & kLow2, (w0 >> 2) & kLow2, (w1 >> 2) & kLow2, b00, b01);
     MmaU8U8(c, (w0 >> 4) & kLow2, (w1 >> 4) & kLow2, (w0 >> 6) & kLow2, (w1 >> 6) & kLow2, b10,
@@ -666,8 +669,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   const bool row_valid = g < q_count * p.group;
   const std::uint32_t max_pos =
       seq_ok ? (p.prefill ? p.first_position + q_first + q_count - 1 : lay.tokens - 1) : 0;
-  const std::uint32_t row_limit =
-      row_valid && p.prefill ? p.first_position + r_query : max_pos;
+  const std::uint32_t row_limit = row_valid && p.prefill ? p.first_position + r_query : max_pos;
   const std::uint32_t min_limit = p.prefill ? p.first_position + q_first : max_pos;
 
   // Units: visible quantized blocks, then runs of 64 visible unquantized tokens.
@@ -676,8 +678,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     const std::uint32_t S = lay.sinks, B = lay.blocks(), tail_begin = lay.tail_begin();
     nb = max_pos >= S ? min(B, (max_pos - S) / kP + 1) : 0;
     const std::uint32_t U = lay.unquantized_tokens();
-    u_vis = max_pos + 1 >= tail_begin ? S + min(U - S, max_pos + 1 - tail_begin)
-                                      : min(S, max_pos + 1);
+    u_vis =
+        max_pos + 1 >= tail_begin ? S + min(U - S, max_pos + 1 - tail_begin) : min(S, max_pos + 1);
   }
   const std::uint32_t units = nb + (u_vis + kP - 1) / kP;
   const std::uint32_t ub = min(units, split * p.units_per_split);
@@ -971,9 +973,9 @@ Status CheckKv(const char* fn, const HackKvCache& kv, std::uint32_t q_heads, flo
                          " is not supported by the GPU kernels (64)");
   }
   if (q_heads == 0 || q_heads % kv.kv_heads != 0) {
-    return InvalidArgument(f + ": q_heads = " + std::to_string(q_heads) +
-                           " is not a positive multiple of kv_heads = " +
-                           std::to_string(kv.kv_heads));
+    return InvalidArgument(
+        f + ": q_heads = " + std::to_string(q_heads) +
+        " is not a positive multiple of kv_heads = " + std::to_string(kv.kv_heads));
   }
   const std::uint32_t group = q_heads / kv.kv_heads;
   if (group > kRows) {
@@ -998,13 +1000,15 @@ Status CheckKv(const char* fn, const HackKvCache& kv, std::uint32_t q_heads, flo
     if (kv.page_codes_bytes < need.codes || kv.page_scales_bytes < need.scales ||
         kv.page_sums_bytes < need.sums || kv.page_codes_bytes % 16 != 0 ||
         kv.page_scales_bytes % 16 != 0 || kv.page_sums_bytes % 16 != 0) {
-      return InvalidArgument(f + ": page strides must be multiples of 16 and hold a page's "
-                                 "sections (codes " + std::to_string(need.codes) + ", scales " +
+      return InvalidArgument(f +
+                             ": page strides must be multiples of 16 and hold a page's "
+                             "sections (codes " +
+                             std::to_string(need.codes) + ", scales " +
                              std::to_string(need.scales) + ", sums " + std::to_string(need.sums) +
                              " bytes)");
     }
-    if (!Aligned(kv.page_codes, 16) || !Aligned(kv.page_scales, 16) ||
-        !Aligned(kv.page_sums, 16) || !Aligned(kv.block_tables, 4)) {
+    if (!Aligned(kv.page_codes, 16) || !Aligned(kv.page_scales, 16) || !Aligned(kv.page_sums, 16) ||
+        !Aligned(kv.block_tables, 4)) {
       return InvalidArgument(f + ": page sections must be 16-byte aligned");
     }
   }
@@ -1024,7 +1028,8 @@ Status CheckKv(const char* fn, const HackKvCache& kv, std::uint32_t q_heads, flo
   params.page_codes_bytes = kv.page_codes_bytes;
   params.page_scales_bytes = kv.page_scales_bytes;
   params.page_sums_bytes = kv.page_sums_bytes;
-  const double scale = softmax_scale > 0 ? softmax_scale : 1.0 / std::sqrt(static_cast<double>(kv.head_dim));
+  const double scale =
+      softmax_scale > 0 ? softmax_scale : 1.0 / std::sqrt(static_cast<double>(kv.head_dim));
   params.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   return Status::Ok();
 }
@@ -1106,8 +1111,8 @@ Result<HackAttentionWorkspace> HackAttentionWorkspace::Create() {
   HackAttentionWorkspace ws;
   ws.sm_count_ = std::max(sms, 1);
   ws.max_counters_ = static_cast<std::uint32_t>(ws.sm_count_);
-  const std::size_t partials = std::size_t{static_cast<std::uint32_t>(ws.sm_count_)} * kRows *
-                               (128 + 2) * sizeof(float);
+  const std::size_t partials =
+      std::size_t{static_cast<std::uint32_t>(ws.sm_count_)} * kRows * (128 + 2) * sizeof(float);
   const std::size_t partials_offset =
       (kCountersOffset + ws.max_counters_ * sizeof(unsigned int) + 255) & ~std::size_t{255};
   KVD_ASSIGN_OR_RETURN(ws.device_, DeviceBuffer::Allocate(partials_offset + partials));
@@ -1191,7 +1196,8 @@ Status EnqueueHackPrefillAttention(const HackKvCache& kv, const HackPrefillArgs&
   }
   const HackAttentionSeq& seq = args.seq;
   if (seq.tokens == 0 || seq.sinks > seq.tokens) {
-    return InvalidArgument(std::string(kFn) + ": the sequence needs tokens >= 1 and sinks <= tokens");
+    return InvalidArgument(std::string(kFn) +
+                           ": the sequence needs tokens >= 1 and sinks <= tokens");
   }
   if (args.queries == 0 || std::uint64_t{args.first_position} + args.queries > seq.tokens) {
     return InvalidArgument(std::string(kFn) + ": " + std::to_string(args.queries) +

@@ -34,8 +34,8 @@
 #include <cstdint>
 
 #include "fast_exp2.cuh"
-#include "kvdepot/cuda/hack.h"
 #include "kvdepot/codec/hack_format.h"
+#include "kvdepot/cuda/hack.h"
 #include "launch.h"
 
 namespace kvdepot::cuda {

@@ -152,9 +152,8 @@ KVD_HOST_DEVICE QuantSmem PlanQuantSmem(const Layout& lay) {
   s.row_halves = lay.dim + kTilePad;
   s.tile = 0;
   s.quants = Align16(std::size_t{lay.partition} * s.row_halves * 2);
-  const std::uint32_t max_parts = lay.partition * lay.dim_groups() > lay.dim
-                                      ? lay.partition * lay.dim_groups()
-                                      : lay.dim;
+  const std::uint32_t max_parts =
+      lay.partition * lay.dim_groups() > lay.dim ? lay.partition * lay.dim_groups() : lay.dim;
   s.scales = s.quants + std::size_t{max_parts} * 8;
   s.red = Align16(s.scales + std::size_t{max_parts} * 4);
   s.words = s.red + kQuantThreads * 8;
@@ -172,7 +171,8 @@ __device__ __forceinline__ std::uint32_t CodeSum(std::uint32_t word) {
   return __popc(word & 0x55555555u) + 2u * __popc(word & 0xaaaaaaaau);
 }
 
-__device__ __forceinline__ void StoreScaleEntry(std::uint8_t* scales, std::uint64_t index, Quant q) {
+__device__ __forceinline__ void StoreScaleEntry(std::uint8_t* scales, std::uint64_t index,
+                                                Quant q) {
   const std::uint32_t entry = static_cast<std::uint32_t>(FloatToHalfBits(q.scale)) |
                               (static_cast<std::uint32_t>(FloatToHalfBits(q.min)) << 16);
   reinterpret_cast<std::uint32_t*>(scales)[index] = entry;
@@ -855,9 +855,9 @@ __device__ __forceinline__ float LoadTail(const void* tail, std::uint32_t dtype,
     case DType::kFloat16:
       return __half2float(__ushort_as_half(__ldg(static_cast<const unsigned short*>(tail) + i)));
     case DType::kBFloat16:
-      return __uint_as_float(static_cast<std::uint32_t>(__ldg(static_cast<const unsigned short*>(tail) + i)) << 16);
-    case DType::kFloat32:
-      return __ldg(static_cast<const float*>(tail) + i);
+      return __uint_as_float(
+          static_cast<std::uint32_t>(__ldg(static_cast<const unsigned short*>(tail) + i)) << 16);
+    case DType::kFloat32: return __ldg(static_cast<const float*>(tail) + i);
   }
   return 0.0f;
 }
@@ -881,7 +881,8 @@ __global__ void __launch_bounds__(kThreads) HackDequantizeKernel(const HackDequa
       const std::uint64_t row = item - groups;
       const auto u = static_cast<std::uint32_t>(row % U);
       const std::uint64_t lk = row / U;
-      const auto kv = static_cast<std::uint32_t>(lk % 2), layer = static_cast<std::uint32_t>(lk / 2);
+      const auto kv = static_cast<std::uint32_t>(lk % 2),
+                 layer = static_cast<std::uint32_t>(lk / 2);
       const std::uint64_t src = lay.unquantized_offset(layer, kv, u, 0, 0);
       const std::uint64_t dst = lay.element_index(layer, kv, lay.unquantized_token(u), 0, 0);
       for (std::uint32_t i = tid; i < row_step; i += kThreads) {
@@ -903,8 +904,9 @@ __global__ void __launch_bounds__(kThreads) HackDequantizeKernel(const HackDequa
         reinterpret_cast<const std::uint32_t*>(p.scales) + lay.partition_base(layer, kv, h, b);
     for (std::uint32_t i = tid; i < nparts; i += kThreads) {
       const std::uint32_t e = __ldg(entries + i);
-      quants[i] = make_float2(__half2float(__ushort_as_half(static_cast<unsigned short>(e & 0xffffu))),
-                              __half2float(__ushort_as_half(static_cast<unsigned short>(e >> 16))));
+      quants[i] =
+          make_float2(__half2float(__ushort_as_half(static_cast<unsigned short>(e & 0xffffu))),
+                      __half2float(__ushort_as_half(static_cast<unsigned short>(e >> 16))));
     }
     __syncthreads();
 
@@ -1159,8 +1161,9 @@ Status EnqueueQuantizeHackBatch(DType dtype, const KvShape& shape, const HackOpt
   }
   KVD_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_error, 0xff, sizeof(unsigned long long), stream),
                            std::string(kWhat) + ": reset error word");
-  const cudaError_t err = dtype == DType::kFloat16 ? LaunchHackQuantize<DType::kFloat16>(params, stream)
-                                                   : LaunchHackQuantize<DType::kBFloat16>(params, stream);
+  const cudaError_t err = dtype == DType::kFloat16
+                              ? LaunchHackQuantize<DType::kFloat16>(params, stream)
+                              : LaunchHackQuantize<DType::kBFloat16>(params, stream);
   KVD_CUDA_RETURN_IF_ERROR(err, kWhat);
   return Status::Ok();
 }
@@ -1210,7 +1213,8 @@ Status FinishQuantizeHackBatch(const KvShape& shape, const unsigned long long* d
   return FinishQuantize(shape, d_error, stream, /*name_chunk=*/true);
 }
 
-Result<std::vector<std::byte>> EncodeHackGpu(const KvTensorView& tensor, const HackOptions& options) {
+Result<std::vector<std::byte>> EncodeHackGpu(const KvTensorView& tensor,
+                                             const HackOptions& options) {
   KVD_RETURN_IF_ERROR(ValidateHackOptions(options));
   KVD_RETURN_IF_ERROR(tensor.Validate().WithContext("hack-int2 encode"));
   if (tensor.dtype == DType::kFloat32) {
@@ -1231,10 +1235,11 @@ Result<std::vector<std::byte>> EncodeHackGpu(const KvTensorView& tensor, const H
                                           d_err.as<unsigned long long>(), stream.get()));
   KVD_RETURN_IF_ERROR(FinishQuantizeHack(shape, d_err.as<unsigned long long>(), stream.get()));
 
-  const ContainerWriter::SectionPlan plans[5] = {
-      {SectionKind::kParams, hack::kParamsBytes}, {SectionKind::kScales, sec.bytes.scales},
-      {SectionKind::kSums, sec.bytes.sums},       {SectionKind::kCodes, sec.bytes.codes},
-      {SectionKind::kTail, sec.bytes.tail}};
+  const ContainerWriter::SectionPlan plans[5] = {{SectionKind::kParams, hack::kParamsBytes},
+                                                 {SectionKind::kScales, sec.bytes.scales},
+                                                 {SectionKind::kSums, sec.bytes.sums},
+                                                 {SectionKind::kCodes, sec.bytes.codes},
+                                                 {SectionKind::kTail, sec.bytes.tail}};
   KVD_ASSIGN_OR_RETURN(ContainerWriter w,
                        ContainerWriter::Create(CodecId::kHackInt2, tensor.dtype, shape, plans));
   WriteParams(w.section(0), lay, stored);
@@ -1254,15 +1259,18 @@ template <DType Out>
 cudaError_t LaunchHackDequantize(const HackDequantizeParams& params, cudaStream_t stream) {
   const int slot = Out == DType::kFloat16 ? 0 : Out == DType::kBFloat16 ? 1 : 2;
   const std::size_t smem =
-      std::size_t{8} * std::max(params.layout.dim,
-                                params.layout.partition * params.layout.dim_groups());
+      std::size_t{8} *
+      std::max(params.layout.dim, params.layout.partition * params.layout.dim_groups());
   return LaunchGridStride(HackDequantizeKernel<Out>, params, Items(params.layout), kThreads, smem,
                           g_dequant_smem[slot], stream, [](unsigned) { return std::tuple<>(); });
 }
 
-template cudaError_t LaunchHackDequantize<DType::kFloat16>(const HackDequantizeParams&, cudaStream_t);
-template cudaError_t LaunchHackDequantize<DType::kBFloat16>(const HackDequantizeParams&, cudaStream_t);
-template cudaError_t LaunchHackDequantize<DType::kFloat32>(const HackDequantizeParams&, cudaStream_t);
+template cudaError_t LaunchHackDequantize<DType::kFloat16>(const HackDequantizeParams&,
+                                                           cudaStream_t);
+template cudaError_t LaunchHackDequantize<DType::kBFloat16>(const HackDequantizeParams&,
+                                                            cudaStream_t);
+template cudaError_t LaunchHackDequantize<DType::kFloat32>(const HackDequantizeParams&,
+                                                           cudaStream_t);
 
 Status EnqueueDequantizeHack(DType chunk_dtype, const KvShape& shape, const HackOptions& options,
                              const HackDeviceSectionsView& in, DType out_dtype, void* d_out,
@@ -1285,8 +1293,9 @@ Status EnqueueDequantizeHack(DType chunk_dtype, const KvShape& shape, const Hack
   }
   if (!Aligned(d_out, 16) || !Aligned(in.codes, 16) || !Aligned(in.scales, 4) ||
       !Aligned(in.tail, DTypeSize(chunk_dtype))) {
-    return InvalidArgument(std::string(kWhat) +
-                           ": out and codes must be 16-byte aligned, scales 4, tail its element size");
+    return InvalidArgument(
+        std::string(kWhat) +
+        ": out and codes must be 16-byte aligned, scales 4, tail its element size");
   }
   HackDequantizeParams params{};
   params.codes = in.codes;

@@ -87,7 +87,9 @@ template <int Pending>
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
 }
-__device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+__device__ __forceinline__ void CpAsyncWaitAll() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
 
 // Exclusive prefix sums of a 64-entry table held by a warp as lane l -> (f[l], f[l + 32]): cum0 of
 // entry l, cum1 of entry l + 32, and the sum of all 64 (every lane gets the same total).

@@ -129,8 +129,8 @@ std::string UnixListenCause(const std::string& path) {
   return "";
 }
 
-// The error line for a TCP listener (`key`: listen, lm.listen or resp.listen) that failed to start with
-// `status`: the cause a probe bind finds, else the listener's own message.
+// The error line for a TCP listener (`key`: listen, lm.listen or resp.listen) that failed to start
+// with `status`: the cause a probe bind finds, else the listener's own message.
 std::string ListenError(std::string_view key, const std::string& listen, const Status& status) {
   auto endpoint = ParseListenAddress(key, listen);
   std::string cause = endpoint.ok() ? ListenFailureCause(*endpoint) : "";
@@ -221,7 +221,8 @@ void WarnExposedListeners(const Config& config) {
         {{"lm_listen", config.lm.listen}});
   }
   if (!config.resp.listen.empty() && !IsLoopback(config.resp.listen) && !auth) {
-    Log(LogLevel::kWarn, "resp:// listens on a non-loopback address without authentication: any "
+    Log(LogLevel::kWarn,
+        "resp:// listens on a non-loopback address without authentication: any "
         "host that can reach it can read and write every key (set auth.token_file)",
         {{"resp_listen", config.resp.listen}});
   }

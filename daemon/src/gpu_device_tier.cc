@@ -42,14 +42,17 @@ class GpuDeviceTier final : public DeviceTier {
   bool FetchToHost(std::string_view key, Allocator allocate,
                    std::function<void(Result<ValueRef>)> done) override {
     if (!tier_->Contains(key)) return false;
-    Post([this, k = std::string(key), allocate = std::move(allocate), done = std::move(done)] {
-      cuda::GpuBlockRef block = tier_->Get(k);
-      if (!block) return done(NotFound("key not found"));
-      auto value = allocate(block->length());
-      if (!value.ok()) return done(value.status());
-      if (Status s = tier_->CopyToHost(*block, (*value)->mutable_bytes()); !s.ok()) return done(s);
-      done(ValueRef(std::move(*value)));
-    }, /*droppable=*/false);
+    Post(
+        [this, k = std::string(key), allocate = std::move(allocate), done = std::move(done)] {
+          cuda::GpuBlockRef block = tier_->Get(k);
+          if (!block) return done(NotFound("key not found"));
+          auto value = allocate(block->length());
+          if (!value.ok()) return done(value.status());
+          if (Status s = tier_->CopyToHost(*block, (*value)->mutable_bytes()); !s.ok())
+            return done(s);
+          done(ValueRef(std::move(*value)));
+        },
+        /*droppable=*/false);
     return true;
   }
 

@@ -29,7 +29,7 @@ using prometheus::MetricFamily;
 using prometheus::MetricType;
 
 constexpr std::size_t kOps = protocol::kMaxOp + 1;  // protocol::Op values are 1..kMaxOp
-constexpr std::size_t kStatuses = 16;  // StatusCode values are 0..12
+constexpr std::size_t kStatuses = 16;               // StatusCode values are 0..12
 // Request latencies from tens of microseconds (a host-tier hit over a Unix socket) to seconds
 // (large values to a slow reader, SSD reads under load), in nanoseconds.
 constexpr std::array<std::uint64_t, 17> kLatencyBoundsNs = {
@@ -464,8 +464,8 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
          MetricType::Counter, s.reads},
         {"kvdepot_ssd_read_bytes_total", "Bytes read from segment files", MetricType::Counter,
          s.read_bytes},
-        {"kvdepot_ssd_writes_total", "Chunk records written to segment files",
-         MetricType::Counter, s.writes},
+        {"kvdepot_ssd_writes_total", "Chunk records written to segment files", MetricType::Counter,
+         s.writes},
         {"kvdepot_ssd_write_bytes_total", "Bytes written to segment files", MetricType::Counter,
          s.write_bytes},
         {"kvdepot_ssd_read_errors_total", "Segment reads that failed (EIO, ...)",
@@ -481,8 +481,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
          MetricType::Counter, s.demotions_refused},
         {"kvdepot_ssd_demotions_dropped_total",
          "Host-tier evictions of values too large for a segment (never written)",
-         MetricType::Counter,
-         s.demotions_dropped},
+         MetricType::Counter, s.demotions_dropped},
         {"kvdepot_ssd_segments", "Segment files", MetricType::Gauge, s.segments},
         {"kvdepot_ssd_segments_evicted_total", "Segments dropped to stay within capacity",
          MetricType::Counter, s.segments_evicted},
@@ -494,8 +493,8 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
          MetricType::Gauge, s.recovered_chunks},
     };
     AddRows(rows, out);
-    auto path = NewFamily("kvdepot_ssd_io_info",
-                          "The SSD tier's I/O path (the value is always 1)", MetricType::Gauge);
+    auto path = NewFamily("kvdepot_ssd_io_info", "The SSD tier's I/O path (the value is always 1)",
+                          MetricType::Gauge);
     Add(path, {{"path", s.io_path}, {"direct_io", s.direct_io ? "true" : "false"}}, 1);
     out.push_back(std::move(path));
   }

@@ -140,7 +140,8 @@ protocol::ScanResult Store::Scan(std::string_view prefix, std::string_view curso
   using protocol::Tier;
   const bool want_host = tier == Tier::kNone || tier == Tier::kHost;
   const bool want_ssd = ssd_ != nullptr && (tier == Tier::kNone || tier == Tier::kSsd);
-  protocol::ScanResult host = want_host ? host_.Scan(prefix, cursor, limit) : protocol::ScanResult{};
+  protocol::ScanResult host =
+      want_host ? host_.Scan(prefix, cursor, limit) : protocol::ScanResult{};
   if (!want_ssd) return host;
   protocol::ScanResult ssd = ssd_->Scan(prefix, cursor, limit);
   if (!want_host) return ssd;

@@ -19,7 +19,9 @@ std::string DescribeChar(char c) {
   return "0x" + HexLower(std::span(&u, 1));
 }
 
-bool IsControl(unsigned char c) { return c < 0x20 || c == 0x7f; }
+bool IsControl(unsigned char c) {
+  return c < 0x20 || c == 0x7f;
+}
 
 // Length in [min_bytes, max_bytes] and no ASCII control characters.
 Status CheckText(std::string_view field, const std::string& value, std::size_t min_bytes,
@@ -41,7 +43,9 @@ Status CheckText(std::string_view field, const std::string& value, std::size_t m
   return Status::Ok();
 }
 
-void AppendU8(std::string& out, std::uint8_t v) { out.push_back(static_cast<char>(v)); }
+void AppendU8(std::string& out, std::uint8_t v) {
+  out.push_back(static_cast<char>(v));
+}
 
 void AppendU32Le(std::string& out, std::uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -78,9 +82,13 @@ void UpdateWithTokens(Sha256& hasher, std::span<const std::uint32_t> tokens) {
 
 }  // namespace
 
-std::string NamespaceDigest::ToHex() const { return HexLower(bytes); }
+std::string NamespaceDigest::ToHex() const {
+  return HexLower(bytes);
+}
 
-std::string NamespaceId::ToHex() const { return HexLower(bytes); }
+std::string NamespaceId::ToHex() const {
+  return HexLower(bytes);
+}
 
 Status Namespace::Validate() const {
   KVD_RETURN_IF_ERROR(CheckText("model", model, 1, kMaxModelNameBytes));
@@ -141,10 +149,9 @@ NamespaceId Namespace::Id() const {
 }
 
 std::string Namespace::Label() const {
-  return "model=" + model + " tp=" + std::to_string(tp_rank) + "/" +
-         std::to_string(tp_world_size) + " dtype=" + std::string(DTypeName(dtype)) +
-         " codec=" + std::string(CodecName(codec)) + " chunk=" + std::to_string(chunk_tokens) +
-         " tenant=" + tenant;
+  return "model=" + model + " tp=" + std::to_string(tp_rank) + "/" + std::to_string(tp_world_size) +
+         " dtype=" + std::string(DTypeName(dtype)) + " codec=" + std::string(CodecName(codec)) +
+         " chunk=" + std::to_string(chunk_tokens) + " tenant=" + tenant;
 }
 
 NamespaceId ChunkKey::ns() const {
@@ -153,7 +160,9 @@ NamespaceId ChunkKey::ns() const {
   return id;
 }
 
-std::string ChunkKey::ToHex() const { return HexLower(bytes); }
+std::string ChunkKey::ToHex() const {
+  return HexLower(bytes);
+}
 
 Result<ChunkKey> ChunkKey::FromHex(std::string_view hex) {
   if (hex.size() != 2 * kChunkKeyBytes) {
@@ -164,8 +173,8 @@ Result<ChunkKey> ChunkKey::FromHex(std::string_view hex) {
   for (std::size_t i = 0; i < hex.size(); ++i) {
     const int v = HexDigitValue(hex[i]);
     if (v < 0) {
-      return InvalidArgument("chunk key: hex character " + DescribeChar(hex[i]) +
-                             " at position " + std::to_string(i) + " is not a hex digit");
+      return InvalidArgument("chunk key: hex character " + DescribeChar(hex[i]) + " at position " +
+                             std::to_string(i) + " is not a hex digit");
     }
     key.bytes[i / 2] = static_cast<std::uint8_t>((key.bytes[i / 2] << 4) | v);
   }
@@ -204,10 +213,10 @@ Result<ChunkKey> PrefixHasher::Next(std::span<const std::uint32_t> chunk_tokens)
     return InvalidArgument("prefix hasher: chunk " + std::to_string(chunks_) + " is empty");
   }
   if (chunk_tokens.size() > chunk_tokens_) {
-    return InvalidArgument("prefix hasher: chunk " + std::to_string(chunks_) + " has " +
-                           std::to_string(chunk_tokens.size()) +
-                           " tokens, more than the namespace's chunk_tokens = " +
-                           std::to_string(chunk_tokens_));
+    return InvalidArgument(
+        "prefix hasher: chunk " + std::to_string(chunks_) + " has " +
+        std::to_string(chunk_tokens.size()) +
+        " tokens, more than the namespace's chunk_tokens = " + std::to_string(chunk_tokens_));
   }
   if (ended_with_partial_) {
     return InvalidArgument("prefix hasher: chunk " + std::to_string(chunks_) + " follows chunk " +

@@ -10,7 +10,9 @@
 namespace kvdepot::protocol {
 namespace {
 
-Status Malformed(const std::string& what) { return Corruption("protocol: " + what); }
+Status Malformed(const std::string& what) {
+  return Corruption("protocol: " + what);
+}
 
 // Bounds-checked little-endian reader over a body.
 class Reader {
@@ -73,9 +75,9 @@ class Writer {
   void PutShortString(std::string_view s, const char* field) {
     if (s.size() > kMaxShortString) {
       if (status_.ok()) {
-        status_ = OutOfRange(std::string("protocol: ") + field + " of " +
-                             std::to_string(s.size()) + " bytes is over the wire's limit of " +
-                             std::to_string(kMaxShortString));
+        status_ =
+            OutOfRange(std::string("protocol: ") + field + " of " + std::to_string(s.size()) +
+                       " bytes is over the wire's limit of " + std::to_string(kMaxShortString));
       }
       return;
     }
@@ -276,9 +278,8 @@ Result<std::vector<PutItemView>> DecodePutBody(std::span<const std::byte> body,
     KVD_ASSIGN_OR_RETURN(item.key, ReadKey(r, limits, "put", i));
     KVD_ASSIGN_OR_RETURN(std::uint64_t len, r.Read<std::uint64_t>("value_length"));
     if (len > limits.max_value_bytes) {
-      return OutOfRange("protocol: put: value " + std::to_string(i) + " of " +
-                        std::to_string(len) + " bytes exceeds the limit of " +
-                        std::to_string(limits.max_value_bytes));
+      return OutOfRange("protocol: put: value " + std::to_string(i) + " of " + std::to_string(len) +
+                        " bytes exceeds the limit of " + std::to_string(limits.max_value_bytes));
     }
     KVD_ASSIGN_OR_RETURN(item.value, r.Take(len, "value"));
     items.push_back(item);
@@ -393,7 +394,8 @@ Result<ScanResult> DecodeScanResult(std::span<const std::byte> body) {
   Reader r(body, "scan result");
   ScanResult out;
   KVD_ASSIGN_OR_RETURN(std::uint32_t count, r.Read<std::uint32_t>("count"));
-  if (r.remaining() < std::uint64_t{count} * 19) return Malformed("scan result: count exceeds the body");
+  if (r.remaining() < std::uint64_t{count} * 19)
+    return Malformed("scan result: count exceeds the body");
   for (std::uint32_t i = 0; i < count; ++i) {
     ScanEntry e;
     KVD_ASSIGN_OR_RETURN(std::uint16_t len, r.Read<std::uint16_t>("key_length"));
@@ -477,7 +479,8 @@ std::vector<std::byte> EncodeErrorBody(std::string_view message) {
   return out;
 }
 
-// ---- same-host zero-copy and transcoding ---------------------------------------------------------
+// ---- same-host zero-copy and transcoding
+// ---------------------------------------------------------
 
 std::vector<std::byte> EncodeMapInfo(const MapInfo& info) {
   Writer w;
@@ -521,8 +524,9 @@ Result<std::vector<std::byte>> EncodeSelectorKeys(std::uint8_t selector,
 
 Result<std::pair<std::uint8_t, std::vector<std::string_view>>> DecodeSelectorKeys(
     std::span<const std::byte> body, const Limits& limits, const char* what) {
-  if (body.size() < 4) return Malformed(std::string(what) + ": body of " +
-                                        std::to_string(body.size()) + " bytes is truncated");
+  if (body.size() < 4)
+    return Malformed(std::string(what) + ": body of " + std::to_string(body.size()) +
+                     " bytes is truncated");
   if (body[1] != std::byte{0} || body[2] != std::byte{0} || body[3] != std::byte{0}) {
     return Malformed(std::string(what) + ": reserved bytes are not zero");
   }
@@ -611,7 +615,8 @@ Result<std::vector<std::uint64_t>> DecodeLeaseIds(std::span<const std::byte> bod
   return ids;
 }
 
-Result<std::vector<std::byte>> EncodeGetAsRequest(std::uint8_t codec, std::span<const std::string> keys) {
+Result<std::vector<std::byte>> EncodeGetAsRequest(std::uint8_t codec,
+                                                  std::span<const std::string> keys) {
   return EncodeSelectorKeys(codec, keys);
 }
 

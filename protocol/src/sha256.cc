@@ -21,7 +21,9 @@ namespace {
 // EVP_MD held in a static would be reported as leaked once a library holding it is dlclose'd,
 // as libkvdepot_lmcache.so is by LMCache's loader). Each init looks up the provider's
 // implementation; docs/format.md measures what that costs.
-const EVP_MD* Sha256Algorithm() { return EVP_sha256(); }
+const EVP_MD* Sha256Algorithm() {
+  return EVP_sha256();
+}
 
 template <typename Owner>
 EVP_MD_CTX* Ctx(const Owner& context) {

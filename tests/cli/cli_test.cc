@@ -75,23 +75,23 @@ TEST_F(CliTest, RawRoundTripIsBitExact) {
 }
 
 TEST_F(CliTest, InspectJsonHasTheDocumentedFields) {
-  ASSERT_EQ(Run({"codec", "synth", Path("in.npy"), "--tokens", "4", "--heads", "1", "--dim", "8"})
-                .code,
-            kExitOk);
+  ASSERT_EQ(
+      Run({"codec", "synth", Path("in.npy"), "--tokens", "4", "--heads", "1", "--dim", "8"}).code,
+      kExitOk);
   ASSERT_EQ(Run({"codec", "encode", Path("in.npy"), Path("c.kvd")}).code, kExitOk);
   const CliResult r = Run({"codec", "inspect", "--json", Path("c.kvd")});
   ASSERT_EQ(r.code, kExitOk) << r.err;
-  for (const char* key : {"\"codec\":\"raw\"", "\"shape\":[2,2,4,1,8]", "\"encoded_bytes\":",
-                          "\"fp16_bytes\":256", "\"sections\":[", "\"kind\":\"payload\"",
-                          "\"checksums_ok\":true"}) {
+  for (const char* key :
+       {"\"codec\":\"raw\"", "\"shape\":[2,2,4,1,8]", "\"encoded_bytes\":", "\"fp16_bytes\":256",
+        "\"sections\":[", "\"kind\":\"payload\"", "\"checksums_ok\":true"}) {
     EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
   }
 }
 
 TEST_F(CliTest, InspectReportsCorruptionAndFails) {
-  ASSERT_EQ(Run({"codec", "synth", Path("in.npy"), "--tokens", "4", "--heads", "1", "--dim", "8"})
-                .code,
-            kExitOk);
+  ASSERT_EQ(
+      Run({"codec", "synth", Path("in.npy"), "--tokens", "4", "--heads", "1", "--dim", "8"}).code,
+      kExitOk);
   ASSERT_EQ(Run({"codec", "encode", Path("in.npy"), Path("c.kvd")}).code, kExitOk);
   std::vector<std::byte> bytes = *ReadFile(Path("c.kvd"), 1 << 20);
   bytes.back() ^= std::byte{1};
@@ -105,9 +105,9 @@ TEST_F(CliTest, InspectReportsCorruptionAndFails) {
 }
 
 TEST_F(CliTest, EveryTruncatedContainerFailsCleanly) {
-  ASSERT_EQ(Run({"codec", "synth", Path("in.npy"), "--tokens", "2", "--heads", "1", "--dim", "4"})
-                .code,
-            kExitOk);
+  ASSERT_EQ(
+      Run({"codec", "synth", Path("in.npy"), "--tokens", "2", "--heads", "1", "--dim", "4"}).code,
+      kExitOk);
   ASSERT_EQ(Run({"codec", "encode", Path("in.npy"), Path("c.kvd")}).code, kExitOk);
   const std::vector<std::byte> bytes = *ReadFile(Path("c.kvd"), 1 << 20);
   for (std::size_t n = 0; n < bytes.size(); ++n) {
@@ -128,12 +128,11 @@ TEST_F(CliTest, CompareReportsDifferences) {
   }
   ExpectOneLineError(Run({"codec", "compare", "--expect-bit-exact", Path("a.npy"), Path("b.npy")}),
                      kExitError, "not bit-exact");
-  ExpectOneLineError(Run({"codec", "compare", "--max-rel-l2", "0.001", Path("a.npy"),
-                          Path("b.npy")}),
-                     kExitError, "exceeds --max-rel-l2");
+  ExpectOneLineError(
+      Run({"codec", "compare", "--max-rel-l2", "0.001", Path("a.npy"), Path("b.npy")}), kExitError,
+      "exceeds --max-rel-l2");
   ASSERT_EQ(Run({"codec", "synth", Path("c.npy"), "--tokens", "9"}).code, kExitOk);
-  ExpectOneLineError(Run({"codec", "compare", Path("a.npy"), Path("c.npy")}), kExitError,
-                     "shape");
+  ExpectOneLineError(Run({"codec", "compare", Path("a.npy"), Path("c.npy")}), kExitError, "shape");
 }
 
 TEST_F(CliTest, UsageErrorsExitTwo) {

@@ -4,9 +4,9 @@
 
 #include "kvdepot/daemon/auth.h"
 #include "kvdepot/daemon/host_tier.h"
-#include "kvdepot/kvdepot.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/store.h"
+#include "kvdepot/kvdepot.h"
 
 extern "C" int kvdepot_c_api_smoke(const char* address);
 

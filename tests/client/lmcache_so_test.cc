@@ -9,12 +9,12 @@
 #include <cstring>
 #include <string>
 
+#include "flat_json.h"
 #include "kvdepot/daemon/config.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/lm_server.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/store.h"
-#include "flat_json.h"
 
 extern "C" int kvdepot_lmcache_so_smoke(const char* so_path, const char* address);
 extern "C" int kvdepot_lmcache_so_unreachable(const char* so_path);

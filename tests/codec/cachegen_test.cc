@@ -167,7 +167,8 @@ TEST(CacheGenTest, SpecialTensors) {
   const KvShape shape{2, 33, 3, 16};
   ExpectRoundTrip(KvTensor::Zeros(DType::kFloat16, shape));
   KvTensor constant = KvTensor::Zeros(DType::kFloat32, shape);
-  for (std::uint64_t i = 0; i < shape.elements(); ++i) StoreLE<float>(constant.data.data() + i * 4, 3.25f);
+  for (std::uint64_t i = 0; i < shape.elements(); ++i)
+    StoreLE<float>(constant.data.data() + i * 4, 3.25f);
   auto c = ExpectRoundTrip(constant);
   EXPECT_TRUE(DecodeChunk(c)->data == constant.data) << "constant channels are exact";
   // Uniform noise over all finite fp16 patterns (the worst case for the entropy coder).
@@ -175,14 +176,16 @@ TEST(CacheGenTest, SpecialTensors) {
   std::mt19937 rng(9);
   for (std::uint64_t i = 0; i < shape.elements(); ++i) {
     std::uint16_t h;
-    do h = static_cast<std::uint16_t>(rng()); while ((h & 0x7c00u) == 0x7c00u);
+    do h = static_cast<std::uint16_t>(rng());
+    while ((h & 0x7c00u) == 0x7c00u);
     StoreLE<std::uint16_t>(noise.data.data() + i * 2, h);
   }
   ExpectRoundTrip(noise);
   // Outlier-heavy: one channel per head 1000x larger.
   KvTensor outliers = Synth(shape, DType::kFloat32);
   for (std::uint64_t i = 0; i < shape.elements(); i += 16) {
-    StoreLE<float>(outliers.data.data() + i * 4, LoadLE<float>(outliers.data.data() + i * 4) * 1000);
+    StoreLE<float>(outliers.data.data() + i * 4,
+                   LoadLE<float>(outliers.data.data() + i * 4) * 1000);
   }
   ExpectRoundTrip(outliers);
   // Values beyond the fp16 range force fp32 scales.

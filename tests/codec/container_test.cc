@@ -101,7 +101,8 @@ TEST(ContainerTest, WriterRejectsBadPlans) {
   const ContainerWriter::SectionPlan plan[] = {{SectionKind::kPayload, 4}};
   EXPECT_FALSE(ContainerWriter::Create(CodecId::kRaw, DType::kFloat16, {0, 1, 1, 1}, plan).ok());
   const ContainerWriter::SectionPlan bad_kind[] = {{static_cast<SectionKind>(77), 4}};
-  EXPECT_FALSE(ContainerWriter::Create(CodecId::kRaw, DType::kFloat16, {1, 1, 1, 1}, bad_kind).ok());
+  EXPECT_FALSE(
+      ContainerWriter::Create(CodecId::kRaw, DType::kFloat16, {1, 1, 1, 1}, bad_kind).ok());
 }
 
 TEST(ContainerTest, EveryTruncationIsAnError) {

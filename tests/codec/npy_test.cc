@@ -99,9 +99,9 @@ TEST(NpyTest, SerializedHeaderMatchesNumpy) {
 }
 
 TEST(NpyTest, SerializedDescrPerDtype) {
-  for (auto [dtype, descr] : {std::pair{DType::kFloat16, "'descr': '<f2'"},
-                              std::pair{DType::kFloat32, "'descr': '<f4'"},
-                              std::pair{DType::kBFloat16, "'descr': '<u2'"}}) {
+  for (auto [dtype, descr] :
+       {std::pair{DType::kFloat16, "'descr': '<f2'"}, std::pair{DType::kFloat32, "'descr': '<f4'"},
+        std::pair{DType::kBFloat16, "'descr': '<u2'"}}) {
     const std::vector<std::byte> file = SerializeKvNpy(PatternTensor(dtype, kSmall).view());
     EXPECT_NE(Text(file, 128).find(descr), std::string::npos) << DTypeName(dtype);
   }
@@ -164,10 +164,10 @@ TEST(NpyTest, BigEndianIsByteSwapped) {
   // shape [1, 2, 1, 1, 2]: 4 elements.
   const std::vector<std::byte> be2 = Bytes(std::string("\x3c\x00\xc0\x00\x12\x34\xab\xcd", 8));
   const std::vector<std::byte> le2 = Bytes(std::string("\x00\x3c\x00\xc0\x34\x12\xcd\xab", 8));
-  for (auto [descr, dtype] : {std::pair{"'>f2'", DType::kFloat16},
-                              std::pair{"'>u2'", DType::kBFloat16}}) {
-    const std::string dict = std::string("{'descr': ") + descr +
-                             ", 'fortran_order': False, 'shape': (1, 2, 1, 1, 2), }";
+  for (auto [descr, dtype] :
+       {std::pair{"'>f2'", DType::kFloat16}, std::pair{"'>u2'", DType::kBFloat16}}) {
+    const std::string dict =
+        std::string("{'descr': ") + descr + ", 'fortran_order': False, 'shape': (1, 2, 1, 1, 2), }";
     const Result<KvTensor> r = ParseKvNpy(MakeNpy(dict, be2), {.uint16_as_bf16 = true});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r->dtype, dtype);
@@ -194,8 +194,8 @@ TEST(NpyTest, Uint16NeedsBf16Declared) {
 }
 
 TEST(NpyTest, RejectsUnsupportedDescr) {
-  for (std::string_view descr : {"<f8", "<i4", "|O", "|b1", "|V2", "<V2", "f2", "=f2", "<u4",
-                                 "<c8", "", "<f2 "}) {
+  for (std::string_view descr :
+       {"<f8", "<i4", "|O", "|b1", "|V2", "<V2", "f2", "=f2", "<u4", "<c8", "", "<f2 "}) {
     const std::string dict = "{'descr': '" + std::string(descr) +
                              "', 'fortran_order': False, 'shape': (1, 2, 3, 1, 2), }";
     const Result<KvTensor> r = ParseKvNpy(MakeNpy(dict, Pattern(24)), {.uint16_as_bf16 = true});
@@ -262,12 +262,11 @@ TEST(NpyHostileHeaderTest, RejectedWithAClearError) {
       {"parenthesized int", f2 + "(3), }", StatusCode::kInvalidArgument, "not a tuple"},
       {"list shape", f2 + "[1, 2, 3, 1, 2], }", StatusCode::kInvalidArgument, "a tuple"},
       {"float dim", f2 + "(1, 2, 3.0, 1, 2), }", StatusCode::kInvalidArgument, "offset"},
-      {"5000 dims", f2 + many_dims + "), }", StatusCode::kInvalidArgument,
-       "has 5000 dimensions"},
+      {"5000 dims", f2 + many_dims + "), }", StatusCode::kInvalidArgument, "has 5000 dimensions"},
       {"axis 1 is 3", f2 + "(1, 3, 3, 1, 2), }", StatusCode::kInvalidArgument,
        "axis 1 is 3, expected 2"},
-      {"missing shape", "{'descr': '<f2', 'fortran_order': False, }",
-       StatusCode::kInvalidArgument, "missing key 'shape'"},
+      {"missing shape", "{'descr': '<f2', 'fortran_order': False, }", StatusCode::kInvalidArgument,
+       "missing key 'shape'"},
       {"missing descr", "{'fortran_order': False, 'shape': (1, 2, 3, 1, 2)}",
        StatusCode::kInvalidArgument, "missing key 'descr'"},
       {"empty dict", "{}", StatusCode::kInvalidArgument, "missing key"},
@@ -325,8 +324,7 @@ TEST(NpyHostileHeaderTest, BadPreamble) {
   // A header over 64 KiB that is otherwise valid and present in full.
   std::string dict(kSmallF2);
   dict.insert(1, 70000, ' ');
-  ExpectError(ParseKvNpy(MakeNpy(dict, Pattern(24), 3)), StatusCode::kOutOfRange,
-              "over the limit");
+  ExpectError(ParseKvNpy(MakeNpy(dict, Pattern(24), 3)), StatusCode::kOutOfRange, "over the limit");
 }
 
 TEST(NpyFuzzTest, RandomHeaderByteFlipsNeverCrash) {
@@ -353,8 +351,29 @@ TEST(NpyFuzzTest, RandomHeaderByteFlipsNeverCrash) {
 
 TEST(NpyFuzzTest, RandomTokenSoupNeverCrashes) {
   const char* tokens[] = {
-      "{", "}", "(", ")", ",", ":", " ", "'", "\"", "\\", "\n", "[", "-", "1", "2", "True", "False",
-      "'descr'", "'<f2'", "'<u2'", "'shape'", "'fortran_order'", "99999999999999999999",
+      "{",
+      "}",
+      "(",
+      ")",
+      ",",
+      ":",
+      " ",
+      "'",
+      "\"",
+      "\\",
+      "\n",
+      "[",
+      "-",
+      "1",
+      "2",
+      "True",
+      "False",
+      "'descr'",
+      "'<f2'",
+      "'<u2'",
+      "'shape'",
+      "'fortran_order'",
+      "99999999999999999999",
   };
   std::mt19937 rng(7);
   for (int iter = 0; iter < 5000; ++iter) {

@@ -17,8 +17,9 @@ double HalfValue(std::uint16_t h) {
   const int sign = (h >> 15) ? -1 : 1;
   const int exp = (h >> 10) & 0x1f;
   const int mant = h & 0x3ff;
-  if (exp == 0x1f) return mant ? std::numeric_limits<double>::quiet_NaN()
-                               : sign * std::numeric_limits<double>::infinity();
+  if (exp == 0x1f)
+    return mant ? std::numeric_limits<double>::quiet_NaN()
+                : sign * std::numeric_limits<double>::infinity();
   if (exp == 0) return sign * std::ldexp(mant, -24);
   return sign * std::ldexp(1024 + mant, exp - 25);
 }

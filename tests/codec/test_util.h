@@ -58,7 +58,8 @@ inline void ResealAll(std::vector<std::byte>& c) {
     std::byte* e = c.data() + kContainerHeaderBytes + i * kSectionEntryBytes;
     const auto offset = LoadLE<std::uint64_t>(e + 8);
     const auto length = LoadLE<std::uint64_t>(e + 16);
-    StoreLE<std::uint64_t>(e + 24, Checksum64(std::span<const std::byte>(c).subspan(offset, length)));
+    StoreLE<std::uint64_t>(e + 24,
+                           Checksum64(std::span<const std::byte>(c).subspan(offset, length)));
   }
   ResealHeader(c);
 }

@@ -156,8 +156,8 @@ TEST(ConvertGpu, Fp32SpecialValues) {
   for (DType to : kAllDTypes) ExpectGpuMatchesCpu(in, to);
 
   // A few absolute answers, so that a shared mistake in CPU and GPU would still show.
-  const std::vector<std::uint32_t> probe = {0x477fefffu, 0x477ff000u, 0x33000000u, 0x33000001u,
-                                            0x7f7f8000u, 0x7f802000u};
+  const std::vector<std::uint32_t> probe = {0x477fefffu, 0x477ff000u, 0x33000000u,
+                                            0x33000001u, 0x7f7f8000u, 0x7f802000u};
   const KvTensor p = TensorFromBits(DType::kFloat32, probe);
   Result<KvTensor> h = ConvertDTypeGpu(p.view(), DType::kFloat16);
   Result<KvTensor> b = ConvertDTypeGpu(p.view(), DType::kBFloat16);
@@ -166,7 +166,7 @@ TEST(ConvertGpu, Fp32SpecialValues) {
   EXPECT_EQ(ElementBits(h->data, DType::kFloat16, 1), 0x7c00u);  // Inf
   EXPECT_EQ(ElementBits(h->data, DType::kFloat16, 2), 0x0000u);
   EXPECT_EQ(ElementBits(h->data, DType::kFloat16, 3), 0x0001u);
-  EXPECT_EQ(ElementBits(h->data, DType::kFloat16, 5), 0x7e01u);  // quiet bit + payload
+  EXPECT_EQ(ElementBits(h->data, DType::kFloat16, 5), 0x7e01u);   // quiet bit + payload
   EXPECT_EQ(ElementBits(b->data, DType::kBFloat16, 4), 0x7f80u);  // Inf
   EXPECT_EQ(ElementBits(b->data, DType::kBFloat16, 5), 0x7fc0u);  // quiet, low payload dropped
 }
@@ -199,7 +199,7 @@ TEST(ConvertGpu, AwkwardCountsAndOffsets) {
   KVD_REQUIRE_GPU();
   constexpr std::uint64_t kCounts[] = {1, 3, 7, 8, 9, 1023, (std::uint64_t{1} << 20) + 5};
   constexpr std::uint64_t kOffsets[] = {0, 1, 5};
-  constexpr std::uint64_t kGuard = 16;                       // elements checked after the output
+  constexpr std::uint64_t kGuard = 16;  // elements checked after the output
   constexpr std::uint64_t kTotal = std::uint64_t{2} * kMaxTokens * 9;  // >= max count + offsets
   constexpr unsigned char kFill = 0xa5;
 
@@ -234,13 +234,13 @@ TEST(ConvertGpu, AwkwardCountsAndOffsets) {
         for (std::uint64_t so : kOffsets) {
           for (std::uint64_t dof : kOffsets) {
             SCOPED_TRACE(std::string(DTypeName(from)) + "->" + std::string(DTypeName(to)) +
-                         " count " + std::to_string(count) + " src offset " +
-                         std::to_string(so) + " dst offset " + std::to_string(dof));
+                         " count " + std::to_string(count) + " src offset " + std::to_string(so) +
+                         " dst offset " + std::to_string(dof));
             const std::size_t span = (dof + count + kGuard) * st;
             ASSERT_EQ(cudaMemsetAsync(d_dst->data(), kFill, span, stream->get()), cudaSuccess);
-            const Status s = ConvertOnDevice(from, to, d_src->as<std::byte>() + so * sf,
-                                             d_dst->as<std::byte>() + dof * st, count,
-                                             stream->get());
+            const Status s =
+                ConvertOnDevice(from, to, d_src->as<std::byte>() + so * sf,
+                                d_dst->as<std::byte>() + dof * st, count, stream->get());
             ASSERT_TRUE(s.ok()) << s.ToString();
             host.assign(span, 0);
             ASSERT_EQ(cudaMemcpyAsync(host.data(), d_dst->data(), span, cudaMemcpyDeviceToHost,
@@ -266,9 +266,9 @@ TEST(NoDeviceConvert, InvalidArguments) {
   const auto bad = static_cast<DType>(0);
   EXPECT_EQ(ConvertOnDevice(bad, DType::kFloat16, fake, fake + 4096, 4, nullptr).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(ConvertOnDevice(DType::kFloat16, static_cast<DType>(9), fake, fake + 4096, 4, nullptr)
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ConvertOnDevice(DType::kFloat16, static_cast<DType>(9), fake, fake + 4096, 4, nullptr).code(),
+      StatusCode::kInvalidArgument);
   EXPECT_EQ(ConvertOnDevice(DType::kFloat16, DType::kFloat32, nullptr, fake, 4, nullptr).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(ConvertOnDevice(DType::kFloat16, DType::kFloat32, fake, nullptr, 4, nullptr).code(),
@@ -278,9 +278,9 @@ TEST(NoDeviceConvert, InvalidArguments) {
       ConvertOnDevice(DType::kFloat32, DType::kFloat16, fake + 2, fake + 4096, 4, nullptr);
   EXPECT_EQ(misaligned.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(misaligned.message().find("aligned"), std::string::npos) << misaligned.message();
-  EXPECT_EQ(ConvertOnDevice(DType::kFloat16, DType::kFloat32, fake + 4096, fake + 1, 4, nullptr)
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ConvertOnDevice(DType::kFloat16, DType::kFloat32, fake + 4096, fake + 1, 4, nullptr).code(),
+      StatusCode::kInvalidArgument);
   // Overlap: fp16 [0, 8) vs fp32 [4, 20).
   const Status overlap =
       ConvertOnDevice(DType::kFloat16, DType::kFloat32, fake, fake + 4, 4, nullptr);

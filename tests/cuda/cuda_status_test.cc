@@ -14,15 +14,13 @@ TEST(NoDeviceStatusFromCuda, SuccessIsOk) {
 }
 
 TEST(NoDeviceStatusFromCuda, CodeMapping) {
-  EXPECT_EQ(StatusFromCuda(cudaErrorMemoryAllocation, "c").code(),
-            StatusCode::kResourceExhausted);
+  EXPECT_EQ(StatusFromCuda(cudaErrorMemoryAllocation, "c").code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(StatusFromCuda(cudaErrorNoDevice, "c").code(), StatusCode::kUnavailable);
   EXPECT_EQ(StatusFromCuda(cudaErrorInsufficientDriver, "c").code(), StatusCode::kUnavailable);
   EXPECT_EQ(StatusFromCuda(cudaErrorInvalidValue, "c").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(StatusFromCuda(cudaErrorIllegalAddress, "c").code(), StatusCode::kDeviceError);
   EXPECT_EQ(StatusFromCuda(cudaErrorLaunchFailure, "c").code(), StatusCode::kDeviceError);
-  EXPECT_EQ(StatusFromCuda(cudaErrorNoKernelImageForDevice, "c").code(),
-            StatusCode::kDeviceError);
+  EXPECT_EQ(StatusFromCuda(cudaErrorNoKernelImageForDevice, "c").code(), StatusCode::kDeviceError);
 }
 
 TEST(NoDeviceStatusFromCuda, MessageFormat) {

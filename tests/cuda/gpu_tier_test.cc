@@ -99,8 +99,8 @@ Child Spawn(bool spin) {
   if (pid == 0) {
     ::close(down[1]);
     ::close(up[0]);
-    const std::string env = std::to_string(down[0]) + "," + std::to_string(up[1]) + "," +
-                            (spin ? "1" : "0");
+    const std::string env =
+        std::to_string(down[0]) + "," + std::to_string(up[1]) + "," + (spin ? "1" : "0");
     ::setenv("KVD_IPC_CHILD", env.c_str(), 1);
     char filter[] = "--gtest_filter=IpcChildProcess.Main";
     char self[] = "/proc/self/exe";

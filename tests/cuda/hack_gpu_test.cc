@@ -99,17 +99,17 @@ TEST(NoDeviceHackGpu, ArgumentErrorsBeforeTouchingTheDevice) {
   HackDeviceSections out;
   unsigned long long* err = nullptr;
   // fp32 input and unsupported head_dim.
-  EXPECT_EQ(EnqueueQuantizeHack(DType::kFloat32, {1, 64, 1, 64}, {}, nullptr, out, err, nullptr)
-                .code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(EnqueueQuantizeHack(DType::kFloat16, {1, 64, 1, 80}, {}, nullptr, out, err, nullptr)
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      EnqueueQuantizeHack(DType::kFloat32, {1, 64, 1, 64}, {}, nullptr, out, err, nullptr).code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      EnqueueQuantizeHack(DType::kFloat16, {1, 64, 1, 80}, {}, nullptr, out, err, nullptr).code(),
+      StatusCode::kInvalidArgument);
   HackOptions bad;
   bad.partition = 48;
-  EXPECT_EQ(EnqueueQuantizeHack(DType::kFloat16, {1, 64, 1, 64}, bad, nullptr, out, err, nullptr)
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      EnqueueQuantizeHack(DType::kFloat16, {1, 64, 1, 64}, bad, nullptr, out, err, nullptr).code(),
+      StatusCode::kInvalidArgument);
 
   // Batches: 0 or more than kHackQuantizeMaxChunks chunks; a bad chunk is named.
   unsigned long long fake_err = 0;
@@ -176,7 +176,7 @@ TEST(NoDeviceHackGpu, ArgumentErrorsBeforeTouchingTheDevice) {
   EXPECT_EQ(code(), StatusCode::kInvalidArgument);
   args.softmax_scale = 0;
   EXPECT_EQ(code(), StatusCode::kInvalidArgument);  // workspace not created, no sequences
-  kv.page_blocks = 4;  // paged without a pool
+  kv.page_blocks = 4;                               // paged without a pool
   EXPECT_EQ(code(), StatusCode::kInvalidArgument);
 }
 
@@ -537,7 +537,8 @@ std::vector<float> RandomQueries(std::size_t n, std::uint64_t seed) {
 
 template <typename T>
 Result<DeviceBuffer> Upload(const T* data, std::size_t count) {
-  KVD_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(std::max<std::size_t>(count * sizeof(T), 16)));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer b,
+                       DeviceBuffer::Allocate(std::max<std::size_t>(count * sizeof(T), 16)));
   if (count > 0) {
     KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(b.data(), data, count * sizeof(T), cudaMemcpyHostToDevice),
                              "upload");
@@ -802,7 +803,8 @@ TEST(HackGpu, PagedWithShuffledBlockTableEqualsContiguous) {
       const std::vector<std::byte> c = *EncodeHack(tensors[i].view(), {});
       const hack::Layout sl = contiguous[i].chunk.layout;
       for (std::uint32_t b = 0; b < sl.blocks(); ++b) {
-        if (b % page_blocks == 0) table[i * max_pages + b / page_blocks] = static_cast<std::int32_t>(perm[next++]);
+        if (b % page_blocks == 0)
+          table[i * max_pages + b / page_blocks] = static_cast<std::int32_t>(perm[next++]);
         const auto page = static_cast<std::uint32_t>(table[i * max_pages + b / page_blocks]);
         CopyGroup(c, sl, b, pl, b % page_blocks, codes.data() + page * pb.codes,
                   scales.data() + page * pb.scales, sums.data() + page * pb.sums);
@@ -847,7 +849,8 @@ TEST(HackGpu, PagedWithShuffledBlockTableEqualsContiguous) {
         const std::size_t row = std::size_t{kv_heads} * dim * 2;
         for (std::uint32_t lk = 0; lk < layers * 2; ++lk) {
           std::memcpy(part.data.data() + lk * n * row,
-                      tensors[i].data.data() + (std::size_t{lk} * lengths[i] + start) * row, n * row);
+                      tensors[i].data.data() + (std::size_t{lk} * lengths[i] + start) * row,
+                      n * row);
         }
         chunked[i].push_back(*UnpackHack(*ParseContainer(*EncodeHack(part.view(), {}))));
       }
@@ -909,9 +912,9 @@ TEST(HackGpu, PrefillMatchesTheCpuReference) {
           ASSERT_EQ(cudaMemcpy(out.data(), d_out.data(), out.size() * 4, cudaMemcpyDeviceToHost),
                     cudaSuccess);
           ExpectClose(ref->out, out, dim,
-                      "prefill d" + std::to_string(dim) + " g" + std::to_string(group) +
-                          " sinks " + std::to_string(sinks) + " first " +
-                          std::to_string(r.first) + " n " + std::to_string(r.n));
+                      "prefill d" + std::to_string(dim) + " g" + std::to_string(group) + " sinks " +
+                          std::to_string(sinks) + " first " + std::to_string(r.first) + " n " +
+                          std::to_string(r.n));
         }
         // Prefill past the sequence end is an argument error.
         auto ws = HackAttentionWorkspace::Create();

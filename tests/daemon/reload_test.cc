@@ -21,8 +21,8 @@
 namespace kvdepot::daemon {
 namespace {
 
-using ::kvdepot::test_socket::ConnectLoopback;
 using ::kvdepot::test_socket::ClosedByPeer;
+using ::kvdepot::test_socket::ConnectLoopback;
 using ::kvdepot::test_socket::WaitFor;
 
 using namespace std::chrono_literals;
@@ -30,7 +30,6 @@ using namespace std::chrono_literals;
 bool Has(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
-
 
 TEST(ConfigEntriesTest, EveryEntryRoundTripsThroughItsFlag) {
   Config c;

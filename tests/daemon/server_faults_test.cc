@@ -32,8 +32,8 @@
 namespace kvdepot::daemon {
 namespace {
 
-using ::kvdepot::test_socket::ConnectLoopback;
 using ::kvdepot::test_socket::ClosedByPeer;
+using ::kvdepot::test_socket::ConnectLoopback;
 using ::kvdepot::test_socket::WaitFor;
 
 using namespace std::chrono_literals;

@@ -6,10 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <netinet/in.h>
 #include <atomic>
 #include <cstring>
 #include <filesystem>
-#include <netinet/in.h>
 #include <random>
 #include <set>
 #include <thread>
@@ -130,8 +130,8 @@ TEST_F(ServerTest, MultiKeyOperations) {
   EXPECT_EQ(scan->entries[0].key, "b");
   auto stats = c->Stats();
   ASSERT_TRUE(stats.ok());
-  for (const char* field : {"\"bytes\":", "\"capacity\":", "\"chunks\":1", "\"hits\":",
-                            "\"misses\":", "\"evictions\":"}) {
+  for (const char* field : {"\"bytes\":", "\"capacity\":", "\"chunks\":1",
+                            "\"hits\":", "\"misses\":", "\"evictions\":"}) {
     EXPECT_NE(stats->find(field), std::string::npos) << field << " in " << *stats;
   }
 }
@@ -233,8 +233,8 @@ TEST_F(ServerTest, CapacityHoldsAndEvictionFollowsThePolicy) {
   const protocol::PutItemView items[] = {{"before", small}, {"huge", huge}, {"after", small}};
   auto codes = c->Put(items);
   ASSERT_TRUE(codes.ok()) << codes.status().ToString();
-  EXPECT_EQ(*codes, (std::vector<StatusCode>{StatusCode::kOk, StatusCode::kOutOfRange,
-                                             StatusCode::kOk}));
+  EXPECT_EQ(*codes,
+            (std::vector<StatusCode>{StatusCode::kOk, StatusCode::kOutOfRange, StatusCode::kOk}));
   auto after = c->Get("after");
   ASSERT_TRUE(after.ok() && after->has_value());
   EXPECT_TRUE(**after == small);
@@ -355,8 +355,8 @@ TEST_F(ServerTest, StopDrainsInFlightRequests) {
 // out of order underneath), still streams its frames in key order with the right bytes; LOOKUP
 // and STATS report the SSD tier; a sync-durable PUT is acknowledged once on disk.
 TEST(ServerSsdTest, GetsFromSsdKeepKeyOrderAndReportTheTier) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("kvdepot-server-ssd-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("kvdepot-server-ssd-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   SsdTierOptions so;
   so.dir = dir.string();
@@ -385,14 +385,17 @@ TEST(ServerSsdTest, GetsFromSsdKeepKeyOrderAndReportTheTier) {
   for (const std::string& k : keys) host.Erase(k);  // cold: every GET reads the SSD
   int on_ssd = 0;
   std::uint32_t next = 0;
-  ASSERT_TRUE((*c)->Get(keys, [&](const client::GetItem& item) {
-                     EXPECT_EQ(item.index, next++);
-                     ASSERT_TRUE(item.status.ok()) << item.index << ": " << item.status.ToString();
-                     const auto want = RandomBytes(100000 + item.index * 1000, item.index);
-                     EXPECT_TRUE(std::equal(item.value.begin(), item.value.end(), want.begin(),
-                                            want.end()));
-                     on_ssd += item.tier == protocol::Tier::kSsd;
-                   }).ok());
+  ASSERT_TRUE((*c)->Get(keys,
+                        [&](const client::GetItem& item) {
+                          EXPECT_EQ(item.index, next++);
+                          ASSERT_TRUE(item.status.ok())
+                              << item.index << ": " << item.status.ToString();
+                          const auto want = RandomBytes(100000 + item.index * 1000, item.index);
+                          EXPECT_TRUE(std::equal(item.value.begin(), item.value.end(), want.begin(),
+                                                 want.end()));
+                          on_ssd += item.tier == protocol::Tier::kSsd;
+                        })
+                  .ok());
   EXPECT_EQ(next, 40u);
   EXPECT_EQ(on_ssd, 40);
   EXPECT_EQ((*ssd)->stats().promotions, 40u);

@@ -87,8 +87,8 @@ class ZeroCopyTest : public ::testing::Test {
   }
   std::unique_ptr<Connection> Connect(bool unix_socket = true) {
     client::ClientOptions o;
-    o.address = unix_socket ? "unix:" + socket_path_
-                            : "127.0.0.1:" + std::to_string(server_->tcp_port());
+    o.address =
+        unix_socket ? "unix:" + socket_path_ : "127.0.0.1:" + std::to_string(server_->tcp_port());
     o.timeout = std::chrono::milliseconds(10000);
     auto c = Connection::Connect(o);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
@@ -145,7 +145,12 @@ TEST_F(ZeroCopyTest, LeasedBytesAreByteExactAndReleaseEndsTheLease) {
   ASSERT_TRUE(second.ok());
   const std::byte* p = second->data();
   // Dies: by SIGSEGV, or with AddressSanitizer's non-zero exit after it catches the fault.
-  EXPECT_DEATH({ *const_cast<std::byte*>(p) = std::byte{1}; std::exit(0); }, "");
+  EXPECT_DEATH(
+      {
+        *const_cast<std::byte*>(p) = std::byte{1};
+        std::exit(0);
+      },
+      "");
 }
 
 TEST_F(ZeroCopyTest, ALeasedValueIsNeverFreedOrReused) {
@@ -319,7 +324,7 @@ std::vector<std::pair<std::string, std::vector<std::byte>>> FillPastTheHostTier(
     EXPECT_TRUE(c.Put(all.back().first, all.back().second).ok()) << i;
   }
   EXPECT_TRUE(test_socket::WaitFor([&] { return ssd.stats().write_buffer_bytes == 0; },
-                                    std::chrono::seconds(10)));
+                                   std::chrono::seconds(10)));
   std::vector<std::pair<std::string, std::vector<std::byte>>> on_ssd;
   for (int i = 0; i < n; ++i) {
     auto& kv = all[static_cast<std::size_t>(i)];

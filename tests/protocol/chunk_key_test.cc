@@ -66,7 +66,9 @@ Namespace ValidNamespace() {
 
 // ---- Namespace ---------------------------------------------------------------------------------
 
-TEST(NamespaceTest, DefaultsWithAModelAreValid) { EXPECT_TRUE(ValidNamespace().Validate().ok()); }
+TEST(NamespaceTest, DefaultsWithAModelAreValid) {
+  EXPECT_TRUE(ValidNamespace().Validate().ok());
+}
 
 TEST(NamespaceTest, ValidateNamesTheBadField) {
   struct Case {

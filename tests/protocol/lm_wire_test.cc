@@ -1,5 +1,5 @@
-// LMCache's two v1 wire layouts (kvdepot/protocol/lm_wire.h): detection from a connection's first 36
-// bytes, decoding of each layout into the same request, the legacy reply as the current one
+// LMCache's two v1 wire layouts (kvdepot/protocol/lm_wire.h): detection from a connection's first
+// 36 bytes, decoding of each layout into the same request, the legacy reply as the current one
 // without `location`, and the v0 protocol told apart.
 #include "kvdepot/protocol/lm_wire.h"
 

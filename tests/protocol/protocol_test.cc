@@ -99,14 +99,16 @@ TEST(ProtocolTest, LimitsAreEnforcedWithNamedFields) {
   l.max_batch = 2;
   l.max_key_bytes = 4;
   const std::vector<std::string> three = {"a", "b", "c"};
-  EXPECT_EQ(DecodeKeyList(EncodeKeyList(three).value(), l).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(DecodeKeyList(EncodeKeyList(three).value(), l).status().code(),
+            StatusCode::kOutOfRange);
   const std::vector<std::string> long_key = {"abcde"};
   const Status s = DecodeKeyList(EncodeKeyList(long_key).value(), l).status();
   EXPECT_NE(s.message().find("key 0 length 5"), std::string::npos) << s.message();
   l.max_value_bytes = 3;
   const std::vector<std::byte> big(4);
   const PutItemView items[] = {{"k", big}};
-  EXPECT_EQ(DecodePutBody(EncodePutBody(items).value(), l).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(DecodePutBody(EncodePutBody(items).value(), l).status().code(),
+            StatusCode::kOutOfRange);
   EXPECT_EQ(MaxRequestBody(Op::kPing, Limits{}), 0u);
   EXPECT_EQ(MaxRequestBody(Op::kGet, l), 4u + 2u * 6u);
 }
@@ -141,9 +143,12 @@ TEST(ProtocolTest, EveryTruncationAndRandomBytesFailCleanly) {
   const std::vector<std::byte> v(9, std::byte{7});
   const PutItemView items[] = {{"k", v}, {"k2", v}};
   const std::vector<std::byte> put = EncodePutBody(items).value();
-  const std::vector<std::byte> scan = EncodeScanRequest(ScanRequest{5, Tier::kNone, "p", "c"}).value();
-  for (std::size_t n = 0; n < kl.size(); ++n) EXPECT_FALSE(DecodeKeyList(Prefix(kl, n), Limits{}).ok());
-  for (std::size_t n = 0; n < put.size(); ++n) EXPECT_FALSE(DecodePutBody(Prefix(put, n), Limits{}).ok());
+  const std::vector<std::byte> scan =
+      EncodeScanRequest(ScanRequest{5, Tier::kNone, "p", "c"}).value();
+  for (std::size_t n = 0; n < kl.size(); ++n)
+    EXPECT_FALSE(DecodeKeyList(Prefix(kl, n), Limits{}).ok());
+  for (std::size_t n = 0; n < put.size(); ++n)
+    EXPECT_FALSE(DecodePutBody(Prefix(put, n), Limits{}).ok());
   for (std::size_t n = 0; n < scan.size(); ++n) {
     EXPECT_FALSE(DecodeScanRequest(Prefix(scan, n), Limits{}).ok());
   }

@@ -15,7 +15,9 @@ std::span<const std::byte> Bytes(std::string_view s) {
   return std::as_bytes(std::span<const char>(s.data(), s.size()));
 }
 
-std::string HexOf(std::string_view message) { return Sha256DigestHex(Sha256Of(Bytes(message))); }
+std::string HexOf(std::string_view message) {
+  return Sha256DigestHex(Sha256Of(Bytes(message)));
+}
 
 // The 200-byte message used by the split tests.
 std::string Message200() {

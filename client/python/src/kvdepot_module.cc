@@ -43,7 +43,9 @@ T Unwrap(Result<T> r) {
   return std::move(*r);
 }
 
-py::bytes Bytes(std::string_view s) { return py::bytes(s.data(), s.size()); }
+py::bytes Bytes(std::string_view s) {
+  return py::bytes(s.data(), s.size());
+}
 
 // The module's IntEnum classes (Tier, DType, Codec), made at import: IntEnum members compare
 // equal to the ints older code used (kvdepot.TIER_HOST == kvdepot.Tier.HOST == 2).
@@ -123,7 +125,9 @@ class PyClient {
     client_ = std::make_unique<client::Client>(o);
   }
 
-  void Ping() { Check([&] { return client_->Ping(); }); }
+  void Ping() {
+    Check([&] { return client_->Ping(); });
+  }
 
   void Put(py::handle key, py::handle value) {
     const std::string k = Key(key);
@@ -189,9 +193,9 @@ class PyClient {
         meta = *m;
         py::gil_scoped_acquire acquire;
         try {
-          py::object buf = allocate(size - lm::kValueHeaderBytes, m->fmt, m->dtype, m->location,
-                                    py::make_tuple(m->shape[0], m->shape[1], m->shape[2],
-                                                   m->shape[3]));
+          py::object buf =
+              allocate(size - lm::kValueHeaderBytes, m->fmt, m->dtype, m->location,
+                       py::make_tuple(m->shape[0], m->shape[1], m->shape[2], m->shape[3]));
           if (buf.is_none()) return {};
           target = std::make_unique<Buffer>(buf, /*writable=*/true);
           return target->bytes();
@@ -212,9 +216,9 @@ class PyClient {
       if (!m.ok()) return py::none();
       meta = *m;
     }
-    return py::make_tuple(*size - lm::kValueHeaderBytes, meta->fmt, meta->dtype, meta->location,
-                          py::make_tuple(meta->shape[0], meta->shape[1], meta->shape[2],
-                                         meta->shape[3]));
+    return py::make_tuple(
+        *size - lm::kValueHeaderBytes, meta->fmt, meta->dtype, meta->location,
+        py::make_tuple(meta->shape[0], meta->shape[1], meta->shape[2], meta->shape[3]));
   }
 
   // One round trip: (prefix_length, [tier per key]) for keys in prefix order.
@@ -383,7 +387,8 @@ PYBIND11_MODULE(_kvdepot, m) {
       "include_partial).");
 
   m.def(
-      "lm_namespace_id", [](const std::string& name) { return Bytes(Unwrap(lm::NamespaceId(name))); },
+      "lm_namespace_id",
+      [](const std::string& name) { return Bytes(Unwrap(lm::NamespaceId(name))); },
       py::arg("name") = std::string(lm::kDefaultNamespace),
       "The 16-byte key prefix of an LMCache namespace name (docs/lmcache.md).");
   m.def(

@@ -40,8 +40,8 @@
 #include <thread>
 #include <vector>
 
-#include "kvdepot/client/client.h"
 #include "kvdepot/base/status.h"
+#include "kvdepot/client/client.h"
 
 namespace kvdepot::python::lmcache_mp {
 

@@ -138,12 +138,8 @@ class UringEngine final : public IoEngine {
           io_uring_prep_writev(sqe, r.fd, r.iov.data(), static_cast<unsigned>(r.iov.size()),
                                r.offset);
           break;
-        case IoKind::kDataSync:
-          io_uring_prep_fsync(sqe, r.fd, IORING_FSYNC_DATASYNC);
-          break;
-        case IoKind::kAllocate:
-          io_uring_prep_fallocate(sqe, r.fd, 0, r.offset, r.length);
-          break;
+        case IoKind::kDataSync: io_uring_prep_fsync(sqe, r.fd, IORING_FSYNC_DATASYNC); break;
+        case IoKind::kAllocate: io_uring_prep_fallocate(sqe, r.fd, 0, r.offset, r.length); break;
       }
       auto* owned = new IoRequest(std::move(r));
       io_uring_sqe_set_data(sqe, owned);
@@ -239,9 +235,7 @@ std::int64_t RunBlocking(const IoRequest& r) {
       n = ::pwritev(r.fd, r.iov.data(), static_cast<int>(r.iov.size()),
                     static_cast<off_t>(r.offset));
       break;
-    case IoKind::kDataSync:
-      n = ::fdatasync(r.fd);
-      break;
+    case IoKind::kDataSync: n = ::fdatasync(r.fd); break;
     case IoKind::kAllocate:
       n = ::fallocate(r.fd, 0, static_cast<off_t>(r.offset), static_cast<off_t>(r.length));
       break;

@@ -132,7 +132,8 @@ TEST(KvEventQueueTest, BoundedQueueRefusesWhenFullAndDrainsInOrder) {
 
 TEST(KvEventOriginProtocolTest, RoundTripAndRefusals) {
   const protocol::EventOrigin origin{std::string(16, 'n'), "pod-7", "meta-llama/Llama-3.1-8B"};
-  auto decoded = protocol::DecodeEventOriginRequest(protocol::EncodeEventOriginRequest(origin).value());
+  auto decoded =
+      protocol::DecodeEventOriginRequest(protocol::EncodeEventOriginRequest(origin).value());
   ASSERT_TRUE(decoded.ok()) << decoded.status().message();
   EXPECT_EQ(decoded->namespace_id, origin.namespace_id);
   EXPECT_EQ(decoded->instance, "pod-7");

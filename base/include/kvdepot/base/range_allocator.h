@@ -23,11 +23,11 @@ namespace kvdepot {
 
 struct RangeAllocatorStats {
   std::uint64_t capacity = 0;
-  std::uint64_t used = 0;           // rounded bytes of live ranges
-  std::uint64_t ranges = 0;         // live ranges
-  std::uint64_t free_ranges = 0;    // fragments of free space
-  std::uint64_t largest_free = 0;   // the largest range an Allocate can still return
-  std::uint64_t failures = 0;       // Allocate calls that found no range
+  std::uint64_t used = 0;          // rounded bytes of live ranges
+  std::uint64_t ranges = 0;        // live ranges
+  std::uint64_t free_ranges = 0;   // fragments of free space
+  std::uint64_t largest_free = 0;  // the largest range an Allocate can still return
+  std::uint64_t failures = 0;      // Allocate calls that found no range
 };
 
 class RangeAllocator {
@@ -55,15 +55,15 @@ class RangeAllocator {
 
  private:
   RangeAllocator(std::uint64_t capacity, std::uint64_t granularity);
-  void InsertFree(std::uint64_t offset, std::uint64_t size);  // mu_ held
+  void InsertFree(std::uint64_t offset, std::uint64_t size);            // mu_ held
   void EraseFree(std::map<std::uint64_t, std::uint64_t>::iterator it);  // mu_ held
 
   const std::uint64_t capacity_;
   const std::uint64_t granularity_;
   mutable std::mutex mu_;
-  std::map<std::uint64_t, std::uint64_t> free_by_offset_;         // offset -> size
-  std::multimap<std::uint64_t, std::uint64_t> free_by_size_;      // size -> offset
-  std::map<std::uint64_t, std::uint64_t> live_;                   // offset -> rounded size
+  std::map<std::uint64_t, std::uint64_t> free_by_offset_;     // offset -> size
+  std::multimap<std::uint64_t, std::uint64_t> free_by_size_;  // size -> offset
+  std::map<std::uint64_t, std::uint64_t> live_;               // offset -> rounded size
   std::uint64_t used_ = 0;
   std::uint64_t failures_ = 0;
 };

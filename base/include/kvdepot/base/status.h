@@ -92,7 +92,7 @@ Status StatusFromErrno(int err, std::string_view context);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::in_place_index<0>, std::move(value)) {}  // NOLINT: implicit
+  Result(T value) : state_(std::in_place_index<0>, std::move(value)) {}        // NOLINT: implicit
   Result(Status status) : state_(std::in_place_index<1>, std::move(status)) {  // NOLINT: implicit
     if (std::get<1>(state_).ok()) {
       state_.template emplace<1>(StatusCode::kInternal, "Result constructed from an OK Status");
@@ -106,9 +106,18 @@ class [[nodiscard]] Result {
   Status status() const { return ok() ? Status::Ok() : std::get<1>(state_); }
 
   // Precondition: ok().
-  T& value() & { assert(ok()); return std::get<0>(state_); }
-  const T& value() const& { assert(ok()); return std::get<0>(state_); }
-  T&& value() && { assert(ok()); return std::get<0>(std::move(state_)); }
+  T& value() & {
+    assert(ok());
+    return std::get<0>(state_);
+  }
+  const T& value() const& {
+    assert(ok());
+    return std::get<0>(state_);
+  }
+  T&& value() && {
+    assert(ok());
+    return std::get<0>(std::move(state_));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -124,10 +133,10 @@ class [[nodiscard]] Result {
 #define KVD_CONCAT_(a, b) KVD_CONCAT_INNER_(a, b)
 
 // Returns the Status from the enclosing function when `expr` (a Status) is not OK.
-#define KVD_RETURN_IF_ERROR(expr)                      \
-  do {                                                 \
-    ::kvdepot::Status kvd_status_ = (expr);            \
-    if (!kvd_status_.ok()) return kvd_status_;         \
+#define KVD_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::kvdepot::Status kvd_status_ = (expr);    \
+    if (!kvd_status_.ok()) return kvd_status_; \
   } while (0)
 
 // `KVD_ASSIGN_OR_RETURN(auto x, MakeX());` declares x from a Result's value, or returns its Status.

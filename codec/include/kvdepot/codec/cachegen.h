@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kvdepot/codec/container.h"
 #include "kvdepot/base/status.h"
+#include "kvdepot/codec/container.h"
 #include "kvdepot/codec/tensor.h"
 
 namespace kvdepot {
@@ -67,8 +67,8 @@ Result<double> CacheGenSymbolEntropyBits(const KvTensorView& tensor,
 // sizes and sums, finite positive scales, an index in order that ends at the codes' end. Used by
 // the CPU decoder and by the GPU decoder's host side. The pointers point into `view`.
 struct CacheGenSections {
-  std::uint8_t scale_dtype = 0;  // cachegen::kScaleFp16 or kScaleFp32
-  std::vector<std::uint8_t> bins;  // [layer * 2 + kv]
+  std::uint8_t scale_dtype = 0;     // cachegen::kScaleFp16 or kScaleFp32
+  std::vector<std::uint8_t> bins;   // [layer * 2 + kv]
   std::uint64_t table_entries = 0;  // sum of the bins: u16 frequencies in the tables section
   const SectionView* params = nullptr;
   const SectionView* tables = nullptr;

@@ -20,14 +20,14 @@
 namespace kvdepot::cachegen {
 
 inline constexpr std::uint8_t kParamsVersion = 1;
-inline constexpr std::uint32_t kProbBits = 12;                 // frequencies sum to 4096
+inline constexpr std::uint32_t kProbBits = 12;  // frequencies sum to 4096
 inline constexpr std::uint32_t kProbScale = 1u << kProbBits;
-inline constexpr std::uint32_t kStateLow = 1u << 16;           // rANS state lives in [2^16, 2^32)
-inline constexpr std::uint32_t kLanes = 32;                    // rANS states per group
+inline constexpr std::uint32_t kStateLow = 1u << 16;  // rANS state lives in [2^16, 2^32)
+inline constexpr std::uint32_t kLanes = 32;           // rANS states per group
 inline constexpr std::uint32_t kMaxChannelsPerLane = 16;
 inline constexpr std::uint32_t kMinBins = 2;
 inline constexpr std::uint32_t kMaxBins = 64;
-inline constexpr std::uint8_t kScaleFp16 = 1;                  // scale dtype codes (as DType)
+inline constexpr std::uint8_t kScaleFp16 = 1;  // scale dtype codes (as DType)
 inline constexpr std::uint8_t kScaleFp32 = 3;
 
 KVD_HOST_DEVICE bool IsFiniteFloat(float x) {
@@ -229,7 +229,9 @@ KVD_HOST_DEVICE bool RansEncodeStepRcp(std::uint32_t* state, std::uint32_t freq,
 
 // One rANS decode step, before renormalisation: returns the slot (state mod 4096); the caller
 // maps slot -> symbol and then calls RansDecodeAdvance.
-KVD_HOST_DEVICE std::uint32_t RansSlot(std::uint32_t state) { return state & (kProbScale - 1u); }
+KVD_HOST_DEVICE std::uint32_t RansSlot(std::uint32_t state) {
+  return state & (kProbScale - 1u);
+}
 
 // Advances the state past a symbol of (freq, cum) found at `slot`. The caller then reads a word
 // when the result is below kStateLow.

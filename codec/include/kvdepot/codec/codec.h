@@ -8,11 +8,11 @@
 #include <span>
 #include <vector>
 
+#include "kvdepot/base/status.h"
 #include "kvdepot/codec/cachegen.h"
 #include "kvdepot/codec/codec_id.h"
 #include "kvdepot/codec/container.h"
 #include "kvdepot/codec/hack.h"
-#include "kvdepot/base/status.h"
 #include "kvdepot/codec/tensor.h"
 
 namespace kvdepot {
@@ -24,7 +24,8 @@ struct EncodeOptions {
 };
 
 // Encodes one chunk. kUnimplemented for a codec this build does not provide.
-Result<std::vector<std::byte>> EncodeChunk(const KvTensorView& tensor, const EncodeOptions& options);
+Result<std::vector<std::byte>> EncodeChunk(const KvTensorView& tensor,
+                                           const EncodeOptions& options);
 
 // Parses (verifying every checksum) and decodes a container into a tensor of the container's
 // original dtype. Never returns partial data: on any error nothing is returned.

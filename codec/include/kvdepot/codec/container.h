@@ -22,8 +22,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kvdepot/codec/codec_id.h"
 #include "kvdepot/base/status.h"
+#include "kvdepot/codec/codec_id.h"
 #include "kvdepot/codec/tensor.h"
 
 namespace kvdepot {
@@ -59,7 +59,7 @@ std::string_view SectionKindName(std::uint32_t kind);
 inline constexpr std::uint32_t kSectionFlagOptional = 1;
 
 struct SectionView {
-  std::uint32_t kind = 0;   // a SectionKind value, or an unknown kind flagged optional
+  std::uint32_t kind = 0;  // a SectionKind value, or an unknown kind flagged optional
   std::uint32_t flags = 0;
   std::uint64_t offset = 0;  // from the start of the container
   std::uint64_t length = 0;

@@ -13,9 +13,9 @@
 #include <string_view>
 #include <vector>
 
+#include "kvdepot/base/status.h"
 #include "kvdepot/codec/container.h"
 #include "kvdepot/codec/hack_format.h"
-#include "kvdepot/base/status.h"
 #include "kvdepot/codec/tensor.h"
 
 namespace kvdepot {

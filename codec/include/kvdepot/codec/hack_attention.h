@@ -29,8 +29,8 @@
 #include <span>
 #include <vector>
 
-#include "kvdepot/codec/hack.h"
 #include "kvdepot/base/status.h"
+#include "kvdepot/codec/hack.h"
 #include "kvdepot/codec/tensor.h"
 
 namespace kvdepot {

@@ -55,9 +55,9 @@ KVD_HOST_DEVICE std::uint16_t FloatToHalfBits(float value) {
   }
   if (abs < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
     if (abs < 0x33000000u) return static_cast<std::uint16_t>(sign);  // < 2^-25 rounds to 0
-    const std::uint32_t exp = abs >> 23;                              // 102..112
+    const std::uint32_t exp = abs >> 23;                             // 102..112
     const std::uint32_t mant = (abs & 0x007fffffu) | 0x00800000u;    // implicit 1
-    const std::uint32_t shift = 126u - exp;                           // 14..24
+    const std::uint32_t shift = 126u - exp;                          // 14..24
     std::uint32_t half = mant >> shift;
     const std::uint32_t rem = mant & ((1u << shift) - 1u);
     const std::uint32_t halfway = 1u << (shift - 1u);

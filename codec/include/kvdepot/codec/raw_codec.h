@@ -5,8 +5,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "kvdepot/codec/container.h"
 #include "kvdepot/base/status.h"
+#include "kvdepot/codec/container.h"
 #include "kvdepot/codec/tensor.h"
 
 namespace kvdepot {

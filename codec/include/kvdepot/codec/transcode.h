@@ -21,15 +21,15 @@ struct TranscodeTimings {
   CodecId from = CodecId::kRaw;
   double decode_seconds = 0;
   double encode_seconds = 0;
-  std::uint64_t raw_bytes = 0;      // the decoded tensor's bytes
-  std::uint64_t input_bytes = 0;    // the stored container
-  std::uint64_t output_bytes = 0;   // the returned container
+  std::uint64_t raw_bytes = 0;     // the decoded tensor's bytes
+  std::uint64_t input_bytes = 0;   // the stored container
+  std::uint64_t output_bytes = 0;  // the returned container
 };
 
 // Decodes `container` (verifying every checksum) and encodes the tensor with `target` and the
 // codec options in `options` (options.codec is ignored). A container already in `target` is
-// validated (ParseContainer) and returned as a copy. The tensor keeps its dtype. Errors: those of DecodeChunk and
-// EncodeChunk; nothing partial is returned.
+// validated (ParseContainer) and returned as a copy. The tensor keeps its dtype. Errors: those of
+// DecodeChunk and EncodeChunk; nothing partial is returned.
 Result<std::vector<std::byte>> TranscodeChunk(std::span<const std::byte> container, CodecId target,
                                               const EncodeOptions& options = {},
                                               TranscodeTimings* timings = nullptr);

@@ -21,12 +21,12 @@ namespace kvdepot::cuda {
 
 struct DeviceInfo {
   int ordinal = 0;
-  std::string name;                              // "NVIDIA H200"
-  int sm_count = 0;                              // streaming multiprocessors
-  int cc_major = 0;                              // compute capability, e.g. 9.0
+  std::string name;  // "NVIDIA H200"
+  int sm_count = 0;  // streaming multiprocessors
+  int cc_major = 0;  // compute capability, e.g. 9.0
   int cc_minor = 0;
-  std::uint64_t total_memory_bytes = 0;          // global memory
-  std::uint64_t l2_bytes = 0;                    // L2 cache size
+  std::uint64_t total_memory_bytes = 0;                 // global memory
+  std::uint64_t l2_bytes = 0;                           // L2 cache size
   std::uint64_t max_shared_memory_per_block_optin = 0;  // with cudaFuncAttributeMaxDynamic...
 
   // "NVIDIA H200 (device 0, sm_90, 132 SMs, 139.8 GiB, L2 60.0 MiB, smem/block 227 KiB)"
@@ -67,7 +67,9 @@ class CudaMemory {
   void* data() const { return data_; }
   std::size_t size() const { return size_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
 
  private:
   void* data_ = nullptr;

@@ -107,7 +107,7 @@ struct GpuTierOptions {
 };
 
 struct GpuTierStats {
-  std::uint64_t bytes = 0;       // pool bytes in live ranges (indexed + evicted-but-leased)
+  std::uint64_t bytes = 0;  // pool bytes in live ranges (indexed + evicted-but-leased)
   std::uint64_t capacity = 0;
   std::uint64_t chunks = 0;
   std::uint64_t hits = 0;
@@ -158,7 +158,7 @@ class GpuTier {
   std::mutex copy_mu_;  // serialises use of stream_
   mutable std::mutex mu_;
   std::unordered_map<std::string, Entry> index_;
-  std::list<std::string> lru_;  // front = most recent
+  std::list<std::string> lru_;                                // front = most recent
   std::unordered_map<std::string, std::uint32_t> host_hits_;  // bounded: cleared when large
   std::uint64_t hits_ = 0, misses_ = 0, evictions_ = 0, promotions_ = 0, rejected_ = 0;
 };

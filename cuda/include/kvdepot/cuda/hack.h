@@ -221,16 +221,16 @@ struct HackKvCache {
   std::uint32_t layers = 0;       // layers of every chunk / page layout
   std::uint32_t layer = 0;        // the layer attended (< layers)
   std::uint32_t kv_heads = 0;
-  std::uint32_t head_dim = 0;     // 64 or 128
+  std::uint32_t head_dim = 0;                         // 64 or 128
   std::uint32_t partition = hack::kDefaultPartition;  // must be 64
   // Paged layout (page_blocks > 0); all null / 0 for contiguous sequences.
-  std::uint32_t page_blocks = 0;         // quantized blocks per page (page tokens / 64)
-  std::uint32_t num_pages = 0;           // pages in the pool (block table entries must be less)
-  const std::uint8_t* page_codes = nullptr;   // page i's codes section at + i * page_codes_bytes
+  std::uint32_t page_blocks = 0;             // quantized blocks per page (page tokens / 64)
+  std::uint32_t num_pages = 0;               // pages in the pool (block table entries must be less)
+  const std::uint8_t* page_codes = nullptr;  // page i's codes section at + i * page_codes_bytes
   const std::uint8_t* page_scales = nullptr;  // page i's scales section at + i * page_scales_bytes
   const std::uint8_t* page_sums = nullptr;    // page i's sums section at + i * page_sums_bytes
-  std::uint64_t page_codes_bytes = 0;    // strides, multiples of 16, >= the section sizes of a
-  std::uint64_t page_scales_bytes = 0;   // page (HackSectionBytesFor of its layout)
+  std::uint64_t page_codes_bytes = 0;         // strides, multiples of 16, >= the section sizes of a
+  std::uint64_t page_scales_bytes = 0;        // page (HackSectionBytesFor of its layout)
   std::uint64_t page_sums_bytes = 0;
   const std::int32_t* block_tables = nullptr;  // device [num_seqs][max_pages_per_seq]
   std::uint32_t max_pages_per_seq = 0;
@@ -265,10 +265,10 @@ struct HackDecodeArgs {
   std::uint32_t num_seqs = 0;
   std::uint32_t max_tokens = 0;  // host-known bound of every seqs[i].tokens (sizes the grid)
   std::uint32_t q_heads = 0;
-  float softmax_scale = 0;       // 0: 1 / sqrt(head_dim)
-  const float* q = nullptr;      // device fp32
-  float* out = nullptr;          // device fp32
-  float* lse = nullptr;          // device fp32 or null
+  float softmax_scale = 0;   // 0: 1 / sqrt(head_dim)
+  const float* q = nullptr;  // device fp32
+  float* out = nullptr;      // device fp32
+  float* lse = nullptr;      // device fp32 or null
   HackDecodeMath math = HackDecodeMath::kHomomorphicInt8;
 };
 
@@ -296,54 +296,54 @@ enum class HackPrefillMath : std::uint8_t {
 // cached blocks plus the new tokens' (their unfinished last block unquantized in the tail;
 // docs/hack-gpu.md, "Prefill attention").
 struct HackPrefillArgs {
-  HackAttentionSeq seq;          // host copy of the one sequence (its pointers are device memory)
-  std::uint32_t queries = 0;     // >= 1, first_position + queries <= seq.tokens
+  HackAttentionSeq seq;       // host copy of the one sequence (its pointers are device memory)
+  std::uint32_t queries = 0;  // >= 1, first_position + queries <= seq.tokens
   std::uint32_t first_position = 0;
   std::uint32_t q_heads = 0;
   float softmax_scale = 0;
   const float* q = nullptr;
-  float* out = nullptr;          // [queries][q_heads][head_dim]
-  float* lse = nullptr;          // [queries][q_heads] or null
+  float* out = nullptr;  // [queries][q_heads][head_dim]
+  float* lse = nullptr;  // [queries][q_heads] or null
   HackPrefillMath math = HackPrefillMath::kHomomorphicInt8;
 };
 
 // Kernel parameters, passed by value (built by the Enqueue functions).
 struct HackAttentionParams {
-  const float* q;                         // [queries][q_heads][head_dim] fp32
-  float* out;                             // [queries][q_heads][head_dim] fp32
-  float* lse;                             // [queries][q_heads] fp32, or null
-  const HackAttentionSeq* seqs;           // decode: [num_seqs] device; prefill: null
-  HackAttentionSeq prefill_seq;           // prefill: the sequence
-  const std::int32_t* block_tables;       // paged: [num_seqs][max_pages_per_seq]; else null
-  const std::uint8_t* page_codes;         // paged pool (see HackKvCache)
+  const float* q;                    // [queries][q_heads][head_dim] fp32
+  float* out;                        // [queries][q_heads][head_dim] fp32
+  float* lse;                        // [queries][q_heads] fp32, or null
+  const HackAttentionSeq* seqs;      // decode: [num_seqs] device; prefill: null
+  HackAttentionSeq prefill_seq;      // prefill: the sequence
+  const std::int32_t* block_tables;  // paged: [num_seqs][max_pages_per_seq]; else null
+  const std::uint8_t* page_codes;    // paged pool (see HackKvCache)
   const std::uint8_t* page_scales;
   const std::uint8_t* page_sums;
   std::uint64_t page_codes_bytes;
   std::uint64_t page_scales_bytes;
   std::uint64_t page_sums_bytes;
-  float* partials;                        // [slots][8 rows][head_dim + 2] split partials
-  unsigned int* counters;                 // [tiles * kv_heads] split arrival counters, 0 between
-                                          // launches
-  unsigned long long* error;              // device u64: min over errors of seq << 8 | kind
-  float scale_log2;                       // softmax scale * log2(e)
+  float* partials;            // [slots][8 rows][head_dim + 2] split partials
+  unsigned int* counters;     // [tiles * kv_heads] split arrival counters, 0 between
+                              // launches
+  unsigned long long* error;  // device u64: min over errors of seq << 8 | kind
+  float scale_log2;           // softmax scale * log2(e)
   std::uint32_t layers;
   std::uint32_t layer;
   std::uint32_t kv_heads;
   std::uint32_t q_heads;
-  std::uint32_t group;                    // q_heads / kv_heads, 1..8
-  std::uint32_t tail_bf16;                // 1: tail is bf16, 0: fp16
-  std::uint32_t page_blocks;              // 0: contiguous
+  std::uint32_t group;        // q_heads / kv_heads, 1..8
+  std::uint32_t tail_bf16;    // 1: tail is bf16, 0: fp16
+  std::uint32_t page_blocks;  // 0: contiguous
   std::uint32_t num_pages;
   std::uint32_t max_pages_per_seq;
   std::uint32_t max_tokens;
-  std::uint32_t tiles;                    // decode: sequences; prefill: query tiles
-  std::uint32_t queries;                  // decode: sequences; prefill: queries
-  std::uint32_t queries_per_tile;         // decode: 1; prefill: 8 / group
-  std::uint32_t first_position;           // prefill
-  std::uint32_t prefill;                  // 1: causal prefill
-  std::uint32_t splits;                   // CTAs per (tile, KV head), 1..16
-  std::uint32_t units_per_split;          // work units (64-token blocks) per split
-  std::uint32_t warps;                    // warps per CTA, 1..16
+  std::uint32_t tiles;             // decode: sequences; prefill: query tiles
+  std::uint32_t queries;           // decode: sequences; prefill: queries
+  std::uint32_t queries_per_tile;  // decode: 1; prefill: 8 / group
+  std::uint32_t first_position;    // prefill
+  std::uint32_t prefill;           // 1: causal prefill
+  std::uint32_t splits;            // CTAs per (tile, KV head), 1..16
+  std::uint32_t units_per_split;   // work units (64-token blocks) per split
+  std::uint32_t warps;             // warps per CTA, 1..16
 };
 
 // Enqueues the attention kernel (grid: tiles * kv_heads * splits CTAs of `warps` warps; dynamic

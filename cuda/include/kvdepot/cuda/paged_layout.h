@@ -1,6 +1,6 @@
 // A vLLM-style paged KV layout carved out of one device buffer, used by the GPU fetch
-// benchmark and end-to-end check (kvdepot_ipc_bench, kvdepot_gpu_fetch): pages of 16 tokens, rows of
-// kv_heads * head_dim elements, K and V of each layer in their own region, chunk c owning
+// benchmark and end-to-end check (kvdepot_ipc_bench, kvdepot_gpu_fetch): pages of 16 tokens, rows
+// of kv_heads * head_dim elements, K and V of each layer in their own region, chunk c owning
 // ceil(tokens / 16) pages of a fixed permutation. The buffer must hold chunks x one chunk's
 // decoded bytes (the pages exactly fill it when tokens is a multiple of 16).
 #pragma once
@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvdepot/base/status.h"
 #include "kvdepot/cuda/cachegen.h"
 #include "kvdepot/cuda/device.h"
-#include "kvdepot/base/status.h"
 
 namespace kvdepot::cuda {
 

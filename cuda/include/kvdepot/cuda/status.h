@@ -25,10 +25,10 @@ Status StatusFromCuda(cudaError_t err, std::string_view context);
 // Evaluates `call` (a cudaError_t expression) and returns StatusFromCuda(err, context) from the
 // enclosing function when it is not cudaSuccess. `context` is anything convertible to
 // std::string_view; it is evaluated only on error.
-#define KVD_CUDA_RETURN_IF_ERROR(call, context)                           \
-  do {                                                                    \
-    const cudaError_t kvd_cuda_err_ = (call);                             \
-    if (kvd_cuda_err_ != cudaSuccess) {                                   \
-      return ::kvdepot::cuda::StatusFromCuda(kvd_cuda_err_, (context));   \
-    }                                                                     \
+#define KVD_CUDA_RETURN_IF_ERROR(call, context)                         \
+  do {                                                                  \
+    const cudaError_t kvd_cuda_err_ = (call);                           \
+    if (kvd_cuda_err_ != cudaSuccess) {                                 \
+      return ::kvdepot::cuda::StatusFromCuda(kvd_cuda_err_, (context)); \
+    }                                                                   \
   } while (0)

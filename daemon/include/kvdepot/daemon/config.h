@@ -41,7 +41,7 @@ struct Config {
   ServerOptions server;  // listen, unix, io_threads, limits, max_output_bytes
   HostTierOptions host;
   SsdTierOptions ssd;  // ssd.dir empty: no SSD tier
-  LmServerOptions lm;    // the lm:// listener (LMCache's protocol); off unless lm.listen is set
+  LmServerOptions lm;  // the lm:// listener (LMCache's protocol); off unless lm.listen is set
   // The resp:// listener (the Redis protocol, docs/resp.md); off unless resp.listen is set. Its
   // value and key limits and its tokens are the native listener's (set at start).
   RespServerOptions resp;

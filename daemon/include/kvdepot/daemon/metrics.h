@@ -31,8 +31,8 @@
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/kv_events.h"
 #include "kvdepot/daemon/lm_server.h"
-#include "kvdepot/daemon/resp_server.h"
 #include "kvdepot/daemon/request_observer.h"
+#include "kvdepot/daemon/resp_server.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/ssd_tier.h"
 

@@ -58,7 +58,7 @@ struct TlsOptions {
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:7600";  // HOST:PORT; empty = no TCP listener; port 0 = ephemeral
-  std::string unix_path;                   // empty = no Unix socket
+  std::string unix_path;                  // empty = no Unix socket
   // The socket file's permission bits (connecting needs write permission) and group (empty: the
   // process's own); docs/operations.md shows how to let an engine's user in.
   std::uint32_t unix_mode = 0660;

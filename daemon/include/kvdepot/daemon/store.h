@@ -77,9 +77,10 @@ class Store {
   DeviceTier* device() const { return device_; }
 
   // Finds `key`: a host hit calls `done` inline (and tells the GPU tier, which may promote it); a
-  // key only in the GPU tier is copied back to host memory on the GPU tier's worker; an SSD hit reads the value (verifying its
-  // checksum) and calls `done` from the SSD tier's thread. NotFound when absent in every tier or
-  // when the SSD copy failed verification (that copy is then removed and counted).
+  // key only in the GPU tier is copied back to host memory on the GPU tier's worker; an SSD hit
+  // reads the value (verifying its checksum) and calls `done` from the SSD tier's thread. NotFound
+  // when absent in every tier or when the SSD copy failed verification (that copy is then removed
+  // and counted).
   void Get(std::string_view key, GetCallback done, Route route = Route::kCluster);
 
   // The highest tier holding `key` here, or kNone; counts nothing and moves nothing.

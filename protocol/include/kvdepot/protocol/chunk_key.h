@@ -27,10 +27,10 @@
 #include <string_view>
 #include <vector>
 
-#include "kvdepot/codec/codec_id.h"
-#include "kvdepot/protocol/sha256.h"
 #include "kvdepot/base/status.h"
+#include "kvdepot/codec/codec_id.h"
 #include "kvdepot/codec/tensor.h"
+#include "kvdepot/protocol/sha256.h"
 
 namespace kvdepot {
 
@@ -63,21 +63,21 @@ struct NamespaceId {
 // Everything that makes two KV caches of the same tokens incompatible (model, parallel layout,
 // dtype, codec, chunking) or that must keep them apart (tenant, salt).
 struct Namespace {
-  std::string model;                  // 1..256 bytes, no ASCII control characters
-  std::uint32_t tp_world_size = 1;    // 1..65536
-  std::uint32_t tp_rank = 0;          // < tp_world_size
-  DType dtype = DType::kFloat16;      // a valid DType
-  CodecId codec = CodecId::kRaw;      // a valid CodecId
-  std::string tenant;                 // 0..128 bytes, no ASCII control characters
-  std::string salt;                   // 0..256 arbitrary bytes; secret: never printed or logged
-  std::uint32_t chunk_tokens = 256;   // 1..kMaxTokens
+  std::string model;                 // 1..256 bytes, no ASCII control characters
+  std::uint32_t tp_world_size = 1;   // 1..65536
+  std::uint32_t tp_rank = 0;         // < tp_world_size
+  DType dtype = DType::kFloat16;     // a valid DType
+  CodecId codec = CodecId::kRaw;     // a valid CodecId
+  std::string tenant;                // 0..128 bytes, no ASCII control characters
+  std::string salt;                  // 0..256 arbitrary bytes; secret: never printed or logged
+  std::uint32_t chunk_tokens = 256;  // 1..kMaxTokens
 
   // OK, or kInvalidArgument naming the first bad field in declaration order
   // ("namespace: tp_rank = 4 must be below tp_world_size = 4"). Messages never contain the salt.
   Status Validate() const;
 
-  // SHA-256 of the encoding in docs/format.md §2. Computed on every call (a few hundred bytes hashed);
-  // meaningful only for a valid namespace.
+  // SHA-256 of the encoding in docs/format.md §2. Computed on every call (a few hundred bytes
+  // hashed); meaningful only for a valid namespace.
   NamespaceDigest Digest() const;
 
   // The first 16 bytes of Digest().

@@ -25,8 +25,8 @@
 #include <string>
 #include <string_view>
 
-#include "kvdepot/protocol/lm_value.h"
 #include "kvdepot/base/status.h"
+#include "kvdepot/protocol/lm_value.h"
 
 namespace kvdepot::lm {
 

@@ -234,7 +234,8 @@ Result<std::vector<std::uint64_t>> DecodeLeaseIds(std::span<const std::byte> bod
 
 // GET_AS request: u8 codec (a CodecId), 3 reserved zero bytes, then a key list. The response is
 // that of GET (one frame per key), each value a container of the requested codec.
-Result<std::vector<std::byte>> EncodeGetAsRequest(std::uint8_t codec, std::span<const std::string> keys);
+Result<std::vector<std::byte>> EncodeGetAsRequest(std::uint8_t codec,
+                                                  std::span<const std::string> keys);
 struct GetAsView {
   std::uint8_t codec = 0;
   std::vector<std::string_view> keys;

@@ -20,7 +20,10 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "dir_lock.h"
+
 #include "kvdepot/cluster/etcd_membership.h"
 #include "kvdepot/cluster/topology_source.h"
 #include "kvdepot/daemon/auth.h"
@@ -167,6 +170,45 @@ void RaiseFileLimit() {
       {{"soft_before", std::to_string(before)},
        {"soft", std::to_string(lim.rlim_cur)},
        {"hard", std::to_string(lim.rlim_max)}});
+}
+
+// The lm:// and resp:// listeners' counters as STATS sections (docs/protocol.md).
+std::string LmStatsJson(const LmServerStats& s) {
+  return nlohmann::ordered_json{{"connections_open", s.connections_open},
+                                {"connections_total", s.connections_total},
+                                {"puts", s.puts},
+                                {"puts_dropped", s.puts_dropped},
+                                {"puts_oversized", s.puts_oversized},
+                                {"gets", s.gets},
+                                {"get_hits", s.get_hits},
+                                {"exists", s.exists},
+                                {"exist_hits", s.exist_hits},
+                                {"legacy_connections", s.legacy_connections},
+                                {"wire_refused", s.wire_refused},
+                                {"protocol_errors", s.protocol_errors},
+                                {"request_timeouts", s.request_timeouts},
+                                {"idle_timeouts", s.idle_timeouts},
+                                {"bytes_in", s.bytes_in},
+                                {"bytes_out", s.bytes_out}}
+      .dump();
+}
+
+std::string RespStatsJson(const RespServerStats& s) {
+  return nlohmann::ordered_json{{"connections_open", s.connections_open},
+                                {"connections_total", s.connections_total},
+                                {"commands", s.commands},
+                                {"command_errors", s.command_errors},
+                                {"gets", s.gets},
+                                {"get_hits", s.get_hits},
+                                {"sets", s.sets},
+                                {"values_oversized", s.values_oversized},
+                                {"auth_failures", s.auth_failures},
+                                {"protocol_errors", s.protocol_errors},
+                                {"request_timeouts", s.request_timeouts},
+                                {"idle_timeouts", s.idle_timeouts},
+                                {"bytes_in", s.bytes_in},
+                                {"bytes_out", s.bytes_out}}
+      .dump();
 }
 
 // The membership's log lines, in the daemon's log.
@@ -553,6 +595,7 @@ int Run(int argc, char** argv) {
       return Fail(1, ListenError("lm.listen", config.lm.listen, s));
     }
     metrics.SetLmSource([&lm_server] { return lm_server.stats(); });
+    server.AddStatsSection("lm", [&lm_server] { return LmStatsJson(lm_server.stats()); });
   }
   // The Redis protocol (docs/resp.md), with the native listener's limits and tokens.
   config.resp.max_value_bytes = config.server.limits.max_value_bytes;
@@ -567,6 +610,7 @@ int Run(int argc, char** argv) {
       return Fail(1, ListenError("resp.listen", config.resp.listen, s));
     }
     metrics.SetRespSource([&resp_server] { return resp_server.stats(); });
+    server.AddStatsSection("resp", [&resp_server] { return RespStatsJson(resp_server.stats()); });
   }
   std::unique_ptr<MetricsHttp> http;
   if (!config.metrics_listen.empty()) {

@@ -189,7 +189,7 @@ def test_bench_leaves_no_keys_in_kvdepotd_redis_or_lm(tmp_path):
 
 
 def test_top_prints_count_lines_and_stats_has_sections(tmp_path):
-    d = Daemon(tmp_path)
+    d = Daemon(tmp_path, "--lm-listen", "127.0.0.1:0", "--resp-listen", "127.0.0.1:0")
     try:
         lines = d.cli("top", "--interval", "0.2", "--count", "2").stdout.decode().splitlines()
         assert len(lines) == 3 and "req/s" in lines[0], lines
@@ -197,8 +197,13 @@ def test_top_prints_count_lines_and_stats_has_sections(tmp_path):
         for section in ("# server", "# connections", "# tiers", "# host", "# limits"):
             assert section in text, text
         assert f"{d.proc.pid}" in text and "0.1.0" in text, text
+        # The other listeners' counters are STATS sections too.
+        for section in ("# lm://", "# resp"):
+            assert section in text, text
         doc = json.loads(d.cli("stats", "--json").stdout)
         assert doc["pid"] == d.proc.pid and doc["tiers"]["host"]["capacity"] == 64 << 20
+        assert doc["lm"]["connections_open"] == 0 and "bytes_in" in doc["lm"], doc
+        assert "commands" in doc["resp"], doc
     finally:
         d.stop()
 

@@ -261,6 +261,11 @@ std::string Server::Impl::StatsJson(const AuthScope* scope) const {
     namespaces.push_back({{"id", HexLower(ns.id)}, {"bytes", ns.bytes}, {"quota", ns.quota}});
   }
   out["namespaces"] = std::move(namespaces);
+  std::lock_guard lock(sections_mu_);
+  for (const auto& [name, source] : sections_) {
+    Json section = Json::parse(source(), nullptr, /*allow_exceptions=*/false);
+    if (section.is_object()) out[name] = std::move(section);
+  }
   return out.dump();
 }
 
@@ -281,6 +286,9 @@ void Server::Stop() {
 }
 ServerStats Server::stats() const {
   return impl_->stats();
+}
+void Server::AddStatsSection(std::string name, std::function<std::string()> object_json) {
+  impl_->AddStatsSection(std::move(name), std::move(object_json));
 }
 void Server::Probe(std::function<void()> done) {
   impl_->Probe(std::move(done));

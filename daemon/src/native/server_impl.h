@@ -21,6 +21,8 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "kvdepot/daemon/server.h"
 #include "listen_address.h"
@@ -58,6 +60,10 @@ class Server::Impl {
   void OnAuthFailure(const std::string& peer, std::string_view reason);
   void OnTlsFailure(const std::string& peer, const std::string& error);
   void Probe(std::function<void()> done) { core_.Probe(std::move(done)); }
+  void AddStatsSection(std::string name, std::function<std::string()> object_json) {
+    std::lock_guard lock(sections_mu_);
+    sections_.emplace_back(std::move(name), std::move(object_json));
+  }
 
   std::atomic<std::uint64_t> requests_{0}, protocol_errors_{0}, bytes_in_{0}, bytes_out_{0},
       request_timeouts_{0}, idle_timeouts_{0};
@@ -88,6 +94,8 @@ class Server::Impl {
   std::uint64_t refusals_not_logged_ = 0;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   bool stopped_ = false;
+  mutable std::mutex sections_mu_;  // guards sections_
+  std::vector<std::pair<std::string, std::function<std::string()>>> sections_;
 };
 
 }  // namespace kvdepot::daemon

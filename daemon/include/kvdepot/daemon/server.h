@@ -123,6 +123,12 @@ class Server {
   void SetTimeouts(std::chrono::milliseconds request_timeout,
                    std::chrono::milliseconds idle_timeout);
 
+  // Adds an object to the STATS document under `name` (e.g. "lm", "resp": the other listeners'
+  // counters, so that one STATS shows the whole daemon). `object_json` returns a JSON object's
+  // text and runs on an I/O thread at every STATS; it must not block. Any thread, any time; the
+  // source must stay valid until Stop() returns.
+  void AddStatsSection(std::string name, std::function<std::string()> object_json);
+
   // Liveness probe for the service watchdog: posts a no-op to every I/O thread's queue and runs
   // `done` (on an I/O thread) once all of them have run it, i.e. once every event loop has gone
   // round. `done` never runs when a loop is stuck or the server is stopped. Call after Start().

@@ -1,6 +1,7 @@
 """A kvdepotd cluster member's operability surface (docs/cluster.md): /healthz's cluster line and
 the kvdepot_cluster_* metrics while etcd answers, while it is stopped, and after it restarts; and a
 member whose etcd never answers still starts, alone and fenced. Needs /usr/bin/etcd (etcd-server)."""
+import json
 import os
 import socket
 import subprocess
@@ -126,3 +127,50 @@ def test_an_unreachable_etcd_starts_alone_and_fenced(tmp_path):
         assert status == 200 and "etcd unreachable since" in body, body
     finally:
         d.kill()
+
+
+def redis_cli(port, *args):
+    p = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, (args, p.stderr)
+    return p.stdout.strip()
+
+
+@pytest.mark.skipif(not os.access(ETCD, os.X_OK), reason="/usr/bin/etcd is not installed")
+@pytest.mark.skipif(not os.access("/usr/bin/redis-cli", os.X_OK), reason="redis-tools missing")
+def test_clients_that_know_nothing_of_the_cluster_are_answered_by_any_node(tmp_path):
+    """redis-cli and the kvdepot CLI, pointed at one node each, see one cache: keys SET through
+    one node's resp:// listener are read through the others' (forwarded to their owners), and
+    `kvdepot cluster status --json` / `cluster owner` describe the cluster from any node."""
+    etcd = Etcd(tmp_path)
+    etcd.start()
+    nodes, resp_ports = [], []
+    try:
+        for i in range(3):
+            (tmp_path / f"n{i}").mkdir()
+            resp_ports.append(free_port())
+            nodes.append(Daemon(tmp_path / f"n{i}", *cluster_flags(etcd.url, free_port()),
+                                "--resp-listen", f"127.0.0.1:{resp_ports[i]}"))
+        assert wait_until(lambda: all(metric(d, "kvdepot_cluster_members_up") == 3
+                                      for d in nodes), timeout=15)
+        keys = [f"prompt-{i}" for i in range(30)]
+        for k in keys:
+            assert redis_cli(resp_ports[0], "SET", k, "value-of-" + k) == "OK"
+        for port in resp_ports[1:]:
+            for k in keys:
+                assert redis_cli(port, "GET", k) == "value-of-" + k, (port, k)
+            assert redis_cli(port, "EXISTS", *keys) == str(len(keys))
+        forwarded = sum(metric(d, 'kvdepot_cluster_forwarded_total{op="get"}') or 0
+                        for d in nodes)
+        assert forwarded > 0
+        # The native CLI, at another node, reads the same bytes.
+        assert nodes[2].cli("get", keys[0]).stdout == b"value-of-" + keys[0].encode()
+        status = json.loads(nodes[1].cli("cluster", "status", "--json").stdout)
+        assert len(status["members"]) == 3, status
+        assert all(m["state"] == "up" and m["id"] and m["addr"] for m in status["members"])
+        owner = json.loads(nodes[2].cli("cluster", "owner", keys[0], "--json").stdout)
+        assert owner["owners"][0]["addr"] in {m["addr"] for m in status["members"]}, owner
+    finally:
+        for d in nodes:
+            d.kill()
+        etcd.stop()

@@ -39,13 +39,25 @@ class ClusterDaemonTest : public ::testing::Test {
   }
 
   // A daemon in cluster "dtest" on its own directory and a free loopback port.
-  std::unique_ptr<test::KvdepotdChild> StartNode(const test::TempTestDir& dir) {
+  // `extra` flags are appended (e.g. an SSD tier under the directory).
+  std::unique_ptr<test::KvdepotdChild> StartNode(const test::TempTestDir& dir,
+                                                 const std::vector<std::string>& extra = {}) {
     const std::string addr = "127.0.0.1:" + std::to_string(test::FreeLoopbackPort());
-    auto child = std::make_unique<test::KvdepotdChild>(
-        dir.path(), (dir.path() / "s.sock").string(),
-        std::vector<std::string>{"--listen", addr, "--cluster-etcd", etcd_.endpoint(),
-                                 "--cluster-name", "dtest", "--cluster-advertise", addr,
-                                 "--cluster-lease-ttl", "2s", "--host-capacity", "64MiB"});
+    std::vector<std::string> flags{"--listen",
+                                   addr,
+                                   "--cluster-etcd",
+                                   etcd_.endpoint(),
+                                   "--cluster-name",
+                                   "dtest",
+                                   "--cluster-advertise",
+                                   addr,
+                                   "--cluster-lease-ttl",
+                                   "2s",
+                                   "--host-capacity",
+                                   "64MiB"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    auto child = std::make_unique<test::KvdepotdChild>(dir.path(), (dir.path() / "s.sock").string(),
+                                                       std::move(flags));
     EXPECT_TRUE(child->WaitReady()) << ReadAll(dir.path() / "daemon.log");
     return child;
   }
@@ -180,6 +192,52 @@ TEST_F(ClusterDaemonTest, AnyNodeAnswersAnythingAndSurvivesALostNode) {
   // The survivors kept what they owned (about two thirds of the keys, read through both).
   EXPECT_GT(hits, 2 * kChunks / 3);
   EXPECT_LT(hits, 2 * kChunks);
+}
+
+// Warm rejoin: a node with an SSD tier restarted on its data directory rejoins under its old id,
+// owns the same keys again and serves them from its SSD at once — every key is read through
+// another node with no re-PUT.
+TEST_F(ClusterDaemonTest, ARestartedNodeServesItsSsdChunksUnderItsOldIdentity) {
+  test::TempTestDir d1{"kvd-cl"}, d2{"kvd-cl"}, d3{"kvd-cl"};
+  const std::vector<std::string> ssd = {"--ssd-dir",          "ssd",  "--ssd-capacity", "64MiB",
+                                        "--ssd-segment-size", "16MiB"};
+  std::vector<std::unique_ptr<test::KvdepotdChild>> nodes;
+  nodes.push_back(StartNode(d1));
+  nodes.push_back(StartNode(d2, ssd));
+  nodes.push_back(StartNode(d3));
+  const auto all_see = [&](std::size_t n) {
+    return WaitFor(
+        [&] {
+          for (const auto& node : nodes) {
+            if (MembersSeenBy(*node) != n) return false;
+          }
+          return true;
+        },
+        milliseconds(10000));
+  };
+  ASSERT_TRUE(all_see(3));
+  const std::string id_before = IdOf(d2);
+  constexpr std::size_t kChunks = 24;
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < kChunks; ++i) keys.push_back("warm-" + std::to_string(i));
+  {
+    auto a = client::Connection::Connect(nodes[0]->Options());
+    ASSERT_TRUE(a.ok());
+    for (std::size_t i = 0; i < kChunks; ++i) ASSERT_TRUE((*a)->Put(keys[i], ValueFor(i)).ok());
+  }
+  // SIGTERM writes the host tier out to the SSD (ssd.flush_on_shutdown) and leaves at once.
+  ASSERT_TRUE(nodes[1]->Stop());
+  nodes[1] = StartNode(d2, ssd);
+  ASSERT_TRUE(all_see(3));
+  EXPECT_EQ(IdOf(d2), id_before);
+  auto c = client::Connection::Connect(nodes[2]->Options());
+  ASSERT_TRUE(c.ok());
+  for (std::size_t i = 0; i < kChunks; ++i) {
+    auto got = (*c)->Get(keys[i]);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_TRUE(got->has_value()) << keys[i] << " was lost over the restart";
+    EXPECT_EQ(**got, ValueFor(i));
+  }
 }
 
 TEST_F(ClusterDaemonTest, AStoppedNodeIsFencedPastItsLeaseAndReRegistersAfterSigcont) {

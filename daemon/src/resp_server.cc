@@ -18,14 +18,7 @@ Status RespServer::Impl::Start() {
   if (started_) return Status::Ok();
   KVD_ASSIGN_OR_RETURN(const auto endpoint,
                        ParseListenAddress("resp listen address", options_.listen));
-  boost::system::error_code ec;
-  acceptor_ = std::make_unique<asio::ip::tcp::acceptor>(core_.control());
-  if (acceptor_->open(endpoint.protocol(), ec); !ec) {
-    acceptor_->set_option(asio::socket_base::reuse_address(true), ec);
-    acceptor_->bind(endpoint, ec);
-  }
-  if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return Unavailable("cannot listen on resp://" + options_.listen + ": " + ec.message());
+  KVD_ASSIGN_OR_RETURN(acceptor_, core_.ListenTcp(endpoint, "resp://" + options_.listen));
   port_ = acceptor_->local_endpoint().port();
   Accept();
   core_.Run();
@@ -34,20 +27,11 @@ Status RespServer::Impl::Start() {
 }
 
 void RespServer::Impl::Accept() {
-  acceptor_->async_accept(core_.NextExecutor(),
-                          [this](boost::system::error_code ec, Socket socket) {
-                            if (ec) {
-                              if (ec == asio::error::operation_aborted || !acceptor_->is_open())
-                                return;
-                              return Accept();  // e.g. EMFILE: keep serving the connections we have
-                            }
-                            boost::system::error_code ignored;
-                            socket.set_option(asio::ip::tcp::no_delay(true), ignored);
-                            auto conn = std::make_shared<RespConnection>(std::move(socket), *this);
-                            conn->set_registration(core_.Register(conn));
-                            conn->Start();
-                            Accept();
-                          });
+  core_.AcceptTcp(*acceptor_, [this](Socket socket) {
+    auto conn = std::make_shared<RespConnection>(std::move(socket), *this);
+    conn->set_registration(core_.Register(conn));
+    conn->Start();
+  });
 }
 
 void RespServer::Impl::Stop() {

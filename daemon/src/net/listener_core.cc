@@ -20,6 +20,35 @@ ListenerCore::~ListenerCore() {
   contexts_.clear();
 }
 
+Result<std::unique_ptr<asio::ip::tcp::acceptor>> ListenerCore::ListenTcp(
+    const asio::ip::tcp::endpoint& endpoint, const std::string& what) {
+  auto acceptor = std::make_unique<asio::ip::tcp::acceptor>(control());
+  boost::system::error_code ec;
+  if (acceptor->open(endpoint.protocol(), ec); !ec) {
+    acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+    acceptor->bind(endpoint, ec);
+  }
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return Unavailable("cannot listen on " + what + ": " + ec.message());
+  return acceptor;
+}
+
+void ListenerCore::AcceptTcp(asio::ip::tcp::acceptor& acceptor,
+                             std::function<void(TcpSocket)> start) {
+  acceptor.async_accept(
+      NextExecutor(), [this, &acceptor, start = std::move(start)](boost::system::error_code ec,
+                                                                  TcpSocket socket) mutable {
+        if (ec) {
+          if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+          return AcceptTcp(acceptor, std::move(start));  // e.g. EMFILE: keep what we have
+        }
+        boost::system::error_code ignored;
+        socket.set_option(asio::ip::tcp::no_delay(true), ignored);
+        start(std::move(socket));
+        AcceptTcp(acceptor, std::move(start));
+      });
+}
+
 void ListenerCore::Run() {
   for (auto& ctx : contexts_) threads_.emplace_back([c = ctx.get()] { c->run(); });
 }

@@ -24,14 +24,18 @@
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include "kvdepot/base/status.h"
 
 namespace kvdepot::daemon {
 
@@ -59,6 +63,18 @@ class ListenerCore {
   boost::asio::io_context::executor_type NextExecutor() {
     return contexts_[next_context_++ % contexts_.size()]->get_executor();
   }
+
+  // A TCP acceptor on control(), bound (SO_REUSEADDR) and listening on `endpoint`. Unavailable
+  // naming `what` ("lm://127.0.0.1:7700") when the address cannot be used.
+  Result<std::unique_ptr<boost::asio::ip::tcp::acceptor>> ListenTcp(
+      const boost::asio::ip::tcp::endpoint& endpoint, const std::string& what);
+
+  // Accepts TCP connections on `acceptor` until it is closed: each socket (TCP_NODELAY, bound to
+  // NextExecutor()) goes to `start`, which registers and starts its connection. An accept error
+  // other than the acceptor's closing (e.g. EMFILE) keeps accepting.
+  using TcpSocket = boost::asio::basic_stream_socket<boost::asio::ip::tcp,
+                                                     boost::asio::io_context::executor_type>;
+  void AcceptTcp(boost::asio::ip::tcp::acceptor& acceptor, std::function<void(TcpSocket)> start);
 
   // Starts the I/O threads. Once.
   void Run();

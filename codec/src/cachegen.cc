@@ -18,7 +18,7 @@ using cachegen::kLanes;
 using cachegen::kProbScale;
 using cachegen::kStateLow;
 
-constexpr std::size_t kParamsFixedBytes = 8;
+using cachegen::kParamsFixedBytes;
 
 // Everything about a chunk's coding layout that follows from its shape and parameters.
 struct Layout {
@@ -304,10 +304,7 @@ Result<std::vector<std::byte>> EncodeCacheGen(const KvTensorView& tensor,
   KVD_ASSIGN_OR_RETURN(ContainerWriter w, ContainerWriter::Create(CodecId::kCacheGen, tensor.dtype,
                                                                   tensor.shape, plans));
   std::byte* p = w.section(0).data();
-  p[0] = std::byte{cachegen::kParamsVersion};
-  p[1] = std::byte{cachegen::kProbBits};
-  p[2] = std::byte{lay.scale_dtype};
-  p[3] = std::byte{static_cast<std::uint8_t>(lay.cpl)};
+  cachegen::WriteParamsFixed(p, lay.scale_dtype, lay.cpl);
   std::memcpy(p + kParamsFixedBytes, lay.bins.data(), lay.bins.size());
   std::byte* t = w.section(1).data();
   for (std::size_t i = 0; i < freq.size(); ++i) StoreLE<std::uint16_t>(t + i * 2, freq[i]);
@@ -424,10 +421,10 @@ Result<CacheGenSections> ValidateCacheGenSections(const ContainerView& view) {
                std::to_string(want_params));
   }
   const std::byte* p = out.params->bytes.data();
-  const auto version = std::to_integer<std::uint8_t>(p[0]);
-  const auto prob_bits = std::to_integer<std::uint8_t>(p[1]);
-  out.scale_dtype = std::to_integer<std::uint8_t>(p[2]);
-  const auto cpl = std::to_integer<std::uint8_t>(p[3]);
+  const auto version = std::to_integer<std::uint8_t>(p[cachegen::kParamsOffVersion]);
+  const auto prob_bits = std::to_integer<std::uint8_t>(p[cachegen::kParamsOffProbBits]);
+  out.scale_dtype = std::to_integer<std::uint8_t>(p[cachegen::kParamsOffScaleDType]);
+  const auto cpl = std::to_integer<std::uint8_t>(p[cachegen::kParamsOffChannelsPerLane]);
   if (version != cachegen::kParamsVersion) {
     return Status(StatusCode::kUnimplemented, "cachegen decode: params version " +
                                                   std::to_string(version) + " is not supported");
@@ -442,7 +439,8 @@ Result<CacheGenSections> ValidateCacheGenSections(const ContainerView& view) {
     return Bad("params field 'channels_per_lane' = " + std::to_string(cpl) + ", expected " +
                std::to_string(cachegen::ChannelsPerLane(shape.tokens)));
   }
-  if (LoadLE<std::uint32_t>(p + 4) != 0) return Bad("params field 'reserved' is not zero");
+  if (LoadLE<std::uint32_t>(p + cachegen::kParamsOffReserved) != 0)
+    return Bad("params field 'reserved' is not zero");
   out.bins.resize(std::size_t{shape.layers} * 2);
   std::memcpy(out.bins.data(), p + kParamsFixedBytes, out.bins.size());
   for (std::size_t i = 0; i < out.bins.size(); ++i) {

@@ -12,29 +12,7 @@
 namespace kvdepot {
 namespace {
 
-// Fixed-header field offsets (docs/format.md).
-constexpr std::size_t kOffMagic = 0;
-constexpr std::size_t kOffVersion = 8;
-constexpr std::size_t kOffHeaderBytes = 10;
-constexpr std::size_t kOffCodec = 12;
-constexpr std::size_t kOffDType = 13;
-constexpr std::size_t kOffFlags = 14;
-constexpr std::size_t kOffLayers = 16;
-constexpr std::size_t kOffKv = 20;
-constexpr std::size_t kOffTokens = 24;
-constexpr std::size_t kOffKvHeads = 28;
-constexpr std::size_t kOffHeadDim = 32;
-constexpr std::size_t kOffSectionCount = 36;
-constexpr std::size_t kOffTotalBytes = 40;
-constexpr std::size_t kOffReserved = 48;
-constexpr std::size_t kOffHeaderChecksum = 56;
-
-// Section-entry field offsets.
-constexpr std::size_t kEntKind = 0;
-constexpr std::size_t kEntFlags = 4;
-constexpr std::size_t kEntOffset = 8;
-constexpr std::size_t kEntLength = 16;
-constexpr std::size_t kEntChecksum = 24;
+using namespace container_layout;  // field offsets
 
 constexpr std::uint64_t AlignUp(std::uint64_t v) {
   return (v + kSectionAlignment - 1) & ~std::uint64_t{kSectionAlignment - 1};
@@ -308,26 +286,20 @@ Result<ContainerWriter> ContainerWriter::Create(CodecId codec, DType dtype, cons
     end += plan.length;
   }
   w.bytes_.assign(end, std::byte{0});
-  std::byte* p = w.bytes_.data();
-  std::memcpy(p + kOffMagic, kContainerMagic, sizeof(kContainerMagic));
-  StoreLE<std::uint16_t>(p + kOffVersion, kContainerVersion);
-  StoreLE<std::uint16_t>(p + kOffHeaderBytes, kContainerHeaderBytes);
-  p[kOffCodec] = static_cast<std::byte>(codec);
-  p[kOffDType] = static_cast<std::byte>(dtype);
-  StoreLE<std::uint32_t>(p + kOffLayers, shape.layers);
-  StoreLE<std::uint32_t>(p + kOffKv, 2);
-  StoreLE<std::uint32_t>(p + kOffTokens, shape.tokens);
-  StoreLE<std::uint32_t>(p + kOffKvHeads, shape.kv_heads);
-  StoreLE<std::uint32_t>(p + kOffHeadDim, shape.head_dim);
-  StoreLE<std::uint32_t>(p + kOffSectionCount, static_cast<std::uint32_t>(sections.size()));
-  StoreLE<std::uint64_t>(p + kOffTotalBytes, end);
+  HeaderFields header;
+  header.codec = static_cast<std::uint8_t>(codec);
+  header.dtype = static_cast<std::uint8_t>(dtype);
+  header.layers = shape.layers;
+  header.tokens = shape.tokens;
+  header.kv_heads = shape.kv_heads;
+  header.head_dim = shape.head_dim;
+  header.total_bytes = end;
+  SectionEntry entries[kMaxSections];
   for (std::size_t i = 0; i < sections.size(); ++i) {
-    std::byte* e = p + kContainerHeaderBytes + i * kSectionEntryBytes;
-    StoreLE<std::uint32_t>(e + kEntKind, static_cast<std::uint32_t>(sections[i].kind));
-    StoreLE<std::uint32_t>(e + kEntFlags, sections[i].flags);
-    StoreLE<std::uint64_t>(e + kEntOffset, w.offsets_[i]);
-    StoreLE<std::uint64_t>(e + kEntLength, sections[i].length);
+    entries[i] = {static_cast<std::uint32_t>(sections[i].kind), sections[i].flags, w.offsets_[i],
+                  sections[i].length};
   }
+  WriteHeader(w.bytes_.data(), header, entries, static_cast<std::uint32_t>(sections.size()));
   return w;
 }
 
@@ -336,14 +308,39 @@ std::span<std::byte> ContainerWriter::section(std::size_t i) {
 }
 
 std::vector<std::byte> ContainerWriter::Finish() && {
-  std::byte* p = bytes_.data();
-  for (std::size_t i = 0; i < plans_.size(); ++i) {
-    std::byte* e = p + kContainerHeaderBytes + i * kSectionEntryBytes;
-    StoreLE<std::uint64_t>(e + kEntChecksum, Checksum64(section(i)));
-  }
-  StoreLE<std::uint64_t>(p + kOffHeaderChecksum,
-                         ComputeHeaderChecksum(bytes_, static_cast<std::uint32_t>(plans_.size())));
+  // Create laid the container out itself: sealing it cannot fail.
+  const Status sealed = SealContainer(bytes_);
+  (void)sealed;
   return std::move(bytes_);
+}
+
+Status SealContainer(std::span<std::byte> c) {
+  auto bad = [](const std::string& what) { return Bad("seal: " + what); };
+  if (c.size() < kContainerHeaderBytes) {
+    return bad(std::to_string(c.size()) + " bytes, shorter than the 64-byte fixed header");
+  }
+  const auto count = LoadLE<std::uint32_t>(c.data() + kOffSectionCount);
+  if (count < 1 || count > kMaxSections) {
+    return bad("section_count " + std::to_string(count) + " out of range 1.." +
+               std::to_string(kMaxSections));
+  }
+  if (c.size() < TableEnd(count)) return bad("shorter than its section table");
+  const auto total = LoadLE<std::uint64_t>(c.data() + kOffTotalBytes);
+  if (total != c.size()) {
+    return bad("total_bytes " + std::to_string(total) + " is not the buffer's " +
+               std::to_string(c.size()) + " bytes");
+  }
+  for (std::uint32_t i = 0; i < count; ++i) {
+    std::byte* e = c.data() + kContainerHeaderBytes + std::size_t{i} * kSectionEntryBytes;
+    const auto offset = LoadLE<std::uint64_t>(e + kEntOffset);
+    const auto length = LoadLE<std::uint64_t>(e + kEntLength);
+    if (offset > c.size() || length > c.size() - offset) {
+      return bad("section " + std::to_string(i) + " runs past the end");
+    }
+    StoreLE<std::uint64_t>(e + kEntChecksum, Checksum64(c.subspan(offset, length)));
+  }
+  StoreLE<std::uint64_t>(c.data() + kOffHeaderChecksum, ComputeHeaderChecksum(c, count));
+  return Status::Ok();
 }
 
 }  // namespace kvdepot

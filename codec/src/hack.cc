@@ -13,17 +13,6 @@ namespace {
 using hack::Layout;
 using hack::Quant;
 
-// params field offsets (docs/hack.md).
-constexpr std::size_t kOffVersion = 0;
-constexpr std::size_t kOffPartition = 1;
-constexpr std::size_t kOffOrientation = 2;
-constexpr std::size_t kOffRounding = 3;
-constexpr std::size_t kOffSumBytes = 4;
-constexpr std::size_t kOffReserved8 = 5;  // 3 bytes
-constexpr std::size_t kOffSinks = 8;
-constexpr std::size_t kOffReserved32 = 12;
-constexpr std::size_t kOffSeed = 16;
-
 // Section order in the container.
 constexpr SectionKind kSectionOrder[] = {SectionKind::kParams, SectionKind::kScales,
                                          SectionKind::kSums, SectionKind::kCodes,
@@ -245,13 +234,8 @@ Result<std::vector<std::byte>> EncodeHack(const KvTensorView& tensor, const Hack
                        ContainerWriter::Create(CodecId::kHackInt2, c.dtype, c.shape, plans));
 
   std::byte* p = w.section(0).data();
-  p[kOffVersion] = std::byte{hack::kParamsVersion};
-  p[kOffPartition] = static_cast<std::byte>(lay.partition);
-  p[kOffOrientation] = static_cast<std::byte>(lay.orientation);
-  p[kOffRounding] = static_cast<std::byte>(c.options.rounding);
-  p[kOffSumBytes] = static_cast<std::byte>(hack::SumBytes(lay.partition));
-  StoreLE<std::uint32_t>(p + kOffSinks, lay.sinks);
-  StoreLE<std::uint64_t>(p + kOffSeed, c.options.seed);
+  hack::WriteParams(p, lay.partition, lay.orientation,
+                    static_cast<std::uint8_t>(c.options.rounding), lay.sinks, c.options.seed);
 
   std::byte* s = w.section(1).data();
   for (std::size_t i = 0; i < c.quants.size(); ++i) {
@@ -327,45 +311,46 @@ Result<Sections> CheckStructure(const ContainerView& view, HackStructure& c) {
                std::to_string(hack::kParamsBytes));
   }
   const std::byte* p = params.bytes.data();
-  const auto version = std::to_integer<std::uint8_t>(p[kOffVersion]);
+  const auto version = std::to_integer<std::uint8_t>(p[hack::kParamsOffVersion]);
   if (version != hack::kParamsVersion) {
     return Status(StatusCode::kUnimplemented, "hack-int2 decode: params version " +
                                                   std::to_string(version) + " is not supported");
   }
-  const auto partition = std::to_integer<std::uint8_t>(p[kOffPartition]);
+  const auto partition = std::to_integer<std::uint8_t>(p[hack::kParamsOffPartition]);
   if (!hack::IsValidPartition(partition)) {
     return Bad("params field 'partition' = " + std::to_string(partition) +
                " is invalid (32, 64 or 128)");
   }
-  const auto orientation = std::to_integer<std::uint8_t>(p[kOffOrientation]);
+  const auto orientation = std::to_integer<std::uint8_t>(p[hack::kParamsOffOrientation]);
   if (orientation != hack::kOrientChannel && orientation != hack::kOrientToken) {
     return Bad("params field 'orientation' = " + std::to_string(orientation) +
                " is invalid (0 channel, 1 token)");
   }
-  const auto rounding = std::to_integer<std::uint8_t>(p[kOffRounding]);
+  const auto rounding = std::to_integer<std::uint8_t>(p[hack::kParamsOffRounding]);
   if (rounding != hack::kRoundNearest && rounding != hack::kRoundStochastic) {
     return Bad("params field 'rounding' = " + std::to_string(rounding) +
                " is invalid (0 nearest, 1 stochastic)");
   }
-  const auto sum_bytes = std::to_integer<std::uint8_t>(p[kOffSumBytes]);
+  const auto sum_bytes = std::to_integer<std::uint8_t>(p[hack::kParamsOffSumBytes]);
   if (sum_bytes != hack::SumBytes(partition)) {
     return Bad("params field 'sum_bytes' = " + std::to_string(sum_bytes) + ", expected " +
                std::to_string(hack::SumBytes(partition)) + " for partition " +
                std::to_string(partition));
   }
   for (std::size_t i = 0; i < 3; ++i) {
-    if (p[kOffReserved8 + i] != std::byte{0}) return Bad("params field 'reserved8' is not zero");
+    if (p[hack::kParamsOffReserved8 + i] != std::byte{0})
+      return Bad("params field 'reserved8' is not zero");
   }
-  if (LoadLE<std::uint32_t>(p + kOffReserved32) != 0) {
+  if (LoadLE<std::uint32_t>(p + hack::kParamsOffReserved32) != 0) {
     return Bad("params field 'reserved32' is not zero");
   }
-  const auto sinks = LoadLE<std::uint32_t>(p + kOffSinks);
+  const auto sinks = LoadLE<std::uint32_t>(p + hack::kParamsOffSinks);
   const KvShape& shape = view.header.shape;
   if (sinks > shape.tokens) {
     return Bad("params field 'sinks' = " + std::to_string(sinks) +
                " exceeds tokens = " + std::to_string(shape.tokens));
   }
-  const auto seed = LoadLE<std::uint64_t>(p + kOffSeed);
+  const auto seed = LoadLE<std::uint64_t>(p + hack::kParamsOffSeed);
   if (rounding == hack::kRoundNearest && seed != 0) {
     return Bad("params field 'seed' is not zero with round-to-nearest");
   }

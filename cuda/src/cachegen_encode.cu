@@ -61,7 +61,7 @@ constexpr std::uint32_t kEncodeWindow = 64;  // symbol rows staged per window (2
 constexpr std::uint32_t kFinalizeThreads = 1024;
 constexpr std::uint32_t kCompactThreads = 128;
 constexpr std::uint32_t kSectionCount = 5;
-constexpr std::uint64_t kParamsFixedBytes = 8;
+using cachegen::kParamsFixedBytes;         // cachegen_format.h
 constexpr std::uint32_t kStatusWords = 8;  // device status words per chunk (see the params)
 constexpr std::uint32_t kHostStatusWords =
     4;  // host-mapped: fp16 failed, ~nonfinite, ~overflow, bytes
@@ -716,11 +716,6 @@ __device__ __forceinline__ ChunkLayout LayoutOf(const CacheGenEncodeParams& p, b
   return l;
 }
 
-template <typename T>
-__device__ __forceinline__ void Put(std::byte* p, T v) {
-  *reinterpret_cast<T*>(p) = v;  // callers keep fields naturally aligned
-}
-
 __device__ void ZeroBytes(std::byte* out, std::uint64_t begin, std::uint64_t end) {
   for (std::uint64_t i = begin + threadIdx.x; i < end; i += blockDim.x) out[i] = std::byte{0};
 }
@@ -788,46 +783,26 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     host[3] = total;
     st[4] = fp32 ? 1ull : 0ull;  // for Compact
     st[0] = st[1] = st[2] = 0;   // ready for the next batch
-    // Fixed header (docs/format.md §1.1); the checksum is filled in by the host.
-    const std::uint8_t magic[8] = {0x89, 'K', 'V', 'D', 0x0D, 0x0A, 0x1A, 0x0A};
-    for (int i = 0; i < 8; ++i) out[i] = static_cast<std::byte>(magic[i]);
-    Put<std::uint16_t>(out + 8, kContainerVersion);
-    Put<std::uint16_t>(out + 10, static_cast<std::uint16_t>(kContainerHeaderBytes));
-    out[12] = static_cast<std::byte>(CodecId::kCacheGen);
-    out[13] = static_cast<std::byte>(p.input_dtype);
-    Put<std::uint16_t>(out + 14, 0);
-    Put<std::uint32_t>(out + 16, p.layers);
-    Put<std::uint32_t>(out + 20, 2);
-    Put<std::uint32_t>(out + 24, p.tokens);
-    Put<std::uint32_t>(out + 28, p.kv_heads);
-    Put<std::uint32_t>(out + 32, p.head_dim);
-    Put<std::uint32_t>(out + 36, kSectionCount);
-    Put<std::uint64_t>(out + 40, total);
-    Put<std::uint64_t>(out + 48, 0);
-    Put<std::uint64_t>(out + 56, 0);
-    const std::uint32_t kinds[kSectionCount] = {static_cast<std::uint32_t>(SectionKind::kParams),
-                                                static_cast<std::uint32_t>(SectionKind::kTables),
-                                                static_cast<std::uint32_t>(SectionKind::kScales),
-                                                static_cast<std::uint32_t>(SectionKind::kIndex),
-                                                static_cast<std::uint32_t>(SectionKind::kCodes)};
-    const std::uint64_t offsets_[kSectionCount] = {
-        p.params_offset, p.tables_offset, p.scales_offset, lay.index_offset, lay.codes_offset};
-    const std::uint64_t lengths_[kSectionCount] = {params_bytes, tables_bytes, lay.scales_bytes,
-                                                   index_bytes, codes_words * 2};
-    for (std::uint32_t s = 0; s < kSectionCount; ++s) {
-      std::byte* e = out + kContainerHeaderBytes + s * kSectionEntryBytes;
-      Put<std::uint32_t>(e + 0, kinds[s]);
-      Put<std::uint32_t>(e + 4, 0);
-      Put<std::uint64_t>(e + 8, offsets_[s]);
-      Put<std::uint64_t>(e + 16, lengths_[s]);
-      Put<std::uint64_t>(e + 24, 0);
-    }
-    std::byte* prm = out + p.params_offset;
-    prm[0] = std::byte{cachegen::kParamsVersion};
-    prm[1] = std::byte{cachegen::kProbBits};
-    prm[2] = std::byte{fp32 ? cachegen::kScaleFp32 : cachegen::kScaleFp16};
-    prm[3] = static_cast<std::byte>(p.channels_per_lane);
-    Put<std::uint32_t>(prm + 4, 0);
+    // Fixed header and section table (container_layout.h; the host's SealContainer fills in the
+    // checksums), then the params section's fixed bytes.
+    container_layout::HeaderFields header;
+    header.codec = static_cast<std::uint8_t>(CodecId::kCacheGen);
+    header.dtype = static_cast<std::uint8_t>(p.input_dtype);
+    header.layers = p.layers;
+    header.tokens = p.tokens;
+    header.kv_heads = p.kv_heads;
+    header.head_dim = p.head_dim;
+    header.total_bytes = total;
+    const container_layout::SectionEntry sections[kSectionCount] = {
+        {static_cast<std::uint32_t>(SectionKind::kParams), 0, p.params_offset, params_bytes},
+        {static_cast<std::uint32_t>(SectionKind::kTables), 0, p.tables_offset, tables_bytes},
+        {static_cast<std::uint32_t>(SectionKind::kScales), 0, p.scales_offset, lay.scales_bytes},
+        {static_cast<std::uint32_t>(SectionKind::kIndex), 0, lay.index_offset, index_bytes},
+        {static_cast<std::uint32_t>(SectionKind::kCodes), 0, lay.codes_offset, codes_words * 2}};
+    container_layout::WriteHeader(out, header, sections, kSectionCount);
+    cachegen::WriteParamsFixed(out + p.params_offset,
+                               fp32 ? cachegen::kScaleFp32 : cachegen::kScaleFp16,
+                               p.channels_per_lane);
   }
   for (std::uint32_t i = threadIdx.x; i < lks; i += blockDim.x) {
     out[p.params_offset + kParamsFixedBytes + i] = static_cast<std::byte>(p.bins[i]);
@@ -990,26 +965,7 @@ std::uint64_t CacheGenMaxContainerBytes(const KvShape& shape) {
 }
 
 Status SealCacheGenContainer(std::span<std::byte> c) {
-  auto bad = [](const std::string& what) { return Corruption("SealCacheGenContainer: " + what); };
-  if (c.size() < kContainerHeaderBytes) return bad("shorter than the fixed header");
-  const auto count = LoadLE<std::uint32_t>(c.data() + 36);
-  if (count < 1 || count > kMaxSections) return bad("section count out of range");
-  const std::uint64_t table_end = kContainerHeaderBytes + std::uint64_t{count} * kSectionEntryBytes;
-  if (c.size() < table_end || LoadLE<std::uint64_t>(c.data() + 40) != c.size()) {
-    return bad("total_bytes does not match the buffer");
-  }
-  for (std::uint32_t i = 0; i < count; ++i) {
-    std::byte* e = c.data() + kContainerHeaderBytes + i * kSectionEntryBytes;
-    const auto offset = LoadLE<std::uint64_t>(e + 8);
-    const auto length = LoadLE<std::uint64_t>(e + 16);
-    if (offset > c.size() || length > c.size() - offset) return bad("section past the end");
-    StoreLE<std::uint64_t>(e + 24, Checksum64(c.subspan(offset, length)));
-  }
-  Checksum64Builder builder;
-  builder.Update(c.first(56));
-  builder.Update(c.subspan(kContainerHeaderBytes, count * kSectionEntryBytes));
-  StoreLE<std::uint64_t>(c.data() + 56, builder.Digest());
-  return Status::Ok();
+  return SealContainer(c).WithContext("SealCacheGenContainer");
 }
 
 template <DType In>

@@ -1000,15 +1000,8 @@ std::string Position(const KvShape& s, std::uint64_t i) {
 
 // params section of a chunk (docs/hack.md), as EncodeHack writes it.
 void WriteParams(std::span<std::byte> out, const Layout& lay, const HackOptions& o) {
-  std::byte* p = out.data();
-  std::memset(p, 0, hack::kParamsBytes);
-  p[0] = std::byte{hack::kParamsVersion};
-  p[1] = static_cast<std::byte>(lay.partition);
-  p[2] = static_cast<std::byte>(lay.orientation);
-  p[3] = static_cast<std::byte>(o.rounding);
-  p[4] = static_cast<std::byte>(hack::SumBytes(lay.partition));
-  StoreLE<std::uint32_t>(p + 8, lay.sinks);
-  StoreLE<std::uint64_t>(p + 16, o.rounding == HackRounding::kStochastic ? o.seed : 0);
+  hack::WriteParams(out.data(), lay.partition, lay.orientation,
+                    static_cast<std::uint8_t>(o.rounding), lay.sinks, o.seed);
 }
 
 Status Download(std::span<std::byte> dst, const void* src, cudaStream_t stream, const char* what) {

@@ -61,6 +61,46 @@ TEST(ContainerTest, CanonicalLayout) {
   EXPECT_TRUE(VerifyChecksums(*view, c).all_ok());
 }
 
+TEST(ContainerTest, TheMagicConstantsAgree) {
+  // WriteHeader stores kContainerMagicLE (usable in device code); readers compare kContainerMagic.
+  std::byte stored[8];
+  container_layout::StoreLittleEndian(stored, kContainerMagicLE, 8);
+  EXPECT_EQ(std::memcmp(stored, kContainerMagic, 8), 0);
+}
+
+TEST(ContainerTest, SealContainerFillsTheChecksumsContainerWriterWrites) {
+  // A GPU encoder writes everything but the checksums (WriteHeader leaves them zero) and seals the
+  // container on the host: the result is the bytes ContainerWriter::Finish gives.
+  const std::vector<std::byte> sealed = SmallContainer();
+  std::vector<std::byte> unsealed = sealed;
+  StoreLE<std::uint64_t>(unsealed.data() + container_layout::kOffHeaderChecksum, 0);
+  StoreLE<std::uint64_t>(unsealed.data() + kContainerHeaderBytes + container_layout::kEntChecksum,
+                         0);
+  ASSERT_TRUE(SealContainer(unsealed).ok());
+  EXPECT_EQ(unsealed, sealed);
+}
+
+TEST(ContainerTest, SealContainerRefusesWhatItCannotSeal) {
+  const std::vector<std::byte> c = SmallContainer();
+  auto seal_error = [](std::vector<std::byte> bytes) {
+    const Status s = SealContainer(bytes);
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+    return s.message();
+  };
+  EXPECT_NE(seal_error(std::vector<std::byte>(c.begin(), c.begin() + 40)).find("fixed header"),
+            std::string::npos);
+  EXPECT_NE(seal_error(Patched<std::uint32_t>(c, container_layout::kOffSectionCount, 0, false))
+                .find("section_count 0"),
+            std::string::npos);
+  std::vector<std::byte> longer = c;
+  longer.push_back(std::byte{0});
+  EXPECT_NE(seal_error(longer).find("total_bytes 152"), std::string::npos);
+  EXPECT_NE(seal_error(Patched<std::uint64_t>(
+                           c, kContainerHeaderBytes + container_layout::kEntLength, 4096, false))
+                .find("section 0 runs past the end"),
+            std::string::npos);
+}
+
 TEST(ContainerTest, PeekSectionTableReadsOnlyTheTable) {
   const std::vector<std::byte> c = SmallContainer();
   const std::span<const std::byte> prefix(c.data(), kContainerHeaderBytes + kSectionEntryBytes);

@@ -13,6 +13,7 @@
 
 #include <math.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kvdepot/codec/numeric.h"
@@ -29,6 +30,26 @@ inline constexpr std::uint32_t kMinBins = 2;
 inline constexpr std::uint32_t kMaxBins = 64;
 inline constexpr std::uint8_t kScaleFp16 = 1;  // scale dtype codes (as DType)
 inline constexpr std::uint8_t kScaleFp32 = 3;
+
+// The params section (docs/format.md §1.5): 8 fixed bytes, then one bins byte per (layer, K|V).
+inline constexpr std::uint32_t kParamsFixedBytes = 8;
+inline constexpr std::uint32_t kParamsOffVersion = 0;
+inline constexpr std::uint32_t kParamsOffProbBits = 1;
+inline constexpr std::uint32_t kParamsOffScaleDType = 2;
+inline constexpr std::uint32_t kParamsOffChannelsPerLane = 3;
+inline constexpr std::uint32_t kParamsOffReserved = 4;  // u32, zero
+
+// The one writer of the params section's fixed bytes, for the CPU encoder and the GPU encoder's
+// finalize kernel. `scale_dtype` is kScaleFp16 or kScaleFp32; `channels_per_lane` is
+// ChannelsPerLane(tokens). The caller writes the bins bytes that follow.
+KVD_HOST_DEVICE void WriteParamsFixed(std::byte* out, std::uint8_t scale_dtype,
+                                      std::uint32_t channels_per_lane) {
+  out[kParamsOffVersion] = static_cast<std::byte>(kParamsVersion);
+  out[kParamsOffProbBits] = static_cast<std::byte>(kProbBits);
+  out[kParamsOffScaleDType] = static_cast<std::byte>(scale_dtype);
+  out[kParamsOffChannelsPerLane] = static_cast<std::byte>(channels_per_lane);
+  for (std::uint32_t i = 0; i < 4; ++i) out[kParamsOffReserved + i] = std::byte{0};
+}
 
 KVD_HOST_DEVICE bool IsFiniteFloat(float x) {
   return (FloatBits(x) & 0x7f800000u) != 0x7f800000u;

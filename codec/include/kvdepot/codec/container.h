@@ -24,17 +24,10 @@
 
 #include "kvdepot/base/status.h"
 #include "kvdepot/codec/codec_id.h"
+#include "kvdepot/codec/container_layout.h"
 #include "kvdepot/codec/tensor.h"
 
 namespace kvdepot {
-
-inline constexpr std::uint16_t kContainerVersion = 1;
-inline constexpr std::size_t kContainerHeaderBytes = 64;
-inline constexpr std::size_t kSectionEntryBytes = 32;
-inline constexpr std::size_t kSectionAlignment = 64;
-inline constexpr std::uint32_t kMaxSections = 16;
-// "\x89KVD\r\n\x1a\n": the high byte and CR/LF/^Z catch 7-bit and text-mode transfers.
-inline constexpr std::uint8_t kContainerMagic[8] = {0x89, 'K', 'V', 'D', 0x0D, 0x0A, 0x1A, 0x0A};
 
 // Section kinds. Values are stored in containers and must never change. Which kinds a codec uses,
 // and their layouts, are in docs/format.md.
@@ -141,6 +134,13 @@ class ContainerWriter {
   std::vector<std::uint64_t> offsets_;
   std::vector<std::byte> bytes_;
 };
+
+// Fills in the section checksums and then the header checksum of a container whose header, section
+// table and sections are written (container_layout.h's WriteHeader leaves them zero): the last
+// step of ContainerWriter::Finish and of the GPU encoders, which write the rest on the device.
+// Errors (kCorruption, naming the field): shorter than its header or table, a section count out of
+// range, total_bytes not the buffer's size, a section past the end.
+Status SealContainer(std::span<std::byte> container);
 
 // Byte size of a container with these section lengths (the same layout ContainerWriter makes).
 std::uint64_t ContainerSize(std::span<const std::uint64_t> section_lengths);

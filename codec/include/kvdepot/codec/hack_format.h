@@ -32,6 +32,7 @@
 
 #include <math.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kvdepot/codec/cachegen_format.h"
@@ -66,6 +67,37 @@ KVD_HOST_DEVICE bool IsValidPartition(std::uint32_t p) {
 // P <= 85 (P = 32, 64) and u16 beyond (P = 128).
 KVD_HOST_DEVICE std::uint32_t SumBytes(std::uint32_t partition) {
   return partition * kMaxCode <= 255u ? 1u : 2u;
+}
+
+// The params section (docs/hack.md, "Container format"): kParamsBytes bytes at these offsets.
+inline constexpr std::uint32_t kParamsOffVersion = 0;
+inline constexpr std::uint32_t kParamsOffPartition = 1;
+inline constexpr std::uint32_t kParamsOffOrientation = 2;
+inline constexpr std::uint32_t kParamsOffRounding = 3;
+inline constexpr std::uint32_t kParamsOffSumBytes = 4;
+inline constexpr std::uint32_t kParamsOffReserved8 = 5;    // 3 bytes, zero
+inline constexpr std::uint32_t kParamsOffSinks = 8;        // u32
+inline constexpr std::uint32_t kParamsOffReserved32 = 12;  // u32, zero
+inline constexpr std::uint32_t kParamsOffSeed = 16;        // u64
+
+// The one writer of the params section, for the CPU encoder (codec/src/hack.cc) and the GPU
+// quantizer (cuda/src/hack_quantize.cu): all kParamsBytes bytes, reserved fields zero. The seed is
+// stored only with stochastic rounding (round-to-nearest stores 0, which the parser requires).
+KVD_HOST_DEVICE void WriteParams(std::byte* out, std::uint32_t partition, std::uint8_t orientation,
+                                 std::uint8_t rounding, std::uint32_t sinks, std::uint64_t seed) {
+  for (std::uint32_t i = 0; i < kParamsBytes; ++i) out[i] = std::byte{0};
+  out[kParamsOffVersion] = static_cast<std::byte>(kParamsVersion);
+  out[kParamsOffPartition] = static_cast<std::byte>(partition);
+  out[kParamsOffOrientation] = static_cast<std::byte>(orientation);
+  out[kParamsOffRounding] = static_cast<std::byte>(rounding);
+  out[kParamsOffSumBytes] = static_cast<std::byte>(SumBytes(partition));
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    out[kParamsOffSinks + i] = static_cast<std::byte>((sinks >> (8 * i)) & 0xffu);
+  }
+  const std::uint64_t stored_seed = rounding == kRoundStochastic ? seed : 0;
+  for (std::uint32_t i = 0; i < 8; ++i) {
+    out[kParamsOffSeed + i] = static_cast<std::byte>((stored_seed >> (8 * i)) & 0xffu);
+  }
 }
 
 KVD_HOST_DEVICE std::uint32_t MinU32(std::uint32_t a, std::uint32_t b) {

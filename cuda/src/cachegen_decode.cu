@@ -51,7 +51,7 @@ constexpr std::uint32_t kWarpsPerBlockSmallBatch = 8;
 constexpr std::uint32_t kStageWords = 5888;  // 11.5 KiB per warp: Llama groups are 7-10 KiB
 constexpr std::uint32_t kLutMinTokens = 64;  // output tables pay off from this many tokens
 using cachegen::kParamsFixedBytes;           // cachegen_format.h
-constexpr std::size_t kDescOffset = 64;  // workspace: error word / flag, then descriptors
+constexpr std::size_t kDescOffset = 64;      // workspace: error word / flag, then descriptors
 
 // Device error codes (low 4 bits of the error key).
 enum DecodeError : std::uint32_t {

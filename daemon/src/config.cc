@@ -831,6 +831,13 @@ Status ValidateConfig(const Config& config) {
         "(--cluster-advertise) to the HOST:PORT other nodes and clients reach this daemon's "
         "native listener at");
   }
+  if (!config.cluster.etcd.empty() && config.server.tls.enabled()) {
+    return InvalidArgument(
+        "cluster.etcd is set together with tls.cert_file: the members of a cluster forward "
+        "requests to each other over plain TCP to cluster.advertise, which a TLS listener "
+        "refuses; run the cluster's members without tls.* (a private network between them, "
+        "docs/cluster.md) — TLS between members is not supported");
+  }
   if (!config.cluster.etcd.empty() && config.server.listen.empty()) {
     return InvalidArgument(
         "cluster.etcd is set but there is no TCP listener (listen): other nodes reach a "

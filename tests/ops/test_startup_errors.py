@@ -144,6 +144,15 @@ def test_cluster_advertise_not_reachable(tmp_path, advertise):
                 "--cluster-advertise", advertise)
 
 
+def test_cluster_with_tls_is_refused(tmp_path):
+    # Members forward to each other over plain TCP: a TLS listener would refuse them.
+    run_failing(base_flags(tmp_path) + ["--cluster-etcd", "http://127.0.0.1:2379",
+                                        "--cluster-advertise", "127.0.0.1:7600",
+                                        "--tls-cert-file", tmp_path / "server.crt",
+                                        "--tls-key-file", tmp_path / "server.key"], 2,
+                "cluster.etcd", "tls.cert_file", "TLS between members is not supported")
+
+
 def test_cluster_etcd_not_an_http_url(tmp_path):
     run_failing(base_flags(tmp_path) + ["--cluster-etcd", "127.0.0.1:2379"], 2,
                 "--cluster-etcd", "http://HOST:PORT")

@@ -125,6 +125,16 @@ def test_an_unreachable_etcd_starts_alone_and_fenced(tmp_path):
         assert metric(d, "kvdepot_cluster_fenced") == 1
         status, body = http_get(d.base + "/healthz")
         assert status == 200 and "etcd unreachable since" in body, body
+        # It cannot know which keys it owns: a write is refused, saying why and what to do; a
+        # read is answered from its own tiers (a miss here).
+        src = tmp_path / "value"
+        src.write_bytes(b"v" * 100)
+        put = d.cli("put", "some-key", src, check=False)
+        assert put.returncode != 0
+        assert b"fenced" in put.stderr and b"etcd was unreachable" in put.stderr, put.stderr
+        assert b"another member" in put.stderr, put.stderr
+        get = d.cli("get", "some-key", check=False)
+        assert get.returncode != 0 and b"not found" in get.stderr.lower(), get.stderr
     finally:
         d.kill()
 

@@ -217,8 +217,9 @@ void ClusterRouter::Put(std::string_view key, ValueRef value, Store::PutCallback
   if (p.local_only) return store_.Put(key, std::move(value), std::move(done), Route::kLocal);
   if (!p.self_owns && p.others.empty()) {
     return done(
-        Unavailable("put: this node is fenced (its cluster lease lapsed) and owns no "
-                    "keys until it has re-registered; send the write to another member"));
+        Unavailable("put: this node is fenced (its cluster lease lapsed, or etcd was "
+                    "unreachable since it started: see /healthz) and owns no keys until it has "
+                    "registered; send the write to another member"));
   }
   struct Outcome {
     bool self_owns = false;

@@ -366,6 +366,11 @@ class EtcdMembership::Impl {
           previous_ = current_;
           previous_until_ = now + options_.handoff_grace;
           ++stats_.membership_changes;
+        } else if (auto before = ViewBeforeJoining(members, range->revision); !before->empty()) {
+          // This node's first view: until it joined, the others owned its keys, so a miss here
+          // asks them during the grace period, as after any membership change (hand-off).
+          previous_ = std::move(before);
+          previous_until_ = now + options_.handoff_grace;
         }
         have_view_ = true;
         current_ = std::make_shared<const Topology>(range->revision, std::move(members),
@@ -380,6 +385,16 @@ class EtcdMembership::Impl {
            {"joined", IdList(joined)},
            {"left", IdList(left)}});
     }
+  }
+
+  // The member set without this node: the cluster as it was before this node joined it.
+  std::shared_ptr<const Topology> ViewBeforeJoining(const std::vector<Member>& members,
+                                                    std::int64_t revision) const {
+    std::vector<Member> others;
+    for (const Member& m : members) {
+      if (m.id != options_.self.id) others.push_back(m);
+    }
+    return std::make_shared<const Topology>(revision, std::move(others), options_.placement);
   }
 
   bool WarnAllowed(const std::string& what, Clock::time_point now) {

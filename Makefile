@@ -10,6 +10,8 @@
 #   make bench-loopback  kvdepotd vs Redis vs iperf3 over loopback (docs/benchmarks.md)
 #   make bench-lm    lm:// (LMCache's protocol) vs kvdepot's protocol, 8 and 32 MiB chunks, 1 and 8 clients
 #   make bench-resp  redis-benchmark against kvdepotd's resp:// listener and redis-server, 1 and 8 MiB
+#   make bench-cluster  1, 2, 3 daemons and a local etcd: GET throughput and CPU, forwarded GETs,
+#                    LOOKUP across owners, time to detect a dead node (docs/benchmarks.md)
 #   make soak        1,000 connections of mixed PUT/GET/LOOKUP for 150 s: errors, RSS, p50/p99/p999
 #   make crash-loop  100 restarts of kvdepotd (half SIGKILL) on its SSD tier (ctest label crash-loop)
 #   make test-asan   build with AddressSanitizer + UBSan into build-asan/ and run every test
@@ -36,7 +38,7 @@ SOAK_SECONDS ?= 150
 WERROR := $(if $(filter true 1,$(CI)),ON,OFF)
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVDEPOT_CUDA=$(CUDA) -DKVDEPOT_WERROR=$(WERROR)
 
-.PHONY: all deps configure build run demo cluster-demo test bench bench-loopback bench-lm bench-resp soak \
+.PHONY: all deps configure build run demo cluster-demo test bench bench-loopback bench-lm bench-resp bench-cluster soak \
 	test-asan crash-loop test-tsan fuzz fuzz-smoke install gpu format format-check clean
 
 all: build
@@ -76,6 +78,10 @@ bench-lm: build
 
 bench-resp: build
 	@bash scripts/bench-resp.sh $(BUILD_DIR)
+
+bench-cluster: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target kvdepot_cluster_bench kvdepotd
+	@$(BUILD_DIR)/bin/kvdepot_cluster_bench
 
 soak: build
 	@/usr/bin/python3 scripts/soak.py --build $(BUILD_DIR) --connections $(SOAK_CONNECTIONS) \

@@ -4,15 +4,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
-
 #include "../common/wait.h"
-#include "../daemon/kvdepotd_child.h"
-#include "etcd_fixture.h"
-#include "kvdepot/client/client.h"
-#include "kvdepot/cluster/member_record.h"
+#include "cluster_daemon_fixture.h"
 #include "kvdepot/daemon/config.h"
 
 namespace kvdepot::cluster {
@@ -20,69 +13,6 @@ namespace {
 
 using std::chrono::milliseconds;
 using test::WaitFor;
-
-std::string ReadAll(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-class ClusterDaemonTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!test::EtcdInstalled())
-      GTEST_SKIP() << test::kEtcdBinary << " is not installed (etcd-server)";
-    ASSERT_TRUE(etcd_.Start()) << "etcd did not start; see " << etcd_.dir() << "/etcd.log";
-    client_ =
-        std::make_unique<EtcdClient>(*EtcdClient::Create(etcd_.endpoint(), milliseconds(1000)));
-  }
-
-  // A daemon in cluster "dtest" on its own directory and a free loopback port.
-  // `extra` flags are appended (e.g. an SSD tier under the directory).
-  std::unique_ptr<test::KvdepotdChild> StartNode(const test::TempTestDir& dir,
-                                                 const std::vector<std::string>& extra = {}) {
-    const std::string addr = "127.0.0.1:" + std::to_string(test::FreeLoopbackPort());
-    std::vector<std::string> flags{"--listen",
-                                   addr,
-                                   "--cluster-etcd",
-                                   etcd_.endpoint(),
-                                   "--cluster-name",
-                                   "dtest",
-                                   "--cluster-advertise",
-                                   addr,
-                                   "--cluster-lease-ttl",
-                                   "2s",
-                                   "--host-capacity",
-                                   "64MiB"};
-    flags.insert(flags.end(), extra.begin(), extra.end());
-    auto child = std::make_unique<test::KvdepotdChild>(dir.path(), (dir.path() / "s.sock").string(),
-                                                       std::move(flags));
-    EXPECT_TRUE(child->WaitReady()) << ReadAll(dir.path() / "daemon.log");
-    return child;
-  }
-
-  // The readable member records, by id.
-  std::map<std::string, MemberRecord> Records() const {
-    std::map<std::string, MemberRecord> out;
-    auto range = client_->RangePrefix(MembersPrefix("dtest"));
-    if (!range.ok()) return out;
-    for (const auto& kv : range->kvs) {
-      auto r = DecodeMemberRecord(kv.key, kv.value);
-      if (r.ok()) out.emplace(r->member.id, *r);
-    }
-    return out;
-  }
-
-  std::string IdOf(const test::TempTestDir& dir) {
-    std::string id = ReadAll(dir.path() / "cluster-node-id");
-    while (!id.empty() && id.back() == '\n') id.pop_back();
-    return id;
-  }
-
-  test::EtcdProcess etcd_;
-  std::unique_ptr<EtcdClient> client_;
-};
 
 TEST_F(ClusterDaemonTest, NodesRegisterAndLeaveByLeaseExpiryOrGracefully) {
   test::TempTestDir d1{"kvd-cl"}, d2{"kvd-cl"}, d3{"kvd-cl"};
@@ -108,17 +38,6 @@ TEST_F(ClusterDaemonTest, NodesRegisterAndLeaveByLeaseExpiryOrGracefully) {
     auto r = Records();
     return r.count(IdOf(d3)) == 1 && r.at(IdOf(d3)).member.incarnation == 2;
   }));
-}
-
-// Members in each node's CLUSTER_INFO view (0 when it cannot be asked).
-std::size_t MembersSeenBy(const test::KvdepotdChild& node) {
-  auto c = client::Connection::Connect(node.Options(milliseconds(2000)));
-  if (!c.ok()) return 0;
-  auto info = (*c)->ClusterInfo();
-  if (!info.ok()) return 0;
-  const auto j = nlohmann::json::parse(*info, nullptr, false);
-  if (j.is_discarded() || !j.contains("members")) return 0;
-  return j["members"].size();
 }
 
 std::vector<std::byte> ValueFor(std::size_t i) {

@@ -156,6 +156,24 @@ TEST_F(EtcdMembershipTest, GracefulLeaveRemovesAtOnceAndKeepsThePreviousView) {
   EXPECT_EQ(previous->members().size(), 2u);
 }
 
+// A joining member's first view has a previous view too — the members before it joined — so
+// that a miss at the new owner asks a key's previous owner (hand-off); the first member of a
+// cluster has none.
+TEST_F(EtcdMembershipTest, AJoiningMembersPreviousViewIsTheClusterWithoutIt) {
+  TempDir d1, d2;
+  auto a = EtcdMembership::Start(Options(d1, 7016));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ((*a)->Previous(), nullptr);
+  auto b = EtcdMembership::Start(Options(d2, 7017));
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(HasMembers(**b, 2));  // its first view, read at the start
+  auto previous = (*b)->Previous();
+  ASSERT_NE(previous, nullptr);
+  ASSERT_EQ(previous->members().size(), 1u);
+  EXPECT_EQ(previous->members()[0].id, (*a)->SelfId());
+  EXPECT_EQ((*b)->stats().membership_changes, 0u);  // not a change this node saw happen
+}
+
 TEST_F(EtcdMembershipTest, AnExpiredLeaseRemovesTheMember) {
   TempDir d1, d2;
   auto a = EtcdMembership::Start(Options(d1, 7021));

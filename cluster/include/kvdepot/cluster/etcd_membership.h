@@ -25,7 +25,9 @@
 // Topology: the members prefix is polled every poll_interval (<= 1 s); a new Topology (revision =
 // etcd's header revision of that read) is published only when the member set changed (ids,
 // incarnations, addresses or capacities; `used` alone does not republish: see Members()). The
-// view before a change stays available from Previous() for handoff_grace. A record that cannot be
+// view before a change stays available from Previous() for handoff_grace; so does, after the
+// node's first read, the view of the other members (the cluster before this node joined it, so
+// that a miss at a key's new owner asks its previous one). A record that cannot be
 // read is skipped with a warning naming its key (at most one per key per minute). Placement
 // options (replicas, group_chunks) are this node's own; a member advertising others is logged
 // (once per member per minute) and counted, not refused: refusing would turn a rolling

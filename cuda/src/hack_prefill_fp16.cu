@@ -1,7 +1,8 @@
 // Kernel family "hack", dequantize-on-load prefill (see kvdepot/cuda/hack.h, HackPrefillMath::
 // kDequantFp16; docs/hack-gpu.md, "Prefill attention: the fp16 path"): causal (chunked) prefill
 // over hack-int2 KV whose 2-bit codes are unpacked to fp16 in shared memory and multiplied on fp16
-// tensor cores (mma.sync m16n8k16, fp32 accumulation), FlashAttention-2 style. It computes
+// tensor cores (fp32 accumulation): wgmma on sm_90a at head_dim 128, mma.sync m16n8k16 otherwise,
+// FlashAttention-2 style (one CTA, no warp specialisation). It computes
 // attention over the dequantized KV — not HACK's homomorphic INT8 math — so its reference is
 // kvdepot::PrefillAttention over kvdepot::DequantizeHack (tolerance at
 // kHackDequantPrefillRelL2Tolerance in hack.h).
@@ -18,15 +19,20 @@
 //      shift+mask (LOP3) into the exponent field of 1024, one subtraction of 1024 and one fp16
 //      fused multiply-add with (scale, min) — min + code * scale rounded once to fp16, the value
 //      DequantizeHack produces in fp16;
-//   2. (each warp) S = Q Kᵀ (ldmatrix from K [key][d]), causal mask, online softmax in fp32 base 2,
-//      O += P V (P from the S accumulators as fp16 A fragments; V stored transposed [d][key], read
-//      with ldmatrix).
+//   2. (each warp) S = Q Kᵀ (K [key][d]), causal mask, online softmax in fp32 base 2, O += P V (P
+//      from the S accumulators as fp16 A fragments; V stored transposed [d][key]). mma.sync path:
+//      B fragments read with ldmatrix, the next tile unpacked after P V. wgmma path (each
+//      warpgroup: 64 rows, m64n64k16 for S, m64n128k16 for P V, A from registers, B read by the
+//      tensor cores from shared memory through 128-byte-swizzle descriptors): the next block's K
+//      is unpacked while Q Kᵀ runs and its V while P V runs (fence.proxy.async before the
+//      barrier), each warpgroup waiting for its wgmmas before the barrier.
 // The unpack writes a code pair (i, i + 8) of a 16-code word as one half2. So that no shuffle is
 // needed, positions inside each 16-group are permuted the same way on both sides of each product:
 // in K's head_dim (and Q's, loaded in that order), and in the key order (K's rows, the S / P
 // columns, V's columns): position 2 j holds index j, position 2 j + 1 index j + 8.
-// Shared rows are XOR-swizzled per 16-byte chunk (chunk ^ (row & 7)), so ldmatrix is free of bank
-// conflicts.
+// Shared tiles have 128-byte rows (K in panels of 64 head_dim columns) XOR-swizzled per 16-byte
+// chunk (chunk ^ (row & 7)): wgmma's 128-byte swizzle, and free of ldmatrix bank conflicts. O is
+// rescaled only when some row's running maximum moved (a warp vote; multiplying by 1 is exact).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 

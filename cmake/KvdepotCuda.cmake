@@ -18,7 +18,10 @@ endif()
 
 if(KVDEPOT_WITH_CUDA)
   if(NOT CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES 90)   # Hopper (H100/H200); add more with -DCMAKE_CUDA_ARCHITECTURES
+    # Hopper (H100/H200): sm_90a SASS (the arch-specific target, for wgmma: hack_prefill_fp16.cu)
+    # and compute_90 PTX (portable: kernels fall back to mma.sync where they use sm_90a features).
+    # Add more with -DCMAKE_CUDA_ARCHITECTURES.
+    set(CMAKE_CUDA_ARCHITECTURES "90a-real;90-virtual")
   endif()
   set(CMAKE_CUDA_RUNTIME_LIBRARY Static)
   enable_language(CUDA)

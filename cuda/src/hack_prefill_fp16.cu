@@ -1,7 +1,8 @@
 // Kernel family "hack", dequantize-on-load prefill (see kvdepot/cuda/hack.h, HackPrefillMath::
 // kDequantFp16; docs/hack-gpu.md, "Prefill attention: the fp16 path"): causal (chunked) prefill
 // over hack-int2 KV whose 2-bit codes are unpacked to fp16 in shared memory and multiplied on fp16
-// tensor cores (mma.sync m16n8k16, fp32 accumulation), FlashAttention-2 style. It computes
+// tensor cores (fp32 accumulation): wgmma on sm_90a at head_dim 128, mma.sync m16n8k16 otherwise,
+// FlashAttention-2 style (one CTA, no warp specialisation). It computes
 // attention over the dequantized KV — not HACK's homomorphic INT8 math — so its reference is
 // kvdepot::PrefillAttention over kvdepot::DequantizeHack (tolerance at
 // kHackDequantPrefillRelL2Tolerance in hack.h).
@@ -18,15 +19,20 @@
 //      shift+mask (LOP3) into the exponent field of 1024, one subtraction of 1024 and one fp16
 //      fused multiply-add with (scale, min) — min + code * scale rounded once to fp16, the value
 //      DequantizeHack produces in fp16;
-//   2. (each warp) S = Q Kᵀ (ldmatrix from K [key][d]), causal mask, online softmax in fp32 base 2,
-//      O += P V (P from the S accumulators as fp16 A fragments; V stored transposed [d][key], read
-//      with ldmatrix).
+//   2. (each warp) S = Q Kᵀ (K [key][d]), causal mask, online softmax in fp32 base 2, O += P V (P
+//      from the S accumulators as fp16 A fragments; V stored transposed [d][key]). mma.sync path:
+//      B fragments read with ldmatrix, the next tile unpacked after P V. wgmma path (each
+//      warpgroup: 64 rows, m64n64k16 for S, m64n128k16 for P V, A from registers, B read by the
+//      tensor cores from shared memory through 128-byte-swizzle descriptors): the next block's K
+//      is unpacked while Q Kᵀ runs and its V while P V runs (fence.proxy.async before the
+//      barrier), each warpgroup waiting for its wgmmas before the barrier.
 // The unpack writes a code pair (i, i + 8) of a 16-code word as one half2. So that no shuffle is
 // needed, positions inside each 16-group are permuted the same way on both sides of each product:
 // in K's head_dim (and Q's, loaded in that order), and in the key order (K's rows, the S / P
 // columns, V's columns): position 2 j holds index j, position 2 j + 1 index j + 8.
-// Shared rows are XOR-swizzled per 16-byte chunk (chunk ^ (row & 7)), so ldmatrix is free of bank
-// conflicts.
+// Shared tiles have 128-byte rows (K in panels of 64 head_dim columns) XOR-swizzled per 16-byte
+// chunk (chunk ^ (row & 7)): wgmma's 128-byte swizzle, and free of ldmatrix bank conflicts. O is
+// rescaled only when some row's running maximum moved (a warp vote; multiplying by 1 is exact).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -59,7 +65,9 @@ struct Fp16Geo {
   static constexpr std::uint32_t kKBytes = kP * D * 2;  // K [64 key positions][D] fp16
   static constexpr std::uint32_t kVBytes = D * kP * 2;  // Vᵀ [D][64 key positions] fp16
   static constexpr std::uint32_t kStageBytes = kKBytes + kVBytes;
-  static constexpr std::uint32_t kSmem = 2 * kStageBytes;
+  // + 1024: the stages start on a 1024-byte boundary (the 128-byte swizzle's repeat, which wgmma's
+  // shared-memory descriptors assume).
+  static constexpr std::uint32_t kSmem = 2 * kStageBytes + 1024;
   static constexpr std::uint32_t kWordsPerToken = D / 16;  // K code words (16 codes) per token
   static constexpr std::uint32_t kWords = D / 64;          // K (and V) code words per thread
 };
@@ -69,16 +77,99 @@ __device__ __forceinline__ std::uint32_t PosIn16(std::uint32_t i) {
   return ((i & 7u) << 1) | (i >> 3);
 }
 
-// Byte offsets of the swizzled tiles. K: row = key position, col = head_dim position (halves).
+// Byte offsets of the swizzled tiles: 128-byte rows whose 16-byte chunks are XOR-swizzled
+// (chunk ^ (row & 7)) — wgmma's 128-byte swizzle, also free of ldmatrix bank conflicts. K: row =
+// key position, col = head_dim position (halves), in panels of 64 columns ([D / 64][64 keys][64]).
 template <int D>
 __device__ __forceinline__ std::uint32_t KOff(std::uint32_t row, std::uint32_t col) {
-  return row * (D * 2) + ((((col >> 3) ^ (row & 7u)) << 4) | ((col & 7u) << 1));
+  return (col >> 6) * (kP * 128u) + row * 128u +
+         (((((col >> 3) & 7u) ^ (row & 7u)) << 4) | ((col & 7u) << 1));
 }
 // Vᵀ: row = channel, col = key position.
 __device__ __forceinline__ std::uint32_t VOff(std::uint32_t row, std::uint32_t col) {
   return row * (kP * 2) + ((((col >> 3) ^ (row & 7u)) << 4) | ((col & 7u) << 1));
 }
 
+// sm_90a (the arch-specific target, __CUDA_ARCH_FEAT_SM90_ALL), head_dim 128: both products on
+// wgmma, B operands read by the tensor cores from the swizzled shared tiles. Other targets, and
+// head_dim 64: mma.sync with ldmatrix B fragments (a head_dim-64 wgmma build gave wrong results
+// over sequences of more than one key tile on the H200, cause not found: docs/hack-gpu.md).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KVDEPOT_HACK_PREFILL_WGMMA 1
+// Shared-memory matrix descriptor of a K-major tile with 128-byte rows and the 128-byte swizzle, 8
+// rows per 1024 bytes (stride byte offset 1024; the leading byte offset is unused for this layout).
+__device__ __forceinline__ std::uint64_t SwizzledDesc(std::uint32_t shared_addr) {
+  return static_cast<std::uint64_t>((shared_addr & 0x3ffffu) >> 4) |
+         (static_cast<std::uint64_t>(1) << 16) | (static_cast<std::uint64_t>(1024 >> 4) << 32) |
+         (static_cast<std::uint64_t>(1) << 62);
+}
+__device__ __forceinline__ void WgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaWaitAll() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+// Orders the compiler's uses of accumulator registers against the asynchronous wgmma (issued
+// before / waited for by the asm statements around it).
+template <int N>
+__device__ __forceinline__ void FenceOperands(float (&d)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
+  }
+}
+// Makes this thread's generic-proxy shared-memory writes visible to wgmma (the async proxy).
+__device__ __forceinline__ void FenceProxyAsync() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// D (64 rows x N, fp32; this thread's fragment in mma.sync's C layout per 8 columns) (+)= A (64 x
+// 16 fp16 from registers, mma.sync's A layout per warp) x B (16 x N fp16 in shared memory, K-major,
+// descriptor `desc`); D is overwritten when accumulate == 0.
+__device__ __forceinline__ void Wgmma(float (&d)[8][4], const std::uint32_t (&a)[4],
+                                      std::uint64_t desc, std::uint32_t accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+        "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+}
+__device__ __forceinline__ void Wgmma(float (&d)[16][4], const std::uint32_t (&a)[4],
+                                      std::uint64_t desc, std::uint32_t accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+        "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]),
+        "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]),
+        "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]),
+        "+f"(d[15][2]), "+f"(d[15][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+}
+#endif
 __device__ __forceinline__ void Ldsm4(std::uint32_t (&r)[4], std::uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -92,6 +183,7 @@ __device__ __forceinline__ void MmaF16(float (&c)[4], const std::uint32_t (&a)[4
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
 __device__ __forceinline__ std::uint32_t PackHalf2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const std::uint32_t*>(&h);
@@ -149,7 +241,8 @@ template <int D>
 __global__ void __launch_bounds__(kThreads, 1)
     HackPrefillFp16Kernel(const __grid_constant__ HackAttentionParams p) {
   using G = Fp16Geo<D>;
-  extern __shared__ __align__(128) std::uint8_t smem[];
+  extern __shared__ __align__(128) std::uint8_t smem_raw[];
+  std::uint8_t* const smem = smem_raw + ((1024u - (SharedAddress(smem_raw) & 1023u)) & 1023u);
   const std::uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
   const std::uint32_t g = lane >> 2, tq = lane & 3u;
   const std::uint32_t head = blockIdx.y;
@@ -236,12 +329,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
 
-  auto unpack_raw = [&](const RawBlock<D>& raw, std::uint8_t* stage) {
+  // Unpacks the K half (with_k) and / or the V half (with_v) of a loaded block into `stage`.
+  auto unpack_raw = [&](const RawBlock<D>& raw, std::uint8_t* stage, bool with_k, bool with_v) {
     std::uint8_t* ks = stage;
     std::uint8_t* vs = stage + G::kKBytes;
     const std::uint32_t* ke = raw.ks;
 #pragma unroll
-    for (std::uint32_t i = 0; i < G::kWords; ++i) {
+    for (std::uint32_t i = 0; i < (with_k ? G::kWords : 0u); ++i) {
       const std::uint32_t w = tid + i * kThreads;
       const std::uint32_t t = w / G::kWordsPerToken;
       const std::uint32_t row = (t & ~15u) | PosIn16(t & 15u);
@@ -256,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       *reinterpret_cast<uint4*>(ks + KOff<D>(row, d0k + 8)) = make_uint4(h[4], h[5], h[6], h[7]);
     }
 #pragma unroll
-    for (std::uint32_t i = 0; i < G::kWords; ++i) {
+    for (std::uint32_t i = 0; i < (with_v ? G::kWords : 0u); ++i) {
       const std::uint32_t d = (tid + i * kThreads) / 4u;
       const __half2 scale = AsHalf2(__byte_perm(raw.vs[i], 0, 0x1010));
       const __half2 mn = AsHalf2(__byte_perm(raw.vs[i], 0, 0x3232));
@@ -348,16 +442,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // ---- tile loop ----
   const std::uint32_t smem_base = SharedAddress(smem);
-  // ldmatrix lane roles: matrix lane / 8, row lane % 8.
-  const std::uint32_t lm = lane >> 3, lr = lane & 7u;
   RawBlock<D> raw;
   Tile tile = geo.At(0);
   if (tile.block >= 0) {
     load_raw(static_cast<std::uint32_t>(tile.block), raw);
-    unpack_raw(raw, smem);
+    unpack_raw(raw, smem, true, true);
   } else {
     unpack_tail(tile, smem);
   }
+#if defined(KVDEPOT_HACK_PREFILL_WGMMA)
+  constexpr bool kWgmma = D == 128;
+  if constexpr (kWgmma) FenceProxyAsync();
+#else
+  constexpr bool kWgmma = false;
+#endif
+  // ldmatrix lane roles (mma.sync path): matrix lane / 8, row lane % 8.
+  [[maybe_unused]] const std::uint32_t lm = lane >> 3, lr = lane & 7u;
   __syncthreads();
   for (std::uint32_t i = 0, stage = 0;; ++i, stage ^= 1u) {
     const Tile next = geo.At(i + 1);
@@ -368,18 +468,36 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     const std::uint32_t k_base = smem_base + stage * G::kStageBytes;
     const std::uint32_t v_base = k_base + G::kKBytes;
+    std::uint8_t* const next_stage = smem + (stage ^ 1u) * G::kStageBytes;
     float s[8][4];
+    if constexpr (kWgmma) {
+#if defined(KVDEPOT_HACK_PREFILL_WGMMA)
+      // S = Q Kᵀ for the warpgroup's 64 rows: head_dim step kc is 32 bytes into K's panel kc / 4.
+      WgmmaFence();
 #pragma unroll
-    for (std::uint32_t n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      for (std::uint32_t kc = 0; kc < D / 16; ++kc) {
+        Wgmma(s, qf[kc], SwizzledDesc(k_base + (kc >> 2) * (kP * 128u) + (kc & 3u) * 32u), kc);
+      }
+      WgmmaCommit();
+      // The next block's K is unpacked while the tensor cores run Q Kᵀ (its stage was last read by
+      // the previous tile's wgmmas, which every warpgroup waited for before the last barrier).
+      if (has_next && next.block >= 0) unpack_raw(raw, next_stage, true, false);
+      WgmmaWaitAll();
+      FenceOperands(s);
+#endif
+    } else {
 #pragma unroll
-    for (std::uint32_t kc = 0; kc < D / 16; ++kc) {
+      for (std::uint32_t n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-      for (std::uint32_t nt = 0; nt < 8; nt += 2) {
-        std::uint32_t b[4];
-        const std::uint32_t row = (nt + (lm >> 1)) * 8u + lr;
-        Ldsm4(b, k_base + KOff<D>(row, (kc * 2u + (lm & 1u)) * 8u));
-        MmaF16(s[nt], qf[kc], b[0], b[1]);
-        MmaF16(s[nt + 1], qf[kc], b[2], b[3]);
+      for (std::uint32_t kc = 0; kc < D / 16; ++kc) {
+#pragma unroll
+        for (std::uint32_t nt = 0; nt < 8; nt += 2) {
+          std::uint32_t b[4];
+          const std::uint32_t row = (nt + (lm >> 1)) * 8u + lr;
+          Ldsm4(b, k_base + KOff<D>(row, (kc * 2u + (lm & 1u)) * 8u));
+          MmaF16(s[nt], qf[kc], b[0], b[1]);
+          MmaF16(s[nt + 1], qf[kc], b[2], b[3]);
+        }
       }
     }
     // Mask: key offsets past the tile's count, or past a row's position.
@@ -426,36 +544,76 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     l_a = l_a * corr_a + sum_a;
     l_b = l_b * corr_b + sum_b;
+    // Rescale O only when some row's maximum moved (multiplying by 1 changes nothing).
+    if (__any_sync(kFull, corr_a != 1.0f || corr_b != 1.0f)) {
 #pragma unroll
-    for (std::uint32_t nd = 0; nd < D / 8; ++nd) {
-      o[nd][0] *= corr_a;
-      o[nd][1] *= corr_a;
-      o[nd][2] *= corr_b;
-      o[nd][3] *= corr_b;
-    }
-    // O += P V.
-#pragma unroll
-    for (std::uint32_t kk = 0; kk < 4; ++kk) {
-      const std::uint32_t a[4] = {PackHalf2(s[2 * kk][0], s[2 * kk][1]),
-                                  PackHalf2(s[2 * kk][2], s[2 * kk][3]),
-                                  PackHalf2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                  PackHalf2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (std::uint32_t nd = 0; nd < D / 8; nd += 2) {
-        std::uint32_t b[4];
-        const std::uint32_t row = (nd + (lm >> 1)) * 8u + lr;
-        Ldsm4(b, v_base + VOff(row, (kk * 2u + (lm & 1u)) * 8u));
-        MmaF16(o[nd], a, b[0], b[1]);
-        MmaF16(o[nd + 1], a, b[2], b[3]);
+      for (std::uint32_t nd = 0; nd < D / 8; ++nd) {
+        o[nd][0] *= corr_a;
+        o[nd][1] *= corr_a;
+        o[nd][2] *= corr_b;
+        o[nd][3] *= corr_b;
       }
     }
-
-    if (!has_next) break;
-    std::uint8_t* next_stage = smem + (stage ^ 1u) * G::kStageBytes;
-    if (next.block >= 0) {
-      unpack_raw(raw, next_stage);
+    // O += P V.
+    if constexpr (kWgmma) {
+#if defined(KVDEPOT_HACK_PREFILL_WGMMA)
+      std::uint32_t pa[4][4];
+#pragma unroll
+      for (std::uint32_t kk = 0; kk < 4; ++kk) {
+        pa[kk][0] = PackHalf2(s[2 * kk][0], s[2 * kk][1]);
+        pa[kk][1] = PackHalf2(s[2 * kk][2], s[2 * kk][3]);
+        pa[kk][2] = PackHalf2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[kk][3] = PackHalf2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      }
+      FenceOperands(o);
+      WgmmaFence();
+#pragma unroll
+      for (std::uint32_t kk = 0; kk < 4; ++kk)
+        Wgmma(o, pa[kk], SwizzledDesc(v_base + kk * 32u), 1u);
+      WgmmaCommit();
+      // The next block's V (or the whole unquantized next tile) is unpacked while they run P V.
+      if (has_next) {
+        if (next.block >= 0) {
+          unpack_raw(raw, next_stage, false, true);
+        } else {
+          unpack_tail(next, next_stage);
+        }
+        FenceProxyAsync();
+      }
+      WgmmaWaitAll();
+      FenceOperands(o);
+      // P's registers are read by the wgmmas until they complete: keep them live (and unreused by
+      // the unpack above) until the wait.
+#pragma unroll
+      for (std::uint32_t kk = 0; kk < 4; ++kk) {
+#pragma unroll
+        for (std::uint32_t e = 0; e < 4; ++e) asm volatile("" : "+r"(pa[kk][e])::"memory");
+      }
+      if (!has_next) break;
+#endif
     } else {
-      unpack_tail(next, next_stage);
+#pragma unroll
+      for (std::uint32_t kk = 0; kk < 4; ++kk) {
+        const std::uint32_t a[4] = {PackHalf2(s[2 * kk][0], s[2 * kk][1]),
+                                    PackHalf2(s[2 * kk][2], s[2 * kk][3]),
+                                    PackHalf2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                    PackHalf2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (std::uint32_t nd = 0; nd < D / 8; nd += 2) {
+          std::uint32_t b[4];
+          const std::uint32_t row = (nd + (lm >> 1)) * 8u + lr;
+          Ldsm4(b, v_base + VOff(row, (kk * 2u + (lm & 1u)) * 8u));
+          MmaF16(o[nd], a, b[0], b[1]);
+          MmaF16(o[nd + 1], a, b[2], b[3]);
+        }
+      }
+
+      if (!has_next) break;
+      if (next.block >= 0) {
+        unpack_raw(raw, next_stage, true, true);
+      } else {
+        unpack_tail(next, next_stage);
+      }
     }
     tile = next;
     __syncthreads();

@@ -263,9 +263,8 @@ Result<std::vector<std::string_view>> DecodePlacementEntries(std::span<const std
                         std::to_string(limits.max_key_bytes) + ")");
     }
     if (entries.size() - pos < len) {
-      return InvalidArgument("protocol: placement section: placement key " +
-                             std::to_string(index) + " (" + std::to_string(len) +
-                             " bytes) runs past the section's end");
+      return InvalidArgument("protocol: placement section: placement key " + std::to_string(index) +
+                             " (" + std::to_string(len) + " bytes) runs past the section's end");
     }
     keys.push_back(AsString(entries.subspan(pos, len)));
     pos += len;
@@ -290,17 +289,16 @@ Status CheckPlacementSectionLength(std::uint32_t section_bytes, std::uint64_t bo
 
 Result<PlacedBody> SplitPlacementSection(std::span<const std::byte> body, const Limits& limits) {
   if (body.size() < kPlacementSectionLengthBytes) {
-    return InvalidArgument("protocol: placement section: the body (" +
-                           std::to_string(body.size()) +
+    return InvalidArgument("protocol: placement section: the body (" + std::to_string(body.size()) +
                            " bytes) is shorter than the section's u32 length");
   }
   const auto section = LoadLE<std::uint32_t>(body.data());
   KVD_RETURN_IF_ERROR(
       CheckPlacementSectionLength(section, body.size() - kPlacementSectionLengthBytes, limits));
   PlacedBody out;
-  KVD_ASSIGN_OR_RETURN(out.placement_keys,
-                       DecodePlacementEntries(body.subspan(kPlacementSectionLengthBytes, section),
-                                              limits));
+  KVD_ASSIGN_OR_RETURN(
+      out.placement_keys,
+      DecodePlacementEntries(body.subspan(kPlacementSectionLengthBytes, section), limits));
   out.rest = body.subspan(kPlacementSectionLengthBytes + section);
   return out;
 }

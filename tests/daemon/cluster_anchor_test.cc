@@ -174,6 +174,45 @@ TEST_F(ClusterAnchorTest, APromptPutWithAnchorsLandsOnOneOwnerPerGroup) {
   }
 }
 
+// After a join, a GET with the anchors asks the group's previous owner (hand-off) and copies the
+// group's chunks to its new owner.
+TEST_F(ClusterAnchorTest, HandOffFollowsTheAnchors) {
+  cluster_.Start(3, {.replicas = 1, .group_chunks = kGroup});
+  cluster_.SetView(cluster_.View({0, 1}), /*keep_previous=*/false);
+  const std::vector<std::string> keys = PromptKeys();
+  const std::vector<std::string> anchors = protocol::ChainPlacementKeys(keys, kGroup);
+  std::vector<std::vector<std::byte>> values;
+  std::vector<protocol::PutItemView> items;
+  for (std::size_t i = 0; i < kChunks; ++i) values.push_back(ValueFor(i));
+  for (std::size_t i = 0; i < kChunks; ++i) items.push_back({keys[i], values[i], anchors[i]});
+  ASSERT_TRUE(ClientOf(0)->Put(items).ok());
+  cluster_.SetView(cluster_.View({0, 1, 2}), /*keep_previous=*/true);  // node 2 joins
+  std::size_t moved = 0;
+  for (std::size_t i = 0; i < kChunks; ++i) {
+    if (cluster_.IndexOf(OwnerOf(anchors[i])) == 2) ++moved;
+  }
+  ASSERT_GT(moved, 0u);
+  ASSERT_EQ(moved % kGroup, 0u);  // whole groups move
+  std::size_t got = 0;
+  const Status s = ClientOf(2)->Get(
+      keys,
+      [&](const client::GetItem& item) {
+        ASSERT_TRUE(item.status.ok()) << "chunk " << item.index;
+        EXPECT_TRUE(std::equal(item.value.begin(), item.value.end(), values[item.index].begin(),
+                               values[item.index].end()));
+        ++got;
+      },
+      anchors);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(got, kChunks);
+  EXPECT_EQ(cluster_.node(2).router->stats().handoff_hits, moved);
+  for (std::size_t i = 0; i < kChunks; ++i) {
+    if (cluster_.IndexOf(OwnerOf(anchors[i])) == 2) {
+      EXPECT_TRUE(cluster_.Holds(2, keys[i])) << "chunk " << i;
+    }
+  }
+}
+
 TEST_F(ClusterAnchorTest, RequestsWithoutPlacementKeysArePlacedPerKey) {
   cluster_.Start(3, {.replicas = 1, .group_chunks = kGroup});
   const std::vector<std::string> keys = PromptKeys();

@@ -15,6 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -336,6 +337,39 @@ Result<std::uint64_t> Connection::SendRequest(Op op, std::span<const std::byte> 
   return h.request_id;
 }
 
+namespace {
+
+// Placement keys as views, checked against the request's item count (empty: none).
+Result<std::vector<std::string_view>> PlacementViews(protocol::Op op, std::size_t items,
+                                                     std::span<const std::string> placement_keys) {
+  if (placement_keys.empty()) return std::vector<std::string_view>();
+  KVD_RETURN_IF_ERROR(protocol::CheckPlacementCount(op, placement_keys.size(), items));
+  return std::vector<std::string_view>(placement_keys.begin(), placement_keys.end());
+}
+
+}  // namespace
+
+Result<std::uint64_t> Connection::SendPlaced(Op op, std::span<const std::byte> body,
+                                             std::span<const std::string_view> placement_keys) {
+  if (placement_keys.empty()) return SendRequest(op, body);
+  KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> section,
+                       protocol::EncodePlacementSection(placement_keys));
+  if (std::uint64_t{section.size()} + body.size() > 0xffffffffu) {
+    return OutOfRange("protocol: the placement section and the body of " +
+                      std::string(protocol::OpName(op)) + " are over a frame's 4 GiB");
+  }
+  FrameHeader h;
+  h.type = static_cast<std::uint8_t>(op);
+  h.flags = protocol::kFlagPlacement;
+  h.request_id = next_id_++;
+  h.body_length = static_cast<std::uint32_t>(section.size() + body.size());
+  std::byte head[protocol::kFrameHeaderBytes];
+  protocol::EncodeFrameHeader(h, head);
+  const std::span<const std::byte> parts[] = {head, section, body};
+  KVD_RETURN_IF_ERROR(SendAll(parts));
+  return h.request_id;
+}
+
 Result<std::uint64_t> Connection::SendPut(std::string_view key, std::span<const std::byte> value) {
   KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> prefix,
                        protocol::EncodeSinglePutHead(key, value.size()));
@@ -363,8 +397,9 @@ Result<FrameHeader> Connection::ReadResponse(std::vector<std::byte>& body) {
   return h;
 }
 
-Result<std::vector<std::byte>> Connection::Call(Op op, std::span<const std::byte> body) {
-  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendRequest(op, body));
+Result<std::vector<std::byte>> Connection::Call(Op op, std::span<const std::byte> body,
+                                                std::span<const std::string_view> placement_keys) {
+  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendPlaced(op, body, placement_keys));
   std::vector<std::byte> response;
   KVD_ASSIGN_OR_RETURN(FrameHeader h, ReadResponse(response));
   if (h.request_id != id || h.op() != op || (h.flags & protocol::kFlagMore) != 0) {
@@ -389,7 +424,14 @@ Status Connection::SetEventOrigin(const protocol::EventOrigin& origin) {
 
 Result<std::vector<StatusCode>> Connection::Put(std::span<const protocol::PutItemView> items) {
   KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> body, protocol::EncodePutBody(items));
-  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kPut, body));
+  std::vector<std::string_view> placement;
+  const bool placed = std::any_of(items.begin(), items.end(), [](const protocol::PutItemView& i) {
+    return !i.placement_key.empty();
+  });
+  if (placed) {
+    for (const protocol::PutItemView& i : items) placement.push_back(i.placement_key);
+  }
+  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kPut, body, placement));
   return protocol::DecodeStatusList(response);
 }
 
@@ -407,17 +449,21 @@ Status Connection::Put(std::string_view key, std::span<const std::byte> value) {
   return Status::Ok();
 }
 
-Status Connection::Get(std::span<const std::string> keys, const GetCallback& on_item) {
+Status Connection::Get(std::span<const std::string> keys, const GetCallback& on_item,
+                       std::span<const std::string> placement_keys) {
+  KVD_ASSIGN_OR_RETURN(const auto placement, PlacementViews(Op::kGet, keys.size(), placement_keys));
   KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> body, protocol::EncodeKeyList(keys));
-  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendRequest(Op::kGet, body));
+  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendPlaced(Op::kGet, body, placement));
   return ReadGetFrames(id, Op::kGet, keys.size(), on_item);
 }
 
 Status Connection::GetAs(std::span<const std::string> keys, CodecId codec,
-                         const GetCallback& on_item) {
+                         const GetCallback& on_item, std::span<const std::string> placement_keys) {
+  KVD_ASSIGN_OR_RETURN(const auto placement,
+                       PlacementViews(Op::kGetAs, keys.size(), placement_keys));
   KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> body,
                        protocol::EncodeGetAsRequest(static_cast<std::uint8_t>(codec), keys));
-  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendRequest(Op::kGetAs, body));
+  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendPlaced(Op::kGetAs, body, placement));
   return ReadGetFrames(id, Op::kGetAs, keys.size(), on_item);
 }
 
@@ -681,15 +727,21 @@ Result<std::optional<std::size_t>> Connection::GetInto(std::string_view key,
   return std::optional<std::size_t>(static_cast<std::size_t>(size));
 }
 
-Result<protocol::LookupResult> Connection::Lookup(std::span<const std::string> keys) {
+Result<protocol::LookupResult> Connection::Lookup(std::span<const std::string> keys,
+                                                  std::span<const std::string> placement_keys) {
+  KVD_ASSIGN_OR_RETURN(const auto placement,
+                       PlacementViews(Op::kLookup, keys.size(), placement_keys));
   KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> body, protocol::EncodeKeyList(keys));
-  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kLookup, body));
+  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kLookup, body, placement));
   return protocol::DecodeLookupResult(response);
 }
 
-Result<std::vector<StatusCode>> Connection::Delete(std::span<const std::string> keys) {
+Result<std::vector<StatusCode>> Connection::Delete(std::span<const std::string> keys,
+                                                   std::span<const std::string> placement_keys) {
+  KVD_ASSIGN_OR_RETURN(const auto placement,
+                       PlacementViews(Op::kDelete, keys.size(), placement_keys));
   KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> body, protocol::EncodeKeyList(keys));
-  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kDelete, body));
+  KVD_ASSIGN_OR_RETURN(auto response, Call(Op::kDelete, body, placement));
   return protocol::DecodeStatusList(response);
 }
 
@@ -751,13 +803,20 @@ Status Client::Put(std::string_view key, std::span<const std::byte> value) {
 Result<std::optional<std::vector<std::byte>>> Client::Get(std::string_view key) {
   return WithConnection([&](Connection& c) { return c.Get(key); });
 }
-Status Client::Get(std::span<const std::string> keys, const GetCallback& on_item) {
+Status Client::Get(std::span<const std::string> keys, const GetCallback& on_item,
+                   std::span<const std::string> placement_keys) {
   // Not retried: items may already have been delivered to the callback.
-  return WithConnection([&](Connection& c) { return c.Get(keys, on_item); }, /*retry=*/false);
-}
-Status Client::GetAs(std::span<const std::string> keys, CodecId codec, const GetCallback& on_item) {
-  return WithConnection([&](Connection& c) { return c.GetAs(keys, codec, on_item); },
+  return WithConnection([&](Connection& c) { return c.Get(keys, on_item, placement_keys); },
                         /*retry=*/false);
+}
+Status Client::GetAs(std::span<const std::string> keys, CodecId codec, const GetCallback& on_item,
+                     std::span<const std::string> placement_keys) {
+  return WithConnection(
+      [&](Connection& c) { return c.GetAs(keys, codec, on_item, placement_keys); },
+      /*retry=*/false);
+}
+Result<std::vector<StatusCode>> Client::Put(std::span<const protocol::PutItemView> items) {
+  return WithConnection([&](Connection& c) { return c.Put(items); });
 }
 Status Client::PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts) {
   return WithConnection([&](Connection& c) { return c.PutParts(key, parts); });
@@ -772,11 +831,13 @@ Result<std::optional<std::size_t>> Client::GetInto(std::string_view key, std::sp
   return WithConnection([&](Connection& c) { return c.GetInto(key, head, choose_out); },
                         /*retry=*/false);
 }
-Result<protocol::LookupResult> Client::Lookup(std::span<const std::string> keys) {
-  return WithConnection([&](Connection& c) { return c.Lookup(keys); });
+Result<protocol::LookupResult> Client::Lookup(std::span<const std::string> keys,
+                                              std::span<const std::string> placement_keys) {
+  return WithConnection([&](Connection& c) { return c.Lookup(keys, placement_keys); });
 }
-Result<std::vector<StatusCode>> Client::Delete(std::span<const std::string> keys) {
-  return WithConnection([&](Connection& c) { return c.Delete(keys); });
+Result<std::vector<StatusCode>> Client::Delete(std::span<const std::string> keys,
+                                               std::span<const std::string> placement_keys) {
+  return WithConnection([&](Connection& c) { return c.Delete(keys, placement_keys); });
 }
 Result<std::string> Client::Stats() {
   return WithConnection([](Connection& c) { return c.Stats(); });
@@ -789,7 +850,8 @@ Result<protocol::ScanResult> Client::Scan(const protocol::ScanRequest& request) 
 }
 
 Result<PrefixLookup> Client::LookupPrefix(const Namespace& ns,
-                                          std::span<const std::uint32_t> tokens) {
+                                          std::span<const std::uint32_t> tokens,
+                                          std::uint32_t group_chunks) {
   PrefixLookup out;
   KVD_ASSIGN_OR_RETURN(out.keys, ChunkKeysForTokens(ns, tokens, /*include_partial_last=*/false));
   if (out.keys.empty()) return out;
@@ -798,10 +860,17 @@ Result<PrefixLookup> Client::LookupPrefix(const Namespace& ns,
   for (const ChunkKey& k : out.keys) {
     wire.emplace_back(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size());
   }
+  // The whole chain's anchors, from chunk 0: a batch past the first keeps its chunks' anchors.
+  const std::vector<std::string> placement = group_chunks > 0
+                                                 ? protocol::ChainPlacementKeys(wire, group_chunks)
+                                                 : std::vector<std::string>();
   for (std::size_t first = 0; first < wire.size(); first += options_.limits.max_batch) {
     const std::size_t n = std::min<std::size_t>(options_.limits.max_batch, wire.size() - first);
+    const auto placed = placement.empty()
+                            ? std::span<const std::string>()
+                            : std::span<const std::string>(placement).subspan(first, n);
     KVD_ASSIGN_OR_RETURN(protocol::LookupResult r,
-                         Lookup(std::span<const std::string>(wire).subspan(first, n)));
+                         Lookup(std::span<const std::string>(wire).subspan(first, n), placed));
     if (out.prefix_length == first) out.prefix_length += r.prefix_length;
     out.tiers.insert(out.tiers.end(), r.tiers.begin(), r.tiers.end());
   }

@@ -80,16 +80,19 @@ bool Topology::IsOwner(std::string_view member_id, std::string_view placement_ke
 }
 
 std::string_view PlacementKey(std::string_view key) {
+  // Binary keys (kvdepot's 48-byte chunk keys) are placed by their whole bytes: a '{' ... '}'
+  // pair inside random bytes is no hash tag, and honouring it would place ~8% of chunk keys by a
+  // short random substring, piling every key with the same "tag" byte onto one node.
+  const bool printable = std::all_of(key.begin(), key.end(), [](char c) {
+    const auto b = static_cast<unsigned char>(c);
+    return b >= 0x20 && b <= 0x7e;
+  });
+  if (!printable) return key;
   const std::size_t open = key.find('{');
   if (open == std::string_view::npos) return key;
   const std::size_t close = key.find('}', open + 1);
   if (close == std::string_view::npos || close == open + 1) return key;
   return key.substr(open + 1, close - open - 1);
-}
-
-std::size_t GroupAnchorIndex(std::size_t index, std::uint32_t group_chunks) {
-  const std::size_t g = std::max<std::uint32_t>(group_chunks, 1);
-  return index - index % g;
 }
 
 }  // namespace kvdepot::cluster

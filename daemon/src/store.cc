@@ -36,9 +36,10 @@ Result<std::shared_ptr<Value>> Store::Allocate(std::string_view key, std::size_t
   return host_.Allocate(key, size);
 }
 
-void Store::Put(std::string_view key, ValueRef value, PutCallback done, Route route) {
+void Store::Put(std::string_view key, ValueRef value, PutCallback done, Route route,
+                std::string_view placement_key) {
   if (router_ != nullptr && route == Route::kCluster) {
-    return router_->Put(key, std::move(value), std::move(done));
+    return router_->Put(key, placement_key, std::move(value), std::move(done));
   }
   // The GPU copy is stale now.
   if (device_ != nullptr && device_->Erase(key) && events_ != nullptr) {
@@ -67,8 +68,11 @@ void Store::Put(std::string_view key, ValueRef value, PutCallback done, Route ro
   done(Status::Ok());
 }
 
-void Store::Get(std::string_view key, GetCallback done, Route route) {
-  if (router_ != nullptr && route == Route::kCluster) return router_->Get(key, std::move(done));
+void Store::Get(std::string_view key, GetCallback done, Route route,
+                std::string_view placement_key) {
+  if (router_ != nullptr && route == Route::kCluster) {
+    return router_->Get(key, placement_key, std::move(done));
+  }
   if (ValueRef v = host_.Get(key)) {
     if (device_ != nullptr) device_->OnHostHit(key, v);
     return done(Found{std::move(v), protocol::Tier::kHost});
@@ -109,9 +113,10 @@ protocol::Tier Store::Locate(std::string_view key) const {
 }
 
 void Store::LocateMany(std::span<const std::string_view> keys, Route route,
-                       std::function<void(std::vector<protocol::Tier>)> done) {
+                       std::function<void(std::vector<protocol::Tier>)> done,
+                       std::span<const std::string_view> placement_keys) {
   if (router_ != nullptr && route == Route::kCluster) {
-    return router_->LocateMany(keys, std::move(done));
+    return router_->LocateMany(keys, placement_keys, std::move(done));
   }
   std::vector<protocol::Tier> tiers;
   tiers.reserve(keys.size());
@@ -119,8 +124,11 @@ void Store::LocateMany(std::span<const std::string_view> keys, Route route,
   done(std::move(tiers));
 }
 
-void Store::Delete(std::string_view key, Route route, std::function<void(bool found)> done) {
-  if (router_ != nullptr && route == Route::kCluster) return router_->Delete(key, std::move(done));
+void Store::Delete(std::string_view key, Route route, std::function<void(bool found)> done,
+                   std::string_view placement_key) {
+  if (router_ != nullptr && route == Route::kCluster) {
+    return router_->Delete(key, placement_key, std::move(done));
+  }
   done(Erase(key));
 }
 

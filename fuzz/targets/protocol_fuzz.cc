@@ -36,7 +36,7 @@ int FuzzProtocol(const std::uint8_t* data, std::size_t size) {
         std::byte out[protocol::kFrameHeaderBytes];
         protocol::EncodeFrameHeader(*h, out);
         if (!SameBytes(out, in.first(protocol::kFrameHeaderBytes))) __builtin_trap();
-        (void)protocol::MaxRequestBody(h->op(), limits);
+        (void)protocol::MaxRequestBody(h->op(), limits, h->flags);
       }
       break;
     }
@@ -46,6 +46,15 @@ int FuzzProtocol(const std::uint8_t* data, std::size_t size) {
         std::vector<std::string> owned(keys->begin(), keys->end());
         const auto body = protocol::EncodeKeyList(owned);
         if (!body.ok() || !SameBytes(*body, in)) __builtin_trap();
+      }
+      // The same bytes as a placement section and the body after it: a section that decodes
+      // re-encodes to its own bytes.
+      auto placed = protocol::SplitPlacementSection(in, limits);
+      if (placed.ok()) {
+        const auto section = protocol::EncodePlacementSection(placed->placement_keys);
+        if (!section.ok() || !SameBytes(*section, in.first(in.size() - placed->rest.size()))) {
+          __builtin_trap();
+        }
       }
       break;
     }

@@ -146,7 +146,12 @@ std::string_view OpName(Op op) {
   return "unknown";
 }
 
-std::uint64_t MaxRequestBody(Op op, const Limits& limits) {
+std::uint64_t MaxRequestBody(Op op, const Limits& limits, std::uint16_t flags) {
+  if ((flags & kFlagPlacement) != 0 && AcceptsPlacement(op)) {
+    const std::uint64_t own = MaxRequestBody(op, limits, 0);
+    return std::min(own + kPlacementSectionLengthBytes + MaxPlacementSectionBytes(limits),
+                    limits.max_body_bytes);
+  }
   const std::uint64_t key_list = 4 + std::uint64_t{limits.max_batch} * (2 + limits.max_key_bytes);
   switch (op) {
     case Op::kPing:
@@ -197,9 +202,13 @@ Result<FrameHeader> DecodeFrameHeader(std::span<const std::byte> bytes, const Li
     return Malformed(expect_response ? "expected a response frame" : "expected a request frame");
   }
   h.flags = LoadLE<std::uint16_t>(bytes.data() + 6);
-  const std::uint16_t defined = expect_response ? kFlagMore : kFlagFromPeer;
+  const std::uint16_t defined = expect_response ? kFlagMore : (kFlagFromPeer | kFlagPlacement);
   if ((h.flags & ~defined) != 0) {
     return Malformed("frame flags " + std::to_string(h.flags) + " are not defined");
+  }
+  if ((h.flags & kFlagPlacement) != 0 && !AcceptsPlacement(h.op())) {
+    return Malformed("frame flag placement (4) is not defined for " + std::string(OpName(h.op())) +
+                     ": only put, get, get_as, lookup and delete carry placement keys");
   }
   h.request_id = LoadLE<std::uint64_t>(bytes.data() + 8);
   h.body_length = LoadLE<std::uint32_t>(bytes.data() + 16);
@@ -211,6 +220,95 @@ Result<FrameHeader> DecodeFrameHeader(std::span<const std::byte> bytes, const Li
                      " bytes exceeds the limit of " + std::to_string(limits.max_body_bytes));
   }
   return h;
+}
+
+bool AcceptsPlacement(Op op) {
+  return op == Op::kPut || op == Op::kGet || op == Op::kGetAs || op == Op::kLookup ||
+         op == Op::kDelete;
+}
+
+std::uint64_t MaxPlacementSectionBytes(const Limits& limits) {
+  return std::uint64_t{limits.max_batch} * (2 + limits.max_key_bytes);
+}
+
+Result<std::vector<std::byte>> EncodePlacementSection(std::span<const std::string_view> keys) {
+  std::uint64_t entries = 0;
+  for (std::string_view k : keys) entries += 2 + k.size();
+  KVD_RETURN_IF_ERROR(CheckFrameBody(kPlacementSectionLengthBytes + entries));
+  Writer w;
+  w.Put<std::uint32_t>(static_cast<std::uint32_t>(entries));
+  for (std::string_view k : keys) w.PutShortString(k, "placement key");
+  return w.Take();
+}
+
+Result<std::vector<std::string_view>> DecodePlacementEntries(std::span<const std::byte> entries,
+                                                             const Limits& limits) {
+  std::vector<std::string_view> keys;
+  std::size_t pos = 0;
+  while (pos < entries.size()) {
+    const std::size_t index = keys.size();
+    if (index == limits.max_batch) {
+      return OutOfRange("protocol: placement section: more than " +
+                        std::to_string(limits.max_batch) + " entries (limits.max_batch)");
+    }
+    if (entries.size() - pos < 2) {
+      return InvalidArgument("protocol: placement section: entry " + std::to_string(index) +
+                             " is cut off: its u16 length runs past the section's end");
+    }
+    const auto len = LoadLE<std::uint16_t>(entries.data() + pos);
+    pos += 2;
+    if (len > limits.max_key_bytes) {
+      return OutOfRange("protocol: placement section: placement key " + std::to_string(index) +
+                        " is " + std::to_string(len) + " bytes, over limits.max_key_bytes (" +
+                        std::to_string(limits.max_key_bytes) + ")");
+    }
+    if (entries.size() - pos < len) {
+      return InvalidArgument("protocol: placement section: placement key " + std::to_string(index) +
+                             " (" + std::to_string(len) + " bytes) runs past the section's end");
+    }
+    keys.push_back(AsString(entries.subspan(pos, len)));
+    pos += len;
+  }
+  return keys;
+}
+
+Status CheckPlacementSectionLength(std::uint32_t section_bytes, std::uint64_t body_left,
+                                   const Limits& limits) {
+  if (section_bytes > MaxPlacementSectionBytes(limits)) {
+    return OutOfRange("protocol: placement section of " + std::to_string(section_bytes) +
+                      " bytes is over the " + std::to_string(MaxPlacementSectionBytes(limits)) +
+                      " that max_batch keys of max_key_bytes take");
+  }
+  if (section_bytes > body_left) {
+    return InvalidArgument("protocol: placement section of " + std::to_string(section_bytes) +
+                           " bytes runs past the body (" + std::to_string(body_left) +
+                           " bytes follow its length)");
+  }
+  return Status::Ok();
+}
+
+Result<PlacedBody> SplitPlacementSection(std::span<const std::byte> body, const Limits& limits) {
+  if (body.size() < kPlacementSectionLengthBytes) {
+    return InvalidArgument("protocol: placement section: the body (" + std::to_string(body.size()) +
+                           " bytes) is shorter than the section's u32 length");
+  }
+  const auto section = LoadLE<std::uint32_t>(body.data());
+  KVD_RETURN_IF_ERROR(
+      CheckPlacementSectionLength(section, body.size() - kPlacementSectionLengthBytes, limits));
+  PlacedBody out;
+  KVD_ASSIGN_OR_RETURN(
+      out.placement_keys,
+      DecodePlacementEntries(body.subspan(kPlacementSectionLengthBytes, section), limits));
+  out.rest = body.subspan(kPlacementSectionLengthBytes + section);
+  return out;
+}
+
+Status CheckPlacementCount(Op op, std::size_t entries, std::size_t items) {
+  if (entries == items) return Status::Ok();
+  return InvalidArgument(std::string(OpName(op)) + ": the placement section has " +
+                         std::to_string(entries) + " entries for " + std::to_string(items) +
+                         " items; send one per item, in item order (length 0: placed by the "
+                         "item's own key)");
 }
 
 Result<std::vector<std::byte>> EncodeKeyList(std::span<const std::string> keys) {

@@ -96,6 +96,21 @@ TEST(TopologyTest, PlacementKeyUsesANonEmptyHashTag) {
   EXPECT_EQ(t.PrimaryOwner(PlacementKey("x{p1}y"))->id, t.PrimaryOwner(PlacementKey("z{p1}"))->id);
 }
 
+TEST(TopologyTest, BinaryKeysArePlacedByTheirWholeBytes) {
+  // A chunk key with '{' and '}' bytes among non-printable ones: no hash tag.
+  std::string binary(48, '\x01');
+  binary[3] = '{';
+  binary[4] = 'x';
+  binary[5] = '}';
+  EXPECT_EQ(PlacementKey(binary), binary);
+  std::string high = "a{tag}b";
+  high += '\xff';
+  EXPECT_EQ(PlacementKey(high), high);
+  std::string tab = "a{tag}\tb";  // a control character makes the key binary too
+  EXPECT_EQ(PlacementKey(tab), tab);
+  EXPECT_EQ(PlacementKey("lm@model@1@0@ab{tag}cd"), "tag");  // printable: the tag rule holds
+}
+
 TEST(TopologyTest, GroupAnchorIndex) {
   EXPECT_EQ(GroupAnchorIndex(0, 4), 0u);
   EXPECT_EQ(GroupAnchorIndex(3, 4), 0u);

@@ -39,7 +39,8 @@ bool Contains(const std::vector<std::string>& v, const std::string& s) {
 
 }  // namespace
 
-ClusterRouter::Placement ClusterRouter::Place(std::string_view key) const {
+ClusterRouter::Placement ClusterRouter::Place(std::string_view key,
+                                              std::string_view placement_key) const {
   const cluster::TopologySource& source = source_;
   Placement p;
   const std::shared_ptr<const Topology> current = source.Current();
@@ -49,9 +50,12 @@ ClusterRouter::Placement ClusterRouter::Place(std::string_view key) const {
   }
   const std::string self = source.SelfId();
   const bool fenced = source.Fenced();
-  const std::string_view placement_key = cluster::PlacementKey(key);
+  // An explicit placement key follows the same hash-tag rule as a key, so that a group's anchor
+  // chunk is placed alike with or without one.
+  const std::string_view placed_by =
+      cluster::PlacementKey(placement_key.empty() ? key : placement_key);
   std::vector<std::string> current_ids;
-  for (const Member* m : current->Owners(placement_key)) {
+  for (const Member* m : current->Owners(placed_by)) {
     current_ids.push_back(m->id);
     if (m->id == self) {
       p.self_owns = !fenced;
@@ -60,7 +64,7 @@ ClusterRouter::Placement ClusterRouter::Place(std::string_view key) const {
     }
   }
   if (const std::shared_ptr<const Topology> previous = source.Previous(); previous != nullptr) {
-    for (const Member* m : previous->Owners(placement_key)) {
+    for (const Member* m : previous->Owners(placed_by)) {
       if (m->id == self || Contains(current_ids, m->id)) continue;
       p.previous.push_back(m->native_addr);
     }
@@ -125,11 +129,12 @@ struct ClusterRouter::GetPlan {
   std::size_t next = 0;  // into others, then previous
 };
 
-void ClusterRouter::Get(std::string_view key, Store::GetCallback done) {
+void ClusterRouter::Get(std::string_view key, std::string_view placement_key,
+                        Store::GetCallback done) {
   auto plan = std::make_shared<GetPlan>();
   plan->key = std::string(key);
   plan->done = std::move(done);
-  plan->placement = Place(key);
+  plan->placement = Place(key, placement_key);
   // Held here (an owner's copy, or any copy): answered without a hop.
   store_.Get(
       key,
@@ -212,8 +217,9 @@ struct Fanout {
 };
 }  // namespace
 
-void ClusterRouter::Put(std::string_view key, ValueRef value, Store::PutCallback done) {
-  const Placement p = Place(key);
+void ClusterRouter::Put(std::string_view key, std::string_view placement_key, ValueRef value,
+                        Store::PutCallback done) {
+  const Placement p = Place(key, placement_key);
   if (p.local_only) return store_.Put(key, std::move(value), std::move(done), Route::kLocal);
   if (!p.self_owns && p.others.empty()) {
     return done(
@@ -264,8 +270,9 @@ void ClusterRouter::Put(std::string_view key, ValueRef value, Store::PutCallback
 
 // ---- DELETE -------------------------------------------------------------------------------------
 
-void ClusterRouter::Delete(std::string_view key, std::function<void(bool found)> done) {
-  const Placement p = Place(key);
+void ClusterRouter::Delete(std::string_view key, std::string_view placement_key,
+                           std::function<void(bool found)> done) {
+  const Placement p = Place(key, placement_key);
   const bool here = store_.Erase(key);
   std::vector<std::string> targets = p.others;
   targets.insert(targets.end(), p.previous.begin(), p.previous.end());
@@ -300,6 +307,7 @@ void ClusterRouter::Delete(std::string_view key, std::function<void(bool found)>
 // ---- LOOKUP -------------------------------------------------------------------------------------
 
 void ClusterRouter::LocateMany(std::span<const std::string_view> keys,
+                               std::span<const std::string_view> placement_keys,
                                std::function<void(std::vector<Tier>)> done) {
   std::vector<Tier> tiers(keys.size(), Tier::kNone);
   // Per peer address: the indexes of the keys it is asked about.
@@ -307,7 +315,8 @@ void ClusterRouter::LocateMany(std::span<const std::string_view> keys,
   for (std::size_t i = 0; i < keys.size(); ++i) {
     tiers[i] = store_.Locate(keys[i]);
     if (tiers[i] != Tier::kNone) continue;
-    const Placement p = Place(keys[i]);
+    const Placement p =
+        Place(keys[i], i < placement_keys.size() ? placement_keys[i] : std::string_view());
     if (!p.self_owns && !p.others.empty()) asks[p.others.front()].push_back(i);
     if (!p.previous.empty()) asks[p.previous.front()].push_back(i);
   }

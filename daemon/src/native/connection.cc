@@ -74,11 +74,11 @@ void Connection<Socket>::OnHeader() {
     StartPut(*h);
     return;
   }
-  if (h->body_length > protocol::MaxRequestBody(h->op(), limits_)) {
+  const std::uint64_t max_body = protocol::MaxRequestBody(h->op(), limits_, h->flags);
+  if (h->body_length > max_body) {
     ProtocolError(&*h, Corruption(std::string(protocol::OpName(h->op())) + " body of " +
                                   std::to_string(h->body_length) + " bytes exceeds the " +
-                                  std::to_string(protocol::MaxRequestBody(h->op(), limits_)) +
-                                  " that any valid request can have"));
+                                  std::to_string(max_body) + " that any valid request can have"));
     return;
   }
   body_.resize(h->body_length);

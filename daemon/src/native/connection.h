@@ -184,9 +184,21 @@ class Connection : public DrainableConnection,
     std::string key;
     std::uint64_t value_length = 0;
     std::shared_ptr<Value> value;
+    // kFlagPlacement: the section's entries, and the placement keys (views into it), per item.
+    std::vector<std::byte> placement_section;
+    std::vector<std::string_view> placement;
   };
 
   void StartPut(const FrameHeader& h);
+
+  // kFlagPlacement: reads the placement section (its length checked before its bytes are read),
+  // then the count.
+  void ReadPutPlacement();
+  void ReadPutCount();
+
+  // Refuses the whole PUT with `status` (a limit or a bad placement section: never kCorruption);
+  // the rest of its body is read and dropped and the connection stays open.
+  void RefusePut(const Status& status);
 
   // The item was refused with `code`; its bytes (already taken off put_.remaining) are read and
   // dropped, then the next item follows.
@@ -257,6 +269,25 @@ class Connection : public DrainableConnection,
   // A request another cluster member forwarded is answered here, never forwarded again.
   static Route RouteOf(const FrameHeader& h) {
     return (h.flags & protocol::kFlagFromPeer) != 0 ? Route::kLocal : Route::kCluster;
+  }
+
+  // The buffered body's placement keys (kFlagPlacement) and the op's own body after them; without
+  // the flag, no keys and the whole body. Errors are kInvalidArgument / kOutOfRange (answered, the
+  // connection stays open).
+  Result<protocol::PlacedBody> SplitBody(const FrameHeader& h) const {
+    if ((h.flags & protocol::kFlagPlacement) == 0) return protocol::PlacedBody{{}, body_};
+    return protocol::SplitPlacementSection(body_, limits_);
+  }
+  // With kFlagPlacement: one placement key per item, else the error naming the counts.
+  static Status MatchPlacement(const FrameHeader& h, const protocol::PlacedBody& placed,
+                               std::size_t items) {
+    if ((h.flags & protocol::kFlagPlacement) == 0) return Status::Ok();
+    return protocol::CheckPlacementCount(h.op(), placed.placement_keys.size(), items);
+  }
+  // Item `i`'s placement key (empty: by its key).
+  static std::string_view PlacementOf(const std::vector<std::string_view>& placement,
+                                      std::size_t i) {
+    return i < placement.size() ? placement[i] : std::string_view();
   }
 
   // Every key is in an allowed namespace; else a permission error names the first that is not.
@@ -429,6 +460,7 @@ class Connection : public DrainableConnection,
     std::uint64_t slot;  // GET, GET_AS: the frame's placeholder (LEASE_GET: the batch's)
     int target_codec;    // GET_AS: the CodecId to transcode into; GET: -1
     std::shared_ptr<LeaseBatch> lease;  // LEASE_GET: the batch this key belongs to
+    std::string placement_key;          // GET, GET_AS: the item's placement key ("": its key)
   };
   static constexpr std::uint32_t kMaxOutstandingGets = 16;
   // Leases of this connection (LEASE_GET): each holds its value (host) or pool range (GPU) until

@@ -9,21 +9,65 @@ void Connection<Socket>::StartPut(const FrameHeader& h) {
   put_.results = std::make_shared<PutResults>();
   put_.header = h;
   put_.remaining = h.body_length;
+  if ((h.flags & protocol::kFlagPlacement) != 0) return ReadPutPlacement();
+  ReadPutCount();
+}
+
+template <typename Socket>
+void Connection<Socket>::ReadPutPlacement() {
+  if (put_.remaining < protocol::kPlacementSectionLengthBytes) {
+    return RefusePut(InvalidArgument("put: the body (" + std::to_string(put_.remaining) +
+                                     " bytes) is shorter than the placement section's length"));
+  }
+  ReadSmall(protocol::kPlacementSectionLengthBytes, [this] {
+    const auto section = LoadLE<std::uint32_t>(small_.data());
+    if (Status s = protocol::CheckPlacementSectionLength(section, put_.remaining, limits_);
+        !s.ok()) {
+      return RefusePut(s);
+    }
+    put_.remaining -= section;
+    put_.placement_section.resize(section);
+    asio::async_read(socket_, asio::buffer(put_.placement_section),
+                     [self = this->shared_from_this()](auto ec, std::size_t n) {
+                       self->Received(n);
+                       if (ec) return self->Close();
+                       auto keys = protocol::DecodePlacementEntries(self->put_.placement_section,
+                                                                    self->limits_);
+                       if (!keys.ok()) return self->RefusePut(keys.status());
+                       self->put_.placement = std::move(*keys);
+                       self->ReadPutCount();
+                     });
+  });
+}
+
+template <typename Socket>
+void Connection<Socket>::ReadPutCount() {
   ReadSmall(protocol::kPutCountBytes, [this] {
     put_.count = LoadLE<std::uint32_t>(small_.data());
     if (put_.count == 0 || put_.count > limits_.max_batch) {
       // A well-formed request over a limit: answered as a whole, its body skipped, the
       // connection kept (docs/protocol.md).
-      RequestError(put_.header,
-                   OutOfRange("put: count " + std::to_string(put_.count) + " is out of range [1, " +
-                              std::to_string(limits_.max_batch) + "] (limits.max_batch)"));
-      return Discard(std::exchange(put_.remaining, 0), [this] {
-        RequestRead();
-        ReadHeader();
-      });
+      return RefusePut(OutOfRange("put: count " + std::to_string(put_.count) +
+                                  " is out of range [1, " + std::to_string(limits_.max_batch) +
+                                  "] (limits.max_batch)"));
+    }
+    if ((put_.header.flags & protocol::kFlagPlacement) != 0) {
+      if (Status s = protocol::CheckPlacementCount(Op::kPut, put_.placement.size(), put_.count);
+          !s.ok()) {
+        return RefusePut(s);
+      }
     }
     put_.results->codes.reserve(put_.count);
     PutNextItem();
+  });
+}
+
+template <typename Socket>
+void Connection<Socket>::RefusePut(const Status& status) {
+  RequestError(put_.header, status);
+  Discard(std::exchange(put_.remaining, 0), [this] {
+    RequestRead();
+    ReadHeader();
   });
 }
 
@@ -121,7 +165,7 @@ void Connection<Socket>::StoreItem() {
           self->MaybeFinishPut(header, *results);
         });
       },
-      RouteOf(put_.header));
+      RouteOf(put_.header), PlacementOf(put_.placement, item));
 }
 
 template <typename Socket>
@@ -133,12 +177,16 @@ void Connection<Socket>::MaybeFinishPut(const FrameHeader& header, const PutResu
 
 template <typename Socket>
 void Connection<Socket>::HandleGetAs(const FrameHeader& h) {
-  auto q = protocol::DecodeGetAsRequest(body_, limits_);
+  auto placed = SplitBody(h);
+  if (!placed.ok()) return RequestError(h, placed.status());
+  auto q = protocol::DecodeGetAsRequest(placed->rest, limits_);
   if (!q.ok()) return RequestError(h, q.status());
+  if (Status s = MatchPlacement(h, *placed, q->keys.size()); !s.ok()) return RequestError(h, s);
   if (Status s = CheckKeys(q->keys); !s.ok()) return RequestError(h, s);
   for (std::uint32_t i = 0; i < q->keys.size(); ++i) {
     get_backlog_.push_back({h, std::string(q->keys[i]), i, i + 1 == q->keys.size(), ReserveSlot(),
-                            static_cast<int>(q->codec), nullptr});
+                            static_cast<int>(q->codec), nullptr,
+                            std::string(PlacementOf(placed->placement_keys, i))});
   }
   PumpGets();
 }
@@ -182,12 +230,15 @@ Outgoing Connection<Socket>::TranscodedFrame(const FrameHeader& h, std::uint32_t
 
 template <typename Socket>
 void Connection<Socket>::HandleGet(const FrameHeader& h) {
-  auto keys = protocol::DecodeKeyList(body_, limits_);
+  auto placed = SplitBody(h);
+  if (!placed.ok()) return RequestError(h, placed.status());
+  auto keys = protocol::DecodeKeyList(placed->rest, limits_);
   if (!keys.ok()) return RequestError(h, keys.status());
+  if (Status s = MatchPlacement(h, *placed, keys->size()); !s.ok()) return RequestError(h, s);
   if (Status s = CheckKeys(*keys); !s.ok()) return RequestError(h, s);
   for (std::uint32_t i = 0; i < keys->size(); ++i) {
-    get_backlog_.push_back(
-        {h, std::string((*keys)[i]), i, i + 1 == keys->size(), ReserveSlot(), -1, nullptr});
+    get_backlog_.push_back({h, std::string((*keys)[i]), i, i + 1 == keys->size(), ReserveSlot(), -1,
+                            nullptr, std::string(PlacementOf(placed->placement_keys, i))});
   }
   PumpGets();
 }
@@ -216,7 +267,7 @@ void Connection<Socket>::PumpGets() {
             self->PumpGets();
           });
         },
-        route);
+        route, g.placement_key);
   }
   pumping_ = false;
 }

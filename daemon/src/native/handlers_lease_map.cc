@@ -69,7 +69,7 @@ void Connection<Socket>::HandleLeaseGet(const FrameHeader& h) {
       if (store.ssd() != nullptr && store.Locate(key) == protocol::Tier::kSsd) {
         // Only on the SSD tier: read it into host memory (GrantLeases answers it).
         batch->state[i] = LeaseBatch::kReading;
-        get_backlog_.push_back({h, std::string(key), i, false, 0, -1, batch});
+        get_backlog_.push_back({h, std::string(key), i, false, 0, -1, batch, {}});
         continue;
       }
       if (ValueRef v = store.host().Get(key)) {

@@ -5,8 +5,11 @@ namespace kvdepot::daemon::native {
 
 template <typename Socket>
 void Connection<Socket>::HandleLookup(const FrameHeader& h) {
-  auto keys = protocol::DecodeKeyList(body_, limits_);
+  auto placed = SplitBody(h);
+  if (!placed.ok()) return RequestError(h, placed.status());
+  auto keys = protocol::DecodeKeyList(placed->rest, limits_);
   if (!keys.ok()) return RequestError(h, keys.status());
+  if (Status s = MatchPlacement(h, *placed, keys->size()); !s.ok()) return RequestError(h, s);
   if (Status s = CheckKeys(*keys); !s.ok()) return RequestError(h, s);
   // In a cluster the keys held elsewhere are asked of their owners in one parallel round.
   const std::uint64_t slot = ReserveSlot();
@@ -27,13 +30,17 @@ void Connection<Socket>::HandleLookup(const FrameHeader& h) {
           }
           self->FillSlot(slot, BodyFrame(h, StatusCode::kOk, protocol::EncodeLookupResult(result)));
         });
-      });
+      },
+      placed->placement_keys);
 }
 
 template <typename Socket>
 void Connection<Socket>::HandleDelete(const FrameHeader& h) {
-  auto keys = protocol::DecodeKeyList(body_, limits_);
+  auto placed = SplitBody(h);
+  if (!placed.ok()) return RequestError(h, placed.status());
+  auto keys = protocol::DecodeKeyList(placed->rest, limits_);
   if (!keys.ok()) return RequestError(h, keys.status());
+  if (Status s = MatchPlacement(h, *placed, keys->size()); !s.ok()) return RequestError(h, s);
   if (Status s = CheckKeys(*keys); !s.ok()) return RequestError(h, s);
   // In a cluster each key is erased at its owners too; the answer waits for all of them.
   struct Deletes {
@@ -47,7 +54,8 @@ void Connection<Socket>::HandleDelete(const FrameHeader& h) {
   ++store_ops_;
   for (std::size_t i = 0; i < keys->size(); ++i) {
     server_.store().Delete(
-        (*keys)[i], RouteOf(h), [self = this->shared_from_this(), h, slot, d, i](bool found) {
+        (*keys)[i], RouteOf(h),
+        [self = this->shared_from_this(), h, slot, d, i](bool found) {
           self->OnOwnThread([self, h, slot, d, i, found] {
             if (found) d->codes[i] = StatusCode::kOk;
             if (--d->pending != 0) return;
@@ -55,7 +63,8 @@ void Connection<Socket>::HandleDelete(const FrameHeader& h) {
             self->FillSlot(slot,
                            BodyFrame(h, StatusCode::kOk, protocol::EncodeStatusList(d->codes)));
           });
-        });
+        },
+        PlacementOf(placed->placement_keys, i));
   }
 }
 

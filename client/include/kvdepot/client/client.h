@@ -27,6 +27,7 @@
 #include "kvdepot/base/status.h"
 #include "kvdepot/codec/codec_id.h"
 #include "kvdepot/protocol/chunk_key.h"
+#include "kvdepot/protocol/placement.h"
 #include "kvdepot/protocol/protocol.h"
 
 namespace kvdepot::client {
@@ -76,11 +77,19 @@ class Connection {
   // EVENT_ORIGIN: the daemon's KV events name `instance` and `model` for the chunks of
   // namespace `origin.namespace_id` (docs/events.md).
   Status SetEventOrigin(const protocol::EventOrigin& origin);
-  // Per-item statuses (ok, resource_exhausted, out_of_range, ...).
+  // Per-item statuses (ok, resource_exhausted, out_of_range, ...). Items with a placement_key
+  // (protocol::PutItemView) send the request with a placement section (docs/protocol.md): a
+  // cluster member places each item by it instead of its key.
   Result<std::vector<StatusCode>> Put(std::span<const protocol::PutItemView> items);
   Status Put(std::string_view key, std::span<const std::byte> value);
+  // Placement keys (Get, GetAs, Lookup, Delete): empty, or one per key (an empty one: placed by
+  // its key), sent as the request's placement section (docs/protocol.md, kFlagPlacement) so that a
+  // cluster member finds each key's owners by its group's anchor (protocol/placement.h,
+  // ChainPlacementKeys). kInvalidArgument, before anything is sent, when the counts differ.
+  //
   // Streams one callback per key, in order, each as soon as its frame is complete.
-  Status Get(std::span<const std::string> keys, const GetCallback& on_item);
+  Status Get(std::span<const std::string> keys, const GetCallback& on_item,
+             std::span<const std::string> placement_keys = {});
   // The value, or nullopt on a miss.
   Result<std::optional<std::vector<std::byte>>> Get(std::string_view key);
   // PUT of one value given in pieces (e.g. a metadata header and a payload), sent as they are,
@@ -100,8 +109,10 @@ class Connection {
   using OutChooser = std::function<std::span<std::byte>(std::size_t value_size)>;
   Result<std::optional<std::size_t>> GetInto(std::string_view key, std::span<std::byte> head,
                                              const OutChooser& choose_out);
-  Result<protocol::LookupResult> Lookup(std::span<const std::string> keys);
-  Result<std::vector<StatusCode>> Delete(std::span<const std::string> keys);
+  Result<protocol::LookupResult> Lookup(std::span<const std::string> keys,
+                                        std::span<const std::string> placement_keys = {});
+  Result<std::vector<StatusCode>> Delete(std::span<const std::string> keys,
+                                         std::span<const std::string> placement_keys = {});
   Result<std::string> Stats();  // JSON document
   // CLUSTER_INFO: the node's view of its cluster, a JSON document (docs/protocol.md).
   Result<std::string> ClusterInfo();
@@ -113,7 +124,8 @@ class Connection {
 
   // ---- same-host zero-copy and transcoding (docs/gpu-tier.md) ---------------------------------
   // GET_AS: as Get, each value transcoded by the daemon into `codec` (a container).
-  Status GetAs(std::span<const std::string> keys, CodecId codec, const GetCallback& on_item);
+  Status GetAs(std::span<const std::string> keys, CodecId codec, const GetCallback& on_item,
+               std::span<const std::string> placement_keys = {});
   // MAP (Unix socket only): what the daemon shares, and the host arena's descriptor (received
   // over SCM_RIGHTS; owned by the caller, -1 when the daemon has no host arena). kUnavailable
   // over TCP or when the daemon shares nothing. SharedArena::Map wraps this.
@@ -145,7 +157,12 @@ class Connection {
   Status RecvAll(std::byte* out, std::size_t n);
   Status Drain(std::uint64_t n);  // receives and drops n bytes
   // Sends a request and reads its single response; non-ok statuses become errors.
-  Result<std::vector<std::byte>> Call(protocol::Op op, std::span<const std::byte> body);
+  Result<std::vector<std::byte>> Call(protocol::Op op, std::span<const std::byte> body,
+                                      std::span<const std::string_view> placement_keys = {});
+  // Sends `op` with `body`, preceded by a placement section (and kFlagPlacement) when
+  // `placement_keys` is not empty.
+  Result<std::uint64_t> SendPlaced(protocol::Op op, std::span<const std::byte> body,
+                                   std::span<const std::string_view> placement_keys);
   Status Broken(Status status);
   // Reads the frames of a GET-shaped response (GET, GET_AS) to request `id`.
   Status ReadGetFrames(std::uint64_t id, protocol::Op op, std::size_t keys,
@@ -195,8 +212,12 @@ class Client {
   explicit Client(ClientOptions options) : options_(std::move(options)) {}
 
   // Chunk keys for `tokens` in namespace `ns` (full chunks only: a partial last chunk is not
-  // stored), then one LOOKUP round trip for all of them.
-  Result<PrefixLookup> LookupPrefix(const Namespace& ns, std::span<const std::uint32_t> tokens);
+  // stored), then one LOOKUP round trip for all of them. `group_chunks` > 0 (the cluster's
+  // cluster.group_chunks, G): each key is sent with its group anchor's key as placement key
+  // (ChainPlacementKeys), so that the keys a cluster placed in groups are found at their owners
+  // without a per-key fan-out; 0: placed per key.
+  Result<PrefixLookup> LookupPrefix(const Namespace& ns, std::span<const std::uint32_t> tokens,
+                                    std::uint32_t group_chunks = 0);
 
   // Asynchronous forms: each runs on its own thread with a pooled connection; the future holds
   // the result. The callback of GetAsync runs on that thread.
@@ -207,16 +228,23 @@ class Client {
   Status SetEventOrigin(const protocol::EventOrigin& origin);
   Status Put(std::string_view key, std::span<const std::byte> value);
   Result<std::optional<std::vector<std::byte>>> Get(std::string_view key);
-  Status Get(std::span<const std::string> keys, const GetCallback& on_item);
+  // Placement keys: as Connection's (empty, or one per key).
+  Status Get(std::span<const std::string> keys, const GetCallback& on_item,
+             std::span<const std::string> placement_keys = {});
   // GET_AS on a pooled connection: as Connection::GetAs (not retried once items were delivered).
-  Status GetAs(std::span<const std::string> keys, CodecId codec, const GetCallback& on_item);
+  Status GetAs(std::span<const std::string> keys, CodecId codec, const GetCallback& on_item,
+               std::span<const std::string> placement_keys = {});
+  // Items with a placement_key send a placement section (as Connection::Put).
+  Result<std::vector<StatusCode>> Put(std::span<const protocol::PutItemView> items);
   Status PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts);
   Result<std::optional<std::size_t>> GetInto(std::string_view key, std::span<std::byte> head,
                                              std::span<std::byte> out);
   Result<std::optional<std::size_t>> GetInto(std::string_view key, std::span<std::byte> head,
                                              const Connection::OutChooser& choose_out);
-  Result<protocol::LookupResult> Lookup(std::span<const std::string> keys);
-  Result<std::vector<StatusCode>> Delete(std::span<const std::string> keys);
+  Result<protocol::LookupResult> Lookup(std::span<const std::string> keys,
+                                        std::span<const std::string> placement_keys = {});
+  Result<std::vector<StatusCode>> Delete(std::span<const std::string> keys,
+                                         std::span<const std::string> placement_keys = {});
   Result<std::string> Stats();
   Result<std::string> ClusterInfo();
   Result<protocol::ScanResult> Scan(const protocol::ScanRequest& request);

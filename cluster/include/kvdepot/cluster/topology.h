@@ -9,10 +9,13 @@
 // same owners, and a member that joins takes over only the keys it now scores highest on (about
 // capacity share, 1/(N+1) with equal capacities); a member that leaves hands over only its own.
 //
-// Placement keys: a key's owner is decided by PlacementKey(key): a Redis-style hash tag (the bytes
-// between the key's first '{' and the next '}', when non-empty) or else the whole key. A client
-// that knows a prompt's prefix chain keeps a group of consecutive chunks together by placing them
-// by the group's first chunk (GroupAnchor); docs/cluster.md says how requests carry it.
+// Placement keys: a key's owner is decided by PlacementKey(key): for a key made entirely of
+// printable ASCII (0x20-0x7E: every LMCache, Redis and CLI key) a Redis-style hash tag (the bytes
+// between the key's first '{' and the next '}', when non-empty), else the whole key; a binary key
+// (kvdepot's 48-byte chunk keys) is always placed by its whole bytes. A client that knows a
+// prompt's prefix chain keeps a group of consecutive chunks together by placing them by the
+// group's first chunk (GroupAnchorIndex): the native protocol's requests carry such explicit
+// placement keys (protocol::kFlagPlacement, docs/protocol.md), which replace PlacementKey(key).
 //
 // Thread-safety: a Topology is a plain value; const methods may be called from any thread.
 #pragma once
@@ -23,6 +26,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "kvdepot/protocol/placement.h"
 
 namespace kvdepot::cluster {
 
@@ -74,11 +79,12 @@ class Topology {
   PlacementOptions options_;
 };
 
-// The bytes `key` is placed by: its hash tag when it has a non-empty one, else the whole key.
+// The bytes `key` is placed by: its non-empty hash tag when the key is all printable ASCII
+// (0x20-0x7E) and has one, else the whole key (binary keys: always the whole key).
 std::string_view PlacementKey(std::string_view key);
 
 // For chunk `index` of a prefix chain, the index of its group's first chunk (the anchor whose
-// placement key places the whole group): index - index % group_chunks.
-std::size_t GroupAnchorIndex(std::size_t index, std::uint32_t group_chunks);
+// placement key places the whole group): index - index % group_chunks (protocol/placement.h).
+using protocol::GroupAnchorIndex;
 
 }  // namespace kvdepot::cluster

@@ -3,8 +3,11 @@
 // another member forwarded (protocol::kFlagFromPeer) is answered from this node's tiers only, so a
 // request makes at most one hop whatever the members' views.
 //
-// Ownership: a key's owners are Owners(PlacementKey(key)) of the source's Current() view; a
-// fenced node (TopologySource::Fenced) owns nothing.
+// Ownership: a key's owners are Owners(PlacementKey(p)) of the source's Current() view, p the
+// request's explicit placement key for the item (protocol::kFlagPlacement: a prefix chain's
+// group anchor) or else the key itself; a fenced node (TopologySource::Fenced) owns nothing.
+// Requests sent to peers carry kFlagFromPeer and no placement section: the peer answers them
+// from its own tiers, so it never needs to place them.
 //   GET     this node's tiers first (an owner's copy or one held here); on a miss the owners that
 //           are not this node, best first; on a miss there too, while a Previous() view exists,
 //           its owners that are no longer owners — a hit there (a "hand-off hit") is copied to
@@ -69,10 +72,15 @@ class ClusterRouter {
   ClusterRouter(const ClusterRouter&) = delete;
   ClusterRouter& operator=(const ClusterRouter&) = delete;
 
-  void Get(std::string_view key, Store::GetCallback done);
-  void Put(std::string_view key, ValueRef value, Store::PutCallback done);
-  void Delete(std::string_view key, std::function<void(bool found)> done);
+  // `placement_key`: the item's explicit placement key, empty to place by `key`.
+  void Get(std::string_view key, std::string_view placement_key, Store::GetCallback done);
+  void Put(std::string_view key, std::string_view placement_key, ValueRef value,
+           Store::PutCallback done);
+  void Delete(std::string_view key, std::string_view placement_key,
+              std::function<void(bool found)> done);
+  // `placement_keys`: empty, or one per key.
   void LocateMany(std::span<const std::string_view> keys,
+                  std::span<const std::string_view> placement_keys,
                   std::function<void(std::vector<protocol::Tier>)> done);
 
   // CLUSTER_INFO's document (docs/protocol.md): this node's view.
@@ -84,7 +92,7 @@ class ClusterRouter {
  private:
   struct Placement;  // a key's owners as this node sees them
   struct GetPlan;    // a GET asking one node after another
-  Placement Place(std::string_view key) const;
+  Placement Place(std::string_view key, std::string_view placement_key) const;
   void AskNextForGet(const std::shared_ptr<GetPlan>& plan);
   void CopyToOwners(const std::string& key, const Placement& placement, const ValueRef& value);
   // A one-item PUT to a peer; `done` (may be null) gets the item's status.

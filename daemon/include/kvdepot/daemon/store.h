@@ -64,7 +64,11 @@ class Store {
   //
   // With a router (SetRouter) and Route::kCluster, Put, Get, Delete and LocateMany go through the
   // router (cluster_router.h says what each does); without one they are local, as documented here.
-  void Put(std::string_view key, ValueRef value, PutCallback done, Route route = Route::kCluster);
+  // `placement_key` (Put, Get, Delete; per key for LocateMany) is the request's explicit placement
+  // key (protocol::kFlagPlacement): the router finds the key's owners by it instead of the key
+  // itself; empty: by the key. Without a router, and with Route::kLocal, it is ignored.
+  void Put(std::string_view key, ValueRef value, PutCallback done, Route route = Route::kCluster,
+           std::string_view placement_key = {});
 
   // Publishes KV events (docs/events.md) for what becomes readable or stops being readable in the
   // host and GPU tiers (the SSD tier reports its own through SsdTierOptions::on_index_change).
@@ -81,21 +85,24 @@ class Store {
   // reads the value (verifying its checksum) and calls `done` from the SSD tier's thread. NotFound
   // when absent in every tier or when the SSD copy failed verification (that copy is then removed
   // and counted).
-  void Get(std::string_view key, GetCallback done, Route route = Route::kCluster);
+  void Get(std::string_view key, GetCallback done, Route route = Route::kCluster,
+           std::string_view placement_key = {});
 
   // The highest tier holding `key` here, or kNone; counts nothing and moves nothing.
   protocol::Tier Locate(std::string_view key) const;
   // Locate for every key (LOOKUP); in a cluster, keys held elsewhere are asked of their owners in
   // one parallel round trip. `done` gets one tier per key, in key order; it runs inline when every
-  // key was answered here.
+  // key was answered here. `placement_keys`: empty, or one per key (an empty one: by the key).
   void LocateMany(std::span<const std::string_view> keys, Route route,
-                  std::function<void(std::vector<protocol::Tier>)> done);
+                  std::function<void(std::vector<protocol::Tier>)> done,
+                  std::span<const std::string_view> placement_keys = {});
 
   // Removes `key` from every tier here; false when no tier had it.
   bool Erase(std::string_view key);
   // Erase, and in a cluster also at the key's owners; `done` (inline when answered here) gets
   // whether any of them had the key.
-  void Delete(std::string_view key, Route route, std::function<void(bool found)> done);
+  void Delete(std::string_view key, Route route, std::function<void(bool found)> done,
+              std::string_view placement_key = {});
 
   // Routes requests in a cluster (may be null: a single daemon; must outlive the store). Call
   // before use.

@@ -58,6 +58,11 @@ inline constexpr std::uint16_t kFlagMore = 1;
 // Request flag: the request comes from another node of the cluster, which forwarded it (docs/
 // cluster.md). The receiver answers from its own tiers and never forwards it again (one hop).
 inline constexpr std::uint16_t kFlagFromPeer = 2;
+// Request flag (PUT, GET, GET_AS, LOOKUP, DELETE only; on another op the header is malformed):
+// the body starts with a placement section (below) giving each item an explicit placement key,
+// which a cluster member uses instead of the item's own key to find its owners (docs/cluster.md:
+// a prefix chain's chunks are placed by their group's anchor). A single daemon ignores it.
+inline constexpr std::uint16_t kFlagPlacement = 4;
 
 // "ping", "put", ...
 std::string_view OpName(Op op);
@@ -83,16 +88,52 @@ struct FrameHeader {
 
 // The largest request body a well-formed request of `op` can have under `limits` (PUT:
 // max_body_bytes; GET/LOOKUP/DELETE: a full key list; SCAN: its fixed fields plus a prefix and a
-// cursor; PING/STATS: 0). Servers check it before buffering a body.
-std::uint64_t MaxRequestBody(Op op, const Limits& limits);
+// cursor; PING/STATS: 0), plus a full placement section when `flags` has kFlagPlacement. Servers
+// check it before buffering a body.
+std::uint64_t MaxRequestBody(Op op, const Limits& limits, std::uint16_t flags = 0);
 
 void EncodeFrameHeader(const FrameHeader& h, std::byte* out);  // writes kFrameHeaderBytes
-// Validates magic, version, type (a known op; `expect_response` says which direction), flags,
-// reserved bits and body_length <= limits.max_body_bytes. Errors are kCorruption.
+// Validates magic, version, type (a known op; `expect_response` says which direction), flags
+// (kFlagPlacement only on an op that AcceptsPlacement), reserved bits and body_length <=
+// limits.max_body_bytes. Errors are kCorruption.
 Result<FrameHeader> DecodeFrameHeader(std::span<const std::byte> bytes, const Limits& limits,
                                       bool expect_response);
 
 // ---- bodies -----------------------------------------------------------------------------------
+
+// Placement section (kFlagPlacement): at the very start of the body, before the op's own fields,
+// so that a PUT is routed before its values arrive:
+//   u32 section_bytes (the bytes that follow, <= MaxPlacementSectionBytes),
+//   then per item of the request, in item order: u16 n (0 ..= max_key_bytes) + n bytes.
+// n = 0 places the item by its own key. The entries must fill the section exactly and their
+// number must equal the request's item count (CheckPlacementCount). Every error is kOutOfRange (a
+// key over max_key_bytes, a section over its bound) or kInvalidArgument (an entry cut off, a
+// section running past the body, a count mismatch), naming the entry: the frame's extent is known
+// from body_length, so the server refuses the request and keeps the connection.
+inline constexpr std::size_t kPlacementSectionLengthBytes = 4;
+// PUT, GET, GET_AS, LOOKUP, DELETE: the requests whose items a cluster member routes.
+bool AcceptsPlacement(Op op);
+// The largest section_bytes under `limits`: max_batch entries of max_key_bytes.
+std::uint64_t MaxPlacementSectionBytes(const Limits& limits);
+// The whole section (u32 section_bytes, then the entries). The only writer of its layout.
+Result<std::vector<std::byte>> EncodePlacementSection(std::span<const std::string_view> keys);
+// Checks a section's u32 section_bytes against its bound and against the `body_left` bytes of
+// the body after the u32 (kOutOfRange, kInvalidArgument), before any of it is read.
+Status CheckPlacementSectionLength(std::uint32_t section_bytes, std::uint64_t body_left,
+                                   const Limits& limits);
+// The entries after the u32 (section_bytes of them) as views into `entries`. The only reader of
+// the layout; the daemon's streaming PUT reader calls it on the section it buffered.
+Result<std::vector<std::string_view>> DecodePlacementEntries(std::span<const std::byte> entries,
+                                                             const Limits& limits);
+// A buffered request body with kFlagPlacement: its placement keys, and the op's own body after
+// the section.
+struct PlacedBody {
+  std::vector<std::string_view> placement_keys;  // views into the body
+  std::span<const std::byte> rest;
+};
+Result<PlacedBody> SplitPlacementSection(std::span<const std::byte> body, const Limits& limits);
+// kInvalidArgument naming `op` when a section's `entries` do not match the request's `items`.
+Status CheckPlacementCount(Op op, std::size_t entries, std::size_t items);
 
 // Request encoders take the caller's keys and check what the wire can carry: OutOfRange when a
 // key (or a scan prefix or cursor) is over 65,535 bytes (its u16 length) or the body would be over
@@ -115,6 +156,9 @@ inline constexpr std::size_t kPutValueLengthBytes = 8;
 struct PutItemView {
   std::string_view key;
   std::span<const std::byte> value;
+  // Client side: an explicit placement key (empty: placed by `key`); a request whose items have
+  // any is sent with kFlagPlacement and a placement section. Not part of EncodePutBody's layout.
+  std::string_view placement_key = {};
 };
 Result<std::vector<std::byte>> EncodePutBody(std::span<const PutItemView> items);
 // The head of a one-item PUT body (u32 count 1, u16 key length, key, u64 value length), for

@@ -8,6 +8,7 @@
 #include "cli_args.h"
 #include "cli_internal.h"
 #include "cli_json.h"
+#include "kvdepot/client/cluster_routes.h"
 #include "kvdepot/cluster/topology.h"
 
 namespace kvdepot::cli {
@@ -23,29 +24,6 @@ Result<nlohmann::json> FetchClusterInfo(const client::ClientOptions& remote) {
                       "object (is it an older kvdepotd?)");
   }
   return j;
-}
-
-// The view in a CLUSTER_INFO document, as a Topology (for placement).
-Result<cluster::Topology> TopologyFromInfo(const nlohmann::json& info) {
-  try {
-    std::vector<cluster::Member> members;
-    for (const auto& m : info.at("members")) {
-      cluster::Member member;
-      member.id = m.at("id").get<std::string>();
-      member.native_addr = m.at("addr").get<std::string>();
-      member.capacity_bytes = m.value("capacity_bytes", std::uint64_t{0});
-      member.used_bytes = m.value("used_bytes", std::uint64_t{0});
-      members.push_back(std::move(member));
-    }
-    cluster::PlacementOptions options;
-    const auto& placement = info.at("placement");
-    options.replicas = placement.at("replicas").get<std::uint32_t>();
-    options.group_chunks = placement.at("group_chunks").get<std::uint32_t>();
-    return cluster::Topology(info.value("revision", std::int64_t{0}), std::move(members), options);
-  } catch (const nlohmann::json::exception& e) {
-    return Corruption(std::string("CLUSTER_INFO document lacks a field or has a wrong type: ") +
-                      e.what());
-  }
 }
 
 void PrintMembers(const nlohmann::json& members, const std::string& self, std::ostream& out) {
@@ -102,8 +80,10 @@ Status Owner(const client::ClientOptions& remote, std::span<const char* const> a
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"KEY"}));
   const std::string key = KeyFromArg(args.positional()[0]);
   KVD_ASSIGN_OR_RETURN(nlohmann::json info, FetchClusterInfo(remote));
-  const bool clustered = info.value("clustered", false);
-  KVD_ASSIGN_OR_RETURN(cluster::Topology topology, TopologyFromInfo(info));
+  KVD_ASSIGN_OR_RETURN(const client::ClusterInfoView view,
+                       client::ParseClusterInfo(info.dump(), remote.address));
+  const bool clustered = view.clustered;
+  const cluster::Topology& topology = view.topology;
   const std::string_view placement_key = cluster::PlacementKey(key);
   const std::vector<const cluster::Member*> owners = topology.Owners(placement_key);
   if (args.Has("--json")) {

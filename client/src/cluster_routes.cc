@@ -1,0 +1,202 @@
+#include "kvdepot/client/cluster_routes.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+namespace kvdepot::client {
+
+Result<ClusterInfoView> ParseClusterInfo(std::string_view json, std::string_view source) {
+  const nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Corruption("CLUSTER_INFO from " + std::string(source) +
+                      " is not a JSON object (is it an older kvdepotd?)");
+  }
+  try {
+    ClusterInfoView out;
+    out.clustered = j.value("clustered", false);
+    out.self = j.value("self", "");
+    out.fenced = j.value("fenced", false);
+    std::vector<cluster::Member> members;
+    for (const auto& m : j.at("members")) {
+      cluster::Member member;
+      member.id = m.at("id").get<std::string>();
+      member.native_addr = m.at("addr").get<std::string>();
+      member.lm_addr = m.value("lm_addr", "");
+      member.metrics_addr = m.value("metrics_addr", "");
+      member.incarnation = m.value("incarnation", std::uint64_t{0});
+      member.capacity_bytes = m.value("capacity_bytes", std::uint64_t{0});
+      member.used_bytes = m.value("used_bytes", std::uint64_t{0});
+      members.push_back(std::move(member));
+    }
+    std::sort(members.begin(), members.end(),
+              [](const cluster::Member& a, const cluster::Member& b) { return a.id < b.id; });
+    if (std::adjacent_find(members.begin(), members.end(), [](const auto& a, const auto& b) {
+          return a.id == b.id;
+        }) != members.end()) {
+      return Corruption("CLUSTER_INFO from " + std::string(source) + " lists a member id twice");
+    }
+    cluster::PlacementOptions placement;
+    const auto& p = j.at("placement");
+    placement.replicas = p.at("replicas").get<std::uint32_t>();
+    placement.group_chunks = p.at("group_chunks").get<std::uint32_t>();
+    out.topology =
+        cluster::Topology(j.value("revision", std::int64_t{0}), std::move(members), placement);
+    return out;
+  } catch (const nlohmann::json::exception& e) {
+    return Corruption("CLUSTER_INFO from " + std::string(source) +
+                      " lacks a field or has a wrong type: " + e.what());
+  }
+}
+
+ClusterRoutes::ClusterRoutes(ClientOptions options) : options_(std::move(options)) {}
+
+ClusterRoutes::~ClusterRoutes() = default;
+
+std::shared_ptr<const cluster::Topology> ClusterRoutes::View() {
+  const auto due = [this](Clock::time_point now) {
+    if (!fetched_) return true;
+    const bool gap_passed = now - fetched_at_ >= kMinRefreshGap;
+    return (stale_ && gap_passed) || now - fetched_at_ >= options_.cluster_refresh;
+  };
+  bool first = false;
+  {
+    std::lock_guard lock(mu_);
+    if (!due(Clock::now())) return view_;
+    first = !fetched_;
+  }
+  std::unique_lock refresh(refresh_mu_, std::defer_lock);
+  if (first) {
+    refresh.lock();  // the first fetch is waited for
+  } else if (!refresh.try_lock()) {
+    std::lock_guard lock(mu_);  // another thread refreshes: route by what we have
+    return view_;
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (!due(Clock::now())) return view_;  // refreshed while this thread waited
+  }
+  Refresh();
+  std::lock_guard lock(mu_);
+  return view_;
+}
+
+void ClusterRoutes::Refresh() {
+  std::vector<std::string> candidates = {options_.address};
+  {
+    std::lock_guard lock(mu_);
+    if (view_ != nullptr) {
+      for (const cluster::Member& m : view_->members()) {
+        if (m.id != seed_self_) candidates.push_back(m.native_addr);
+      }
+    }
+  }
+  for (const std::string& address : candidates) {
+    bool reused = false;
+    auto conn = Acquire(address, &reused);
+    if (!conn.ok()) continue;  // unreachable: ask the next one
+    Result<std::string> text = (*conn)->ClusterInfo();
+    if (!text.ok() && (*conn)->broken() && reused) {  // a stale pooled connection: once more
+      conn = Acquire(address, &reused, /*fresh=*/true);
+      if (!conn.ok()) continue;
+      text = (*conn)->ClusterInfo();
+    }
+    const bool transport_failure = !text.ok() && text.status().code() == StatusCode::kUnavailable;
+    Release(address, std::move(*conn));
+    if (transport_failure) continue;
+    Result<ClusterInfoView> info =
+        text.ok() ? ParseClusterInfo(*text, address) : Result<ClusterInfoView>(text.status());
+    std::lock_guard lock(mu_);
+    fetched_ = true;
+    stale_ = false;
+    fetched_at_ = Clock::now();
+    ++refreshes_;
+    if (!info.ok() || !info->clustered || info->topology.empty()) {
+      // Not clustered, too old to know CLUSTER_INFO, or no member up: a plain client.
+      view_ = nullptr;
+      seed_self_.clear();
+    } else {
+      seed_self_ = address == options_.address ? info->self : std::string();
+      view_ = std::make_shared<const cluster::Topology>(std::move(info->topology));
+    }
+    return;
+  }
+  // Nobody answered: keep the last view (nullptr before the first answer) and try again after
+  // kMinRefreshGap.
+  std::lock_guard lock(mu_);
+  fetched_ = true;
+  stale_ = true;
+  fetched_at_ = Clock::now();
+}
+
+std::string ClusterRoutes::AddressOf(const cluster::Member& m) const {
+  return !seed_self_.empty() && m.id == seed_self_ ? options_.address : m.native_addr;
+}
+
+std::vector<std::string> ClusterRoutes::Targets(const cluster::Topology& view, std::string_view key,
+                                                std::string_view placement_key) const {
+  constexpr std::size_t kOtherMembers = 2;
+  const std::string_view by = placement_key.empty() ? cluster::PlacementKey(key) : placement_key;
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  const auto add = [&out](std::string address) {
+    if (std::find(out.begin(), out.end(), address) == out.end()) out.push_back(std::move(address));
+  };
+  for (const cluster::Member* m : view.Owners(by)) add(AddressOf(*m));
+  const std::size_t owners = out.size();
+  for (const cluster::Member& m : view.members()) {
+    if (out.size() >= owners + kOtherMembers) break;
+    add(AddressOf(m));
+  }
+  add(options_.address);
+  const Clock::time_point now = Clock::now();
+  std::stable_partition(out.begin(), out.end(), [&](const std::string& address) {
+    const auto it = down_until_.find(address);
+    return it == down_until_.end() || it->second <= now;
+  });
+  return out;
+}
+
+void ClusterRoutes::ReportFailure(const std::string& address) {
+  std::lock_guard lock(mu_);
+  down_until_[address] = Clock::now() + kDownBackoff;
+  stale_ = true;
+  idle_.erase(address);  // its other pooled connections are likely dead too
+}
+
+void ClusterRoutes::MarkStale() {
+  std::lock_guard lock(mu_);
+  stale_ = true;
+}
+
+Result<std::unique_ptr<Connection>> ClusterRoutes::Acquire(const std::string& address, bool* reused,
+                                                           bool fresh) {
+  if (!fresh) {
+    std::lock_guard lock(mu_);
+    auto it = idle_.find(address);
+    if (it != idle_.end() && !it->second.empty()) {
+      std::unique_ptr<Connection> conn = std::move(it->second.back());
+      it->second.pop_back();
+      *reused = true;
+      return conn;
+    }
+  }
+  *reused = false;
+  ClientOptions o = options_;
+  o.address = address;
+  return Connection::Connect(o);
+}
+
+void ClusterRoutes::Release(const std::string& address, std::unique_ptr<Connection> connection) {
+  if (connection == nullptr || connection->broken()) return;
+  std::lock_guard lock(mu_);
+  auto& pool = idle_[address];
+  if (pool.size() < options_.pool_size) pool.push_back(std::move(connection));
+}
+
+std::uint64_t ClusterRoutes::refreshes() const {
+  std::lock_guard lock(mu_);
+  return refreshes_;
+}
+
+}  // namespace kvdepot::client

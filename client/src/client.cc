@@ -22,6 +22,7 @@
 #include <string>
 
 #include "kvdepot/base/socket_io.h"
+#include "kvdepot/client/cluster_routes.h"
 
 namespace kvdepot::client {
 namespace {
@@ -424,38 +425,46 @@ Status Connection::GetAs(std::span<const std::string> keys, CodecId codec,
 Status Connection::ReadGetFrames(std::uint64_t id, Op op, std::size_t keys,
                                  const GetCallback& on_item) {
   std::vector<std::byte> frame;
-  for (std::uint32_t expected = 0;; ++expected) {
-    KVD_ASSIGN_OR_RETURN(FrameHeader h, ReadResponse(frame));
-    if (h.request_id != id || h.op() != op) {
-      if (h.status == static_cast<std::uint16_t>(StatusCode::kCorruption)) {
-        return Broken(FromWire(h.status, frame));
-      }
-      return Broken(Corruption("protocol: unexpected response to " +
-                               std::string(protocol::OpName(op)) + " " + std::to_string(id)));
-    }
-    // A refused request (its error message) vs. a failed item (exactly the 8-byte prefix).
-    if (expected == 0 && h.status != 0 && frame.size() != protocol::kGetItemPrefixBytes) {
-      return FromWire(h.status, frame);  // the request itself was refused
-    }
-    KVD_ASSIGN_OR_RETURN(auto prefix, protocol::DecodeGetItemPrefix(frame));
-    if (prefix.index != expected || expected >= keys) {
-      return Broken(Corruption("protocol: GET items out of order"));
-    }
-    GetItem item;
-    item.index = prefix.index;
-    item.tier = prefix.tier;
-    item.status = h.status == 0
-                      ? Status::Ok()
-                      : Status(static_cast<StatusCode>(h.status),
-                               "key " + std::to_string(prefix.index) + ": " +
-                                   std::string(StatusCodeName(static_cast<StatusCode>(h.status))));
-    item.value = std::span<const std::byte>(frame).subspan(protocol::kGetItemPrefixBytes);
-    on_item(item);
-    if ((h.flags & protocol::kFlagMore) == 0) {
-      if (expected + 1 != keys) return Broken(Corruption("protocol: GET ended early"));
-      return Status::Ok();
-    }
+  for (std::uint32_t index = 0; index < keys; ++index) {
+    KVD_RETURN_IF_ERROR(ReadGetItem(id, op, index, keys, frame, on_item));
   }
+  return Status::Ok();
+}
+
+Status Connection::ReadGetItem(std::uint64_t id, Op op, std::uint32_t index, std::size_t keys,
+                               std::vector<std::byte>& frame, const GetCallback& on_item) {
+  KVD_ASSIGN_OR_RETURN(FrameHeader h, ReadResponse(frame));
+  if (h.request_id != id || h.op() != op) {
+    if (h.status == static_cast<std::uint16_t>(StatusCode::kCorruption)) {
+      return Broken(FromWire(h.status, frame));
+    }
+    return Broken(Corruption("protocol: unexpected response to " +
+                             std::string(protocol::OpName(op)) + " " + std::to_string(id)));
+  }
+  // A refused request (its error message) vs. a failed item (exactly the 8-byte prefix).
+  if (index == 0 && h.status != 0 && frame.size() != protocol::kGetItemPrefixBytes) {
+    return FromWire(h.status, frame);  // the request itself was refused
+  }
+  KVD_ASSIGN_OR_RETURN(auto prefix, protocol::DecodeGetItemPrefix(frame));
+  if (prefix.index != index || index >= keys) {
+    return Broken(Corruption("protocol: GET items out of order"));
+  }
+  GetItem item;
+  item.index = prefix.index;
+  item.tier = prefix.tier;
+  item.status = h.status == 0
+                    ? Status::Ok()
+                    : Status(static_cast<StatusCode>(h.status),
+                             "key " + std::to_string(prefix.index) + ": " +
+                                 std::string(StatusCodeName(static_cast<StatusCode>(h.status))));
+  item.value = std::span<const std::byte>(frame).subspan(protocol::kGetItemPrefixBytes);
+  on_item(item);
+  const bool more = (h.flags & protocol::kFlagMore) != 0;
+  if (more != (index + 1 < keys)) {
+    return Broken(
+        Corruption(more ? "protocol: GET items out of order" : "protocol: GET ended early"));
+  }
+  return Status::Ok();
 }
 
 Result<Connection::MapResult> Connection::Map() {
@@ -739,43 +748,117 @@ auto Client::WithConnection(Fn&& fn, bool retry) -> decltype(fn(std::declval<Con
   }
 }
 
+namespace {
+
+StatusCode CodeOf(const Status& s) {
+  return s.code();
+}
+template <typename T>
+StatusCode CodeOf(const Result<T>& r) {
+  return r.ok() ? StatusCode::kOk : r.status().code();
+}
+
+}  // namespace
+
+template <typename Fn>
+auto Client::WithRoute(std::string_view key, std::string_view placement_key, Fn&& fn,
+                       const bool* delivered) -> decltype(fn(std::declval<Connection&>())) {
+  using R = decltype(fn(std::declval<Connection&>()));
+  const std::shared_ptr<const cluster::Topology> view = RouteView();
+  if (view == nullptr) return WithConnection(fn, /*retry=*/delivered == nullptr);
+  std::optional<R> last;
+  for (const std::string& address : routes_->Targets(*view, key, placement_key)) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      bool reused = false;
+      auto conn = routes_->Acquire(address, &reused, /*fresh=*/attempt > 0);
+      if (!conn.ok()) {
+        last.emplace(conn.status());
+        break;
+      }
+      R result = fn(**conn);
+      const bool broken = (*conn)->broken();
+      routes_->Release(address, std::move(*conn));
+      if (delivered != nullptr && *delivered) return result;  // must not be repeated
+      if (broken && reused && attempt == 0) continue;  // a stale pooled connection: once more
+      if (!broken && CodeOf(result) != StatusCode::kUnavailable) return result;
+      last.emplace(std::move(result));
+      break;
+    }
+    routes_->ReportFailure(address);  // down, or it refuses (fenced): next target
+  }
+  return std::move(*last);
+}
+
 Status Client::Ping() {
   return WithConnection([](Connection& c) { return c.Ping(); });
 }
 Status Client::SetEventOrigin(const protocol::EventOrigin& origin) {
   return WithConnection([&](Connection& c) { return c.SetEventOrigin(origin); });
 }
-Status Client::Put(std::string_view key, std::span<const std::byte> value) {
-  return WithConnection([&](Connection& c) { return c.Put(key, value); });
+Status Client::Put(std::string_view key, std::span<const std::byte> value,
+                   std::string_view placement_key) {
+  return WithRoute(key, placement_key, [&](Connection& c) { return c.Put(key, value); });
 }
-Result<std::optional<std::vector<std::byte>>> Client::Get(std::string_view key) {
-  return WithConnection([&](Connection& c) { return c.Get(key); });
+Result<std::vector<StatusCode>> Client::Put(std::span<const protocol::PutItemView> items,
+                                            std::span<const std::string> placement_keys) {
+  if (const auto view = RouteView(); view != nullptr) {
+    return RoutedPut(*view, items, placement_keys);
+  }
+  return WithConnection([&](Connection& c) { return c.Put(items); });
 }
-Status Client::Get(std::span<const std::string> keys, const GetCallback& on_item) {
+Result<std::optional<std::vector<std::byte>>> Client::Get(std::string_view key,
+                                                          std::string_view placement_key) {
+  return WithRoute(key, placement_key, [&](Connection& c) { return c.Get(key); });
+}
+Status Client::Get(std::span<const std::string> keys, const GetCallback& on_item,
+                   std::span<const std::string> placement_keys) {
+  if (const auto view = RouteView(); view != nullptr) {
+    return RoutedGet(*view, protocol::Op::kGet, CodecId{}, keys, placement_keys, on_item);
+  }
   // Not retried: items may already have been delivered to the callback.
   return WithConnection([&](Connection& c) { return c.Get(keys, on_item); }, /*retry=*/false);
 }
-Status Client::GetAs(std::span<const std::string> keys, CodecId codec, const GetCallback& on_item) {
+Status Client::GetAs(std::span<const std::string> keys, CodecId codec, const GetCallback& on_item,
+                     std::span<const std::string> placement_keys) {
+  if (const auto view = RouteView(); view != nullptr) {
+    return RoutedGet(*view, protocol::Op::kGetAs, codec, keys, placement_keys, on_item);
+  }
   return WithConnection([&](Connection& c) { return c.GetAs(keys, codec, on_item); },
                         /*retry=*/false);
 }
-Status Client::PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts) {
-  return WithConnection([&](Connection& c) { return c.PutParts(key, parts); });
+Status Client::PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts,
+                        std::string_view placement_key) {
+  return WithRoute(key, placement_key, [&](Connection& c) { return c.PutParts(key, parts); });
 }
 Result<std::optional<std::size_t>> Client::GetInto(std::string_view key, std::span<std::byte> head,
-                                                   std::span<std::byte> out) {
-  return WithConnection([&](Connection& c) { return c.GetInto(key, head, out); });
+                                                   std::span<std::byte> out,
+                                                   std::string_view placement_key) {
+  return WithRoute(key, placement_key, [&](Connection& c) { return c.GetInto(key, head, out); });
 }
 Result<std::optional<std::size_t>> Client::GetInto(std::string_view key, std::span<std::byte> head,
-                                                   const Connection::OutChooser& choose_out) {
-  // Not retried: choose_out may already have been called.
-  return WithConnection([&](Connection& c) { return c.GetInto(key, head, choose_out); },
-                        /*retry=*/false);
+                                                   const Connection::OutChooser& choose_out,
+                                                   std::string_view placement_key) {
+  // Not repeated once choose_out was called.
+  bool delivered = false;
+  const Connection::OutChooser chooser = [&](std::size_t size) {
+    delivered = true;
+    return choose_out(size);
+  };
+  return WithRoute(
+      key, placement_key, [&](Connection& c) { return c.GetInto(key, head, chooser); }, &delivered);
 }
-Result<protocol::LookupResult> Client::Lookup(std::span<const std::string> keys) {
+Result<protocol::LookupResult> Client::Lookup(std::span<const std::string> keys,
+                                              std::span<const std::string> placement_keys) {
+  if (const auto view = RouteView(); view != nullptr && !keys.empty()) {
+    return RoutedLookup(*view, keys, placement_keys);
+  }
   return WithConnection([&](Connection& c) { return c.Lookup(keys); });
 }
-Result<std::vector<StatusCode>> Client::Delete(std::span<const std::string> keys) {
+Result<std::vector<StatusCode>> Client::Delete(std::span<const std::string> keys,
+                                               std::span<const std::string> placement_keys) {
+  if (const auto view = RouteView(); view != nullptr && !keys.empty()) {
+    return RoutedDelete(*view, keys, placement_keys);
+  }
   return WithConnection([&](Connection& c) { return c.Delete(keys); });
 }
 Result<std::string> Client::Stats() {

@@ -6,7 +6,8 @@
 // kUnavailable / kCorruption; a GET never hands out partial bytes: a value is delivered only once
 // its whole frame has arrived.
 // Client: a thread-safe pool of Connections; a call that fails on a broken connection is retried
-// once on a fresh one (every operation is idempotent).
+// once on a fresh one (every operation is idempotent). In a cluster it sends each key's requests
+// straight to the key's owners (ClientOptions::cluster_routing, docs/cluster.md "Smart clients").
 #pragma once
 
 #include <sys/uio.h>
@@ -29,7 +30,22 @@
 #include "kvdepot/protocol/chunk_key.h"
 #include "kvdepot/protocol/protocol.h"
 
+namespace kvdepot::cluster {
+class Topology;  // kvdepot/cluster/topology.h
+}  // namespace kvdepot::cluster
+
 namespace kvdepot::client {
+
+class ClusterRoutes;  // cluster_routes.h
+
+// How a Client routes in a cluster (docs/cluster.md, "Smart clients").
+enum class ClusterRouting {
+  // At first use, ask `address` for CLUSTER_INFO; in a cluster send each key's requests to its
+  // owners (multi-key requests split by owner, in parallel), refreshed every cluster_refresh and
+  // at once after a failure. A daemon not in a cluster (or too old to know CLUSTER_INFO): as kOff.
+  kAuto,
+  kOff,  // everything goes to `address` (a member forwards what it does not own)
+};
 
 struct ClientOptions {
   // "HOST:PORT" (IPv6 as "[::1]:7600") or "unix:/path/to/socket".
@@ -47,6 +63,9 @@ struct ClientOptions {
   std::string tls_cert_file;  // client certificate and key, for servers that require one
   std::string tls_key_file;
   std::string tls_server_name;
+  // Client only: smart routing in a cluster, and how often the view is refreshed.
+  ClusterRouting cluster_routing = ClusterRouting::kAuto;
+  std::chrono::milliseconds cluster_refresh{5000};
 };
 
 // Reads a token file for ClientOptions::token: the first non-empty line that is not a comment,
@@ -134,6 +153,11 @@ class Connection {
   // Sends a PUT of one item without building the body in memory first.
   Result<std::uint64_t> SendPut(std::string_view key, std::span<const std::byte> value);
   Result<protocol::FrameHeader> ReadResponse(std::vector<std::byte>& body);
+  // Reads item `index` (of `keys`) of a GET-shaped response (GET, GET_AS) to request `id` into
+  // `frame` and passes it to on_item: pipelined GETs read one item at a time. A refused request
+  // (at index 0) is returned as its error.
+  Status ReadGetItem(std::uint64_t id, protocol::Op op, std::uint32_t index, std::size_t keys,
+                     std::vector<std::byte>& frame, const GetCallback& on_item);
 
  private:
   explicit Connection(int fd, const ClientOptions& options);
@@ -192,7 +216,10 @@ struct PrefixLookup {
 
 class Client {
  public:
-  explicit Client(ClientOptions options) : options_(std::move(options)) {}
+  explicit Client(ClientOptions options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
 
   // Chunk keys for `tokens` in namespace `ns` (full chunks only: a partial last chunk is not
   // stored), then one LOOKUP round trip for all of them.
@@ -203,33 +230,77 @@ class Client {
   std::future<Status> PutAsync(std::string key, std::vector<std::byte> value);
   std::future<Status> GetAsync(std::vector<std::string> keys, GetCallback on_item);
 
+  // Cluster routing (ClientOptions::cluster_routing): the key-based calls below go to the key's
+  // owners. A `placement_key` (one per key in the multi-key calls; an empty span or empty string:
+  // the key's own PlacementKey) places the key instead, e.g. a prefix group's anchor
+  // (docs/cluster.md). Multi-key calls are split by owner and sent to all owners before any
+  // answer is read; GET items still arrive in key order. Ping, SetEventOrigin, Stats, ClusterInfo
+  // and Scan always go to `address`.
   Status Ping();
   Status SetEventOrigin(const protocol::EventOrigin& origin);
-  Status Put(std::string_view key, std::span<const std::byte> value);
-  Result<std::optional<std::vector<std::byte>>> Get(std::string_view key);
-  Status Get(std::span<const std::string> keys, const GetCallback& on_item);
+  Status Put(std::string_view key, std::span<const std::byte> value,
+             std::string_view placement_key = {});
+  // Per-item statuses, as Connection::Put.
+  Result<std::vector<StatusCode>> Put(std::span<const protocol::PutItemView> items,
+                                      std::span<const std::string> placement_keys = {});
+  Result<std::optional<std::vector<std::byte>>> Get(std::string_view key,
+                                                    std::string_view placement_key = {});
+  Status Get(std::span<const std::string> keys, const GetCallback& on_item,
+             std::span<const std::string> placement_keys = {});
   // GET_AS on a pooled connection: as Connection::GetAs (not retried once items were delivered).
-  Status GetAs(std::span<const std::string> keys, CodecId codec, const GetCallback& on_item);
-  Status PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts);
+  Status GetAs(std::span<const std::string> keys, CodecId codec, const GetCallback& on_item,
+               std::span<const std::string> placement_keys = {});
+  Status PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts,
+                  std::string_view placement_key = {});
   Result<std::optional<std::size_t>> GetInto(std::string_view key, std::span<std::byte> head,
-                                             std::span<std::byte> out);
+                                             std::span<std::byte> out,
+                                             std::string_view placement_key = {});
   Result<std::optional<std::size_t>> GetInto(std::string_view key, std::span<std::byte> head,
-                                             const Connection::OutChooser& choose_out);
-  Result<protocol::LookupResult> Lookup(std::span<const std::string> keys);
-  Result<std::vector<StatusCode>> Delete(std::span<const std::string> keys);
+                                             const Connection::OutChooser& choose_out,
+                                             std::string_view placement_key = {});
+  Result<protocol::LookupResult> Lookup(std::span<const std::string> keys,
+                                        std::span<const std::string> placement_keys = {});
+  Result<std::vector<StatusCode>> Delete(std::span<const std::string> keys,
+                                         std::span<const std::string> placement_keys = {});
   Result<std::string> Stats();
   Result<std::string> ClusterInfo();
   Result<protocol::ScanResult> Scan(const protocol::ScanRequest& request);
+
+  // The routing state (for connections of one's own that follow the same view); nullptr with
+  // ClusterRouting::kOff.
+  ClusterRoutes* cluster_routes() const { return routes_.get(); }
 
  private:
   // Runs fn on a pooled connection. With `retry`, a failure on a stale pooled connection is
   // retried once on a fresh one.
   template <typename Fn>
   auto WithConnection(Fn&& fn, bool retry = true) -> decltype(fn(std::declval<Connection&>()));
+  // Runs fn at the key's routing targets in turn (ClusterRoutes::Targets) until one answers
+  // without a transport failure or `unavailable`; without a cluster view, WithConnection. Once
+  // `*delivered` (when given) is set, fn is not repeated.
+  template <typename Fn>
+  auto WithRoute(std::string_view key, std::string_view placement_key, Fn&& fn,
+                 const bool* delivered = nullptr) -> decltype(fn(std::declval<Connection&>()));
+  // The view to route by; nullptr: everything goes to `address`.
+  std::shared_ptr<const cluster::Topology> RouteView();
+  // GET / GET_AS split by owner (client_cluster.cc).
+  Status RoutedGet(const cluster::Topology& view, protocol::Op op, CodecId codec,
+                   std::span<const std::string> keys, std::span<const std::string> placement_keys,
+                   const GetCallback& on_item);
+  Result<protocol::LookupResult> RoutedLookup(const cluster::Topology& view,
+                                              std::span<const std::string> keys,
+                                              std::span<const std::string> placement_keys);
+  Result<std::vector<StatusCode>> RoutedDelete(const cluster::Topology& view,
+                                               std::span<const std::string> keys,
+                                               std::span<const std::string> placement_keys);
+  Result<std::vector<StatusCode>> RoutedPut(const cluster::Topology& view,
+                                            std::span<const protocol::PutItemView> items,
+                                            std::span<const std::string> placement_keys);
 
   ClientOptions options_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Connection>> idle_;
+  std::unique_ptr<ClusterRoutes> routes_;
 };
 
 }  // namespace kvdepot::client

@@ -92,18 +92,15 @@ void ClusterRoutes::Refresh() {
     }
   }
   for (const std::string& address : candidates) {
-    bool reused = false;
-    auto conn = Acquire(address, &reused);
+    // A connection of its own with a short timeout: a hung member must not hold the request that
+    // happens to refresh for the whole I/O timeout.
+    ClientOptions o = options_;
+    o.address = address;
+    o.timeout = std::min(options_.timeout, kInfoTimeout);
+    auto conn = Connection::Connect(o);
     if (!conn.ok()) continue;  // unreachable: ask the next one
-    Result<std::string> text = (*conn)->ClusterInfo();
-    if (!text.ok() && (*conn)->broken() && reused) {  // a stale pooled connection: once more
-      conn = Acquire(address, &reused, /*fresh=*/true);
-      if (!conn.ok()) continue;
-      text = (*conn)->ClusterInfo();
-    }
-    const bool transport_failure = !text.ok() && text.status().code() == StatusCode::kUnavailable;
-    Release(address, std::move(*conn));
-    if (transport_failure) continue;
+    const Result<std::string> text = (*conn)->ClusterInfo();
+    if (!text.ok() && text.status().code() == StatusCode::kUnavailable) continue;
     Result<ClusterInfoView> info =
         text.ok() ? ParseClusterInfo(*text, address) : Result<ClusterInfoView>(text.status());
     std::lock_guard lock(mu_);

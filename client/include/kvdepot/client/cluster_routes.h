@@ -78,10 +78,13 @@ class ClusterRoutes {
 
   static constexpr std::chrono::milliseconds kMinRefreshGap{100};
   static constexpr std::chrono::milliseconds kDownBackoff{1000};
+  // The I/O timeout of a CLUSTER_INFO request (at most ClientOptions::timeout).
+  static constexpr std::chrono::milliseconds kInfoTimeout{2000};
 
  private:
   using Clock = std::chrono::steady_clock;
-  // Asks the seed, then the known members, for CLUSTER_INFO; installs the first answer.
+  // Asks the seed, then the known members, for CLUSTER_INFO (each on a new connection with
+  // kInfoTimeout); installs the first answer.
   void Refresh();
   // The address requests for member `m` go to: the configured address for the member that
   // answered as the seed (so that a unix: seed keeps its transport), else its native address.

@@ -36,9 +36,11 @@ install(CODE "
 ")
 
 # ---- the client SDK ----
-set(_kvd_sdk_targets kvdepot_base kvdepot_codec kvdepot_protocol kvdepot_client)
+set(_kvd_sdk_targets kvdepot_base kvdepot_codec kvdepot_protocol kvdepot_cluster_topology
+                      kvdepot_client)
 set(_kvd_sdk_headers ${PROJECT_SOURCE_DIR}/base/include/ ${PROJECT_SOURCE_DIR}/codec/include/
-                      ${PROJECT_SOURCE_DIR}/protocol/include/ ${PROJECT_SOURCE_DIR}/client/include/)
+                      ${PROJECT_SOURCE_DIR}/protocol/include/ ${PROJECT_SOURCE_DIR}/client/include/
+                      ${PROJECT_SOURCE_DIR}/cluster/include/)
 if(KVDEPOT_WITH_CUDA)
   list(APPEND _kvd_sdk_targets kvdepot_cuda kvdepot_client_gpu)
   list(APPEND _kvd_sdk_headers ${PROJECT_SOURCE_DIR}/cuda/include/)

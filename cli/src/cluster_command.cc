@@ -80,8 +80,9 @@ Status Owner(const client::ClientOptions& remote, std::span<const char* const> a
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"KEY"}));
   const std::string key = KeyFromArg(args.positional()[0]);
   KVD_ASSIGN_OR_RETURN(nlohmann::json info, FetchClusterInfo(remote));
-  const bool clustered = info.value("clustered", false);
-  KVD_ASSIGN_OR_RETURN(cluster::Topology topology, cluster::TopologyFromClusterInfo(info.dump()));
+  KVD_ASSIGN_OR_RETURN(const cluster::ClusterInfo view, cluster::ParseClusterInfo(info.dump()));
+  const bool clustered = view.clustered;
+  const cluster::Topology& topology = view.topology;
   const std::string_view placement_key = cluster::PlacementKey(key);
   const std::vector<const cluster::Member*> owners = topology.Owners(placement_key);
   if (args.Has("--json")) {

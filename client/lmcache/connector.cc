@@ -59,6 +59,17 @@ Result<std::unique_ptr<Connector>> Create(std::string_view json) {
   }
   options.tls = (cfg.count("tls") && cfg["tls"] == "true") || !options.tls_ca_file.empty() ||
                 !options.tls_cert_file.empty();
+  // Smart routing in a cluster (docs/cluster.md, "Smart clients"): "auto" (default) or "off".
+  const std::string routing = cfg.count("cluster_routing") ? cfg["cluster_routing"] : "auto";
+  if (routing == "auto") {
+    options.cluster_routing = client::ClusterRouting::kAuto;
+  } else if (routing == "off") {
+    options.cluster_routing = client::ClusterRouting::kOff;
+  } else {
+    return InvalidArgument("cluster_routing = '" + routing +
+                           "': expected \"auto\" (send each key to its owner in a cluster) or "
+                           "\"off\" (everything to address)");
+  }
   auto c = std::make_unique<Connector>();
   KVD_ASSIGN_OR_RETURN(
       c->prefix, lm::NamespaceId(cfg.count("namespace") ? cfg["namespace"]

@@ -21,8 +21,10 @@ typedef void* ConnectorHandle;
 
 /* config_json: a JSON object, not NUL-terminated. Keys used (others are ignored):
  * "address" ("HOST:PORT" or "unix:PATH", default "127.0.0.1:7600"), "namespace" (default
- * "lmcache"), "timeout_ms" (default 30000), "pool_size" (default 8); numbers may be given as
- * strings. NULL on a malformed document or a bad value (the daemon need not be up yet). */
+ * "lmcache"), "timeout_ms" (default 30000), "pool_size" (default 8), "cluster_routing" ("auto",
+ * the default: in a kvdepot cluster each key goes straight to its owner; "off"); numbers may be
+ * given as strings. NULL on a malformed document or a bad value (the daemon need not be up yet).
+ * In a cluster, connector_list_keys lists the keys held by the node at "address" only. */
 ConnectorHandle connector_create(const char* config_json, size_t config_json_len);
 void connector_destroy(ConnectorHandle handle);
 /* 1 when present, 0 when absent or on any error. */

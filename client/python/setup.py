@@ -9,7 +9,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 CODEC = ["status.cc", "tensor.cc", "codec_id.cc", "sha256.cc", "chunk_key.cc", "protocol.cc",
          "lm_value.cc"]
-CLIENT = ["client.cc", "socket_io.cc"]
+CLIENT = ["client.cc", "client_cluster.cc", "cluster_routes.cc", "socket_io.cc"]
+CLUSTER = ["topology.cc"]  # placement, for the client's cluster routing
 
 
 def repo_sources():
@@ -18,7 +19,7 @@ def repo_sources():
     stubs = os.path.join("build", "kvdepot-sources")
     os.makedirs(os.path.join(HERE, stubs), exist_ok=True)
     out = []
-    for folder, names in (("codec", CODEC), ("client", CLIENT)):
+    for folder, names in (("codec", CODEC), ("client", CLIENT), ("cluster", CLUSTER)):
         for name in names:
             stub = os.path.join(stubs, f"{folder}_{name}")
             text = f'#include "{os.path.join(REPO, folder, "src", name)}"\n'
@@ -31,7 +32,7 @@ def repo_sources():
 
 
 INCLUDES = [os.path.join(REPO, "codec", "include"), os.path.join(REPO, "client", "include"),
-            os.path.join(REPO, "client", "src")]
+            os.path.join(REPO, "client", "src"), os.path.join(REPO, "cluster", "include")]
 LIBRARIES = ["ssl", "crypto"]  # the client's TLS (OpenSSL)
 
 setup(

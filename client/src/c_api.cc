@@ -70,6 +70,15 @@ int kvdepot_open_ex(const char* address, int timeout_ms, const kvdepot_options* 
     options.tls_key_file = text(opts->tls_key_file);
     options.tls_server_name = text(opts->tls_server_name);
     options.tls = opts->tls != 0 || !options.tls_ca_file.empty() || !options.tls_cert_file.empty();
+    switch (opts->cluster_routing) {
+      case KVDEPOT_CLUSTER_ROUTING_AUTO:
+        options.cluster_routing = kvdepot::client::ClusterRouting::kAuto;
+        break;
+      case KVDEPOT_CLUSTER_ROUTING_OFF:
+        options.cluster_routing = kvdepot::client::ClusterRouting::kOff;
+        break;
+      default: return KVDEPOT_INVALID_ARGUMENT;
+    }
   }
   *out = new (std::nothrow) kvdepot_client(std::move(options));
   return *out == nullptr ? KVDEPOT_RESOURCE_EXHAUSTED : KVDEPOT_OK;

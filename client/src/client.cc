@@ -23,6 +23,7 @@
 #include <string>
 
 #include "kvdepot/base/socket_io.h"
+#include "kvdepot/client/cluster_routes.h"
 
 namespace kvdepot::client {
 namespace {
@@ -370,16 +371,26 @@ Result<std::uint64_t> Connection::SendPlaced(Op op, std::span<const std::byte> b
   return h.request_id;
 }
 
-Result<std::uint64_t> Connection::SendPut(std::string_view key, std::span<const std::byte> value) {
+Result<std::uint64_t> Connection::SendPut(std::string_view key, std::span<const std::byte> value,
+                                          std::string_view placement_key) {
   KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> prefix,
                        protocol::EncodeSinglePutHead(key, value.size()));
+  std::vector<std::byte> section;
+  if (!placement_key.empty()) {
+    KVD_ASSIGN_OR_RETURN(section,
+                         protocol::EncodePlacementSection(std::span(&placement_key, 1)));
+  }
+  if (std::uint64_t{section.size()} + prefix.size() + value.size() > 0xffffffffu) {
+    return OutOfRange("protocol: the PUT of '" + std::string(key) + "' is over a frame's 4 GiB");
+  }
   FrameHeader h;
   h.type = static_cast<std::uint8_t>(Op::kPut);
+  h.flags = section.empty() ? 0 : protocol::kFlagPlacement;
   h.request_id = next_id_++;
-  h.body_length = static_cast<std::uint32_t>(prefix.size() + value.size());
+  h.body_length = static_cast<std::uint32_t>(section.size() + prefix.size() + value.size());
   std::byte head[protocol::kFrameHeaderBytes];
   protocol::EncodeFrameHeader(h, head);
-  const std::span<const std::byte> parts[] = {head, prefix, value};
+  const std::span<const std::byte> parts[] = {head, section, prefix, value};
   KVD_RETURN_IF_ERROR(SendAll(parts));
   return h.request_id;
 }
@@ -435,8 +446,9 @@ Result<std::vector<StatusCode>> Connection::Put(std::span<const protocol::PutIte
   return protocol::DecodeStatusList(response);
 }
 
-Status Connection::Put(std::string_view key, std::span<const std::byte> value) {
-  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendPut(key, value));
+Status Connection::Put(std::string_view key, std::span<const std::byte> value,
+                       std::string_view placement_key) {
+  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendPut(key, value, placement_key));
   std::vector<std::byte> response;
   KVD_ASSIGN_OR_RETURN(FrameHeader h, ReadResponse(response));
   if (h.request_id != id) return Broken(Corruption("protocol: response id mismatch"));
@@ -470,38 +482,46 @@ Status Connection::GetAs(std::span<const std::string> keys, CodecId codec,
 Status Connection::ReadGetFrames(std::uint64_t id, Op op, std::size_t keys,
                                  const GetCallback& on_item) {
   std::vector<std::byte> frame;
-  for (std::uint32_t expected = 0;; ++expected) {
-    KVD_ASSIGN_OR_RETURN(FrameHeader h, ReadResponse(frame));
-    if (h.request_id != id || h.op() != op) {
-      if (h.status == static_cast<std::uint16_t>(StatusCode::kCorruption)) {
-        return Broken(FromWire(h.status, frame));
-      }
-      return Broken(Corruption("protocol: unexpected response to " +
-                               std::string(protocol::OpName(op)) + " " + std::to_string(id)));
-    }
-    // A refused request (its error message) vs. a failed item (exactly the 8-byte prefix).
-    if (expected == 0 && h.status != 0 && frame.size() != protocol::kGetItemPrefixBytes) {
-      return FromWire(h.status, frame);  // the request itself was refused
-    }
-    KVD_ASSIGN_OR_RETURN(auto prefix, protocol::DecodeGetItemPrefix(frame));
-    if (prefix.index != expected || expected >= keys) {
-      return Broken(Corruption("protocol: GET items out of order"));
-    }
-    GetItem item;
-    item.index = prefix.index;
-    item.tier = prefix.tier;
-    item.status = h.status == 0
-                      ? Status::Ok()
-                      : Status(static_cast<StatusCode>(h.status),
-                               "key " + std::to_string(prefix.index) + ": " +
-                                   std::string(StatusCodeName(static_cast<StatusCode>(h.status))));
-    item.value = std::span<const std::byte>(frame).subspan(protocol::kGetItemPrefixBytes);
-    on_item(item);
-    if ((h.flags & protocol::kFlagMore) == 0) {
-      if (expected + 1 != keys) return Broken(Corruption("protocol: GET ended early"));
-      return Status::Ok();
-    }
+  for (std::uint32_t index = 0; index < keys; ++index) {
+    KVD_RETURN_IF_ERROR(ReadGetItem(id, op, index, keys, frame, on_item));
   }
+  return Status::Ok();
+}
+
+Status Connection::ReadGetItem(std::uint64_t id, Op op, std::uint32_t index, std::size_t keys,
+                               std::vector<std::byte>& frame, const GetCallback& on_item) {
+  KVD_ASSIGN_OR_RETURN(FrameHeader h, ReadResponse(frame));
+  if (h.request_id != id || h.op() != op) {
+    if (h.status == static_cast<std::uint16_t>(StatusCode::kCorruption)) {
+      return Broken(FromWire(h.status, frame));
+    }
+    return Broken(Corruption("protocol: unexpected response to " +
+                             std::string(protocol::OpName(op)) + " " + std::to_string(id)));
+  }
+  // A refused request (its error message) vs. a failed item (exactly the 8-byte prefix).
+  if (index == 0 && h.status != 0 && frame.size() != protocol::kGetItemPrefixBytes) {
+    return FromWire(h.status, frame);  // the request itself was refused
+  }
+  KVD_ASSIGN_OR_RETURN(auto prefix, protocol::DecodeGetItemPrefix(frame));
+  if (prefix.index != index || index >= keys) {
+    return Broken(Corruption("protocol: GET items out of order"));
+  }
+  GetItem item;
+  item.index = prefix.index;
+  item.tier = prefix.tier;
+  item.status = h.status == 0
+                    ? Status::Ok()
+                    : Status(static_cast<StatusCode>(h.status),
+                             "key " + std::to_string(prefix.index) + ": " +
+                                 std::string(StatusCodeName(static_cast<StatusCode>(h.status))));
+  item.value = std::span<const std::byte>(frame).subspan(protocol::kGetItemPrefixBytes);
+  on_item(item);
+  const bool more = (h.flags & protocol::kFlagMore) != 0;
+  if (more != (index + 1 < keys)) {
+    return Broken(
+        Corruption(more ? "protocol: GET items out of order" : "protocol: GET ended early"));
+  }
+  return Status::Ok();
 }
 
 Result<Connection::MapResult> Connection::Map() {
@@ -626,19 +646,28 @@ Result<std::optional<std::vector<std::byte>>> Connection::Get(std::string_view k
   return value;
 }
 
-Status Connection::PutParts(std::string_view key,
-                            std::span<const std::span<const std::byte>> parts) {
+Status Connection::PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts,
+                            std::string_view placement_key) {
   std::uint64_t total = 0;
   for (auto p : parts) total += p.size();
   KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> prefix,
                        protocol::EncodeSinglePutHead(key, total));
+  std::vector<std::byte> section;
+  if (!placement_key.empty()) {
+    KVD_ASSIGN_OR_RETURN(section,
+                         protocol::EncodePlacementSection(std::span(&placement_key, 1)));
+  }
+  if (std::uint64_t{section.size()} + prefix.size() + total > 0xffffffffu) {
+    return OutOfRange("protocol: the PUT of '" + std::string(key) + "' is over a frame's 4 GiB");
+  }
   FrameHeader h;
   h.type = static_cast<std::uint8_t>(Op::kPut);
+  h.flags = section.empty() ? 0 : protocol::kFlagPlacement;
   h.request_id = next_id_++;
-  h.body_length = static_cast<std::uint32_t>(prefix.size() + total);
+  h.body_length = static_cast<std::uint32_t>(section.size() + prefix.size() + total);
   std::byte head[protocol::kFrameHeaderBytes];
   protocol::EncodeFrameHeader(h, head);
-  std::vector<std::span<const std::byte>> all = {head, prefix};
+  std::vector<std::span<const std::byte>> all = {head, section, prefix};
   all.insert(all.end(), parts.begin(), parts.end());
   KVD_RETURN_IF_ERROR(SendAll(all));
   std::vector<std::byte> response;
@@ -791,52 +820,140 @@ auto Client::WithConnection(Fn&& fn, bool retry) -> decltype(fn(std::declval<Con
   }
 }
 
+namespace {
+
+StatusCode CodeOf(const Status& s) {
+  return s.code();
+}
+template <typename T>
+StatusCode CodeOf(const Result<T>& r) {
+  return r.ok() ? StatusCode::kOk : r.status().code();
+}
+
+}  // namespace
+
+template <typename Fn>
+auto Client::WithRoute(std::string_view key, std::string_view placement_key, Fn&& fn,
+                       const bool* delivered) -> decltype(fn(std::declval<Connection&>())) {
+  using R = decltype(fn(std::declval<Connection&>()));
+  const std::shared_ptr<const cluster::Topology> view = RouteView();
+  if (view == nullptr) return WithConnection(fn, /*retry=*/delivered == nullptr);
+  std::optional<R> last;
+  for (const std::string& address : routes_->Targets(*view, key, placement_key)) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      bool reused = false;
+      auto conn = routes_->Acquire(address, &reused, /*fresh=*/attempt > 0);
+      if (!conn.ok()) {
+        last.emplace(conn.status());
+        break;
+      }
+      R result = fn(**conn);
+      const bool broken = (*conn)->broken();
+      routes_->Release(address, std::move(*conn));
+      if (delivered != nullptr && *delivered) return result;  // must not be repeated
+      if (broken && reused && attempt == 0) continue;  // a stale pooled connection: once more
+      if (!broken && CodeOf(result) != StatusCode::kUnavailable) return result;
+      last.emplace(std::move(result));
+      break;
+    }
+    routes_->ReportFailure(address);  // down, or it refuses (fenced): next target
+  }
+  return std::move(*last);
+}
+
 Status Client::Ping() {
   return WithConnection([](Connection& c) { return c.Ping(); });
 }
 Status Client::SetEventOrigin(const protocol::EventOrigin& origin) {
   return WithConnection([&](Connection& c) { return c.SetEventOrigin(origin); });
 }
-Status Client::Put(std::string_view key, std::span<const std::byte> value) {
-  return WithConnection([&](Connection& c) { return c.Put(key, value); });
+Status Client::Put(std::string_view key, std::span<const std::byte> value,
+                   std::string_view placement_key) {
+  return WithRoute(key, placement_key,
+                   [&](Connection& c) { return c.Put(key, value, placement_key); });
 }
-Result<std::optional<std::vector<std::byte>>> Client::Get(std::string_view key) {
-  return WithConnection([&](Connection& c) { return c.Get(key); });
+Result<std::vector<StatusCode>> Client::Put(std::span<const protocol::PutItemView> items) {
+  if (const auto view = RouteView(); view != nullptr) return RoutedPut(*view, items);
+  return WithConnection([&](Connection& c) { return c.Put(items); });
+}
+Result<std::optional<std::vector<std::byte>>> Client::Get(std::string_view key,
+                                                          std::string_view placement_key) {
+  if (placement_key.empty()) {
+    return WithRoute(key, placement_key, [&](Connection& c) { return c.Get(key); });
+  }
+  // With a placement key: a one-key GET carrying it (the owner then asks the group's replicas and
+  // previous owners as it would for a request placed by the group).
+  const std::string keys[] = {std::string(key)};
+  const std::string placement[] = {std::string(placement_key)};
+  return WithRoute(
+      key, placement_key, [&](Connection& c) -> Result<std::optional<std::vector<std::byte>>> {
+        std::optional<std::vector<std::byte>> out;
+        Status item_status = Status::Ok();
+        KVD_RETURN_IF_ERROR(c.Get(
+            keys,
+            [&](const GetItem& item) {
+              if (item.status.ok()) out.emplace(item.value.begin(), item.value.end());
+              if (!item.status.ok() && item.status.code() != StatusCode::kNotFound) {
+                item_status = item.status;
+              }
+            },
+            placement));
+        KVD_RETURN_IF_ERROR(item_status);
+        return out;
+      });
 }
 Status Client::Get(std::span<const std::string> keys, const GetCallback& on_item,
                    std::span<const std::string> placement_keys) {
+  if (const auto view = RouteView(); view != nullptr) {
+    return RoutedGet(*view, protocol::Op::kGet, CodecId{}, keys, placement_keys, on_item);
+  }
   // Not retried: items may already have been delivered to the callback.
   return WithConnection([&](Connection& c) { return c.Get(keys, on_item, placement_keys); },
                         /*retry=*/false);
 }
 Status Client::GetAs(std::span<const std::string> keys, CodecId codec, const GetCallback& on_item,
                      std::span<const std::string> placement_keys) {
+  if (const auto view = RouteView(); view != nullptr) {
+    return RoutedGet(*view, protocol::Op::kGetAs, codec, keys, placement_keys, on_item);
+  }
   return WithConnection(
       [&](Connection& c) { return c.GetAs(keys, codec, on_item, placement_keys); },
       /*retry=*/false);
 }
-Result<std::vector<StatusCode>> Client::Put(std::span<const protocol::PutItemView> items) {
-  return WithConnection([&](Connection& c) { return c.Put(items); });
-}
-Status Client::PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts) {
-  return WithConnection([&](Connection& c) { return c.PutParts(key, parts); });
-}
-Result<std::optional<std::size_t>> Client::GetInto(std::string_view key, std::span<std::byte> head,
-                                                   std::span<std::byte> out) {
-  return WithConnection([&](Connection& c) { return c.GetInto(key, head, out); });
+Status Client::PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts,
+                        std::string_view placement_key) {
+  return WithRoute(key, placement_key,
+                   [&](Connection& c) { return c.PutParts(key, parts, placement_key); });
 }
 Result<std::optional<std::size_t>> Client::GetInto(std::string_view key, std::span<std::byte> head,
-                                                   const Connection::OutChooser& choose_out) {
-  // Not retried: choose_out may already have been called.
-  return WithConnection([&](Connection& c) { return c.GetInto(key, head, choose_out); },
-                        /*retry=*/false);
+                                                   std::span<std::byte> out,
+                                                   std::string_view placement_key) {
+  return WithRoute(key, placement_key, [&](Connection& c) { return c.GetInto(key, head, out); });
+}
+Result<std::optional<std::size_t>> Client::GetInto(std::string_view key, std::span<std::byte> head,
+                                                   const Connection::OutChooser& choose_out,
+                                                   std::string_view placement_key) {
+  // Not repeated once choose_out was called.
+  bool delivered = false;
+  const Connection::OutChooser chooser = [&](std::size_t size) {
+    delivered = true;
+    return choose_out(size);
+  };
+  return WithRoute(
+      key, placement_key, [&](Connection& c) { return c.GetInto(key, head, chooser); }, &delivered);
 }
 Result<protocol::LookupResult> Client::Lookup(std::span<const std::string> keys,
                                               std::span<const std::string> placement_keys) {
+  if (const auto view = RouteView(); view != nullptr && !keys.empty()) {
+    return RoutedLookup(*view, keys, placement_keys);
+  }
   return WithConnection([&](Connection& c) { return c.Lookup(keys, placement_keys); });
 }
 Result<std::vector<StatusCode>> Client::Delete(std::span<const std::string> keys,
                                                std::span<const std::string> placement_keys) {
+  if (const auto view = RouteView(); view != nullptr && !keys.empty()) {
+    return RoutedDelete(*view, keys, placement_keys);
+  }
   return WithConnection([&](Connection& c) { return c.Delete(keys, placement_keys); });
 }
 Result<std::string> Client::Stats() {

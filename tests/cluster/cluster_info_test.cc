@@ -60,5 +60,41 @@ TEST(ClusterInfoTest, DocumentsThatAreNotClusterInfoAreCorruptionNamingWhatIsWro
   }
 }
 
+TEST(ClusterInfoTest, ParseReadsSelfAndFencedAndRefusesGarbageAndDuplicateIds) {
+  const std::string doc =
+      R"({"clustered":true,"self":"b","fenced":false,"revision":12,)"
+      R"("placement":{"replicas":2,"group_chunks":8},"members":[)"
+      R"({"id":"b","addr":"127.0.0.1:2","capacity_bytes":10,"state":"up"},)"
+      R"({"id":"a","addr":"127.0.0.1:1","lm_addr":"127.0.0.1:9","capacity_bytes":20}],)"
+      R"("previous":null})";
+  auto info = ParseClusterInfo(doc);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_TRUE(info->clustered);
+  EXPECT_EQ(info->self, "b");
+  EXPECT_EQ(info->topology.revision(), 12);
+  EXPECT_EQ(info->topology.options().replicas, 2u);
+  EXPECT_EQ(info->topology.options().group_chunks, 8u);
+  ASSERT_EQ(info->topology.members().size(), 2u);
+  EXPECT_EQ(info->topology.members()[0].id, "a");
+  EXPECT_EQ(info->topology.members()[0].lm_addr, "127.0.0.1:9");
+  EXPECT_EQ(info->topology.members()[1].capacity_bytes, 10u);
+
+  auto single = ParseClusterInfo(
+      R"({"clustered":false,"members":[],"placement":{"replicas":1,"group_chunks":1}})");
+  ASSERT_TRUE(single.ok());
+  EXPECT_FALSE(single->clustered);
+  EXPECT_TRUE(single->topology.empty());
+
+  for (const char* bad : {"not json", "[]", R"({"clustered":true})",
+                          R"({"members":[{"id":1}],"placement":{"replicas":1,"group_chunks":1}})",
+                          R"({"members":[{"id":"a","addr":"x:1"},{"id":"a","addr":"x:2"}],)"
+                          R"("placement":{"replicas":1,"group_chunks":1}})"}) {
+    auto r = ParseClusterInfo(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << bad;
+    EXPECT_NE(r.status().message().find("CLUSTER_INFO"), std::string::npos) << r.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace kvdepot::cluster

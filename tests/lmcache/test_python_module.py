@@ -245,3 +245,15 @@ def test_token_and_tls(make_daemon, tmp_path):
     with pytest.raises(kvdepot.Error, match="certificate"):  # not signed by a system CA
         kvdepot.Client(d.addr, token_file=str(tokens), tls=True).ping()
     c.ping()
+
+
+def test_cluster_routing_keyword(daemon):
+    # A daemon not in a cluster: "auto" (the default) asks it for CLUSTER_INFO once, then
+    # behaves as "off" (docs/cluster.md, Smart clients).
+    for routing in ("auto", "off"):
+        c = kvdepot.Client(daemon.addr, timeout_ms=10000, cluster_routing=routing)
+        c.put(b"routed-" + routing.encode(), b"v")
+        assert c.get(b"routed-" + routing.encode()) == b"v"
+        assert c.lookup([b"routed-" + routing.encode(), b"absent"])[0] == 1
+    with pytest.raises(kvdepot.Error, match="cluster_routing='sideways'"):
+        kvdepot.Client(daemon.addr, cluster_routing="sideways")

@@ -43,7 +43,18 @@ typedef struct kvdepot_client kvdepot_client;
 int kvdepot_open(const char* address, int timeout_ms, kvdepot_client** out);
 void kvdepot_close(kvdepot_client* client);
 
-/* Security options for kvdepot_open_ex; NULL or "" leaves a field unset. */
+/* kvdepot_options.cluster_routing (docs/cluster.md, "Smart clients"). */
+enum {
+  /* Default. At the first call, ask the daemon at `address` for its cluster view (CLUSTER_INFO);
+   * in a cluster, send each key's requests straight to the key's owner (a LOOKUP is split by owner
+   * and sent to all owners at once), refresh the view every 5 s and at once after a failure, and
+   * route around members that are down. A daemon not in a cluster: as OFF. */
+  KVDEPOT_CLUSTER_ROUTING_AUTO = 0,
+  KVDEPOT_CLUSTER_ROUTING_OFF = 1 /* every request to `address` (members forward) */
+};
+
+/* Options for kvdepot_open_ex; NULL, "" or 0 leaves a field at its default. Zero-initialize it
+ * (`kvdepot_options o = {0};`) so that fields added later keep their defaults. */
 typedef struct kvdepot_options {
   const char* token;           /* AUTH token sent on every connection */
   const char* token_file;      /* or: a file whose first token is sent */
@@ -52,9 +63,11 @@ typedef struct kvdepot_options {
   const char* tls_cert_file;   /* client certificate (mutual TLS) */
   const char* tls_key_file;    /* its key */
   const char* tls_server_name; /* name to verify (NULL: the address's host) */
+  int cluster_routing;         /* KVDEPOT_CLUSTER_ROUTING_AUTO (0) or _OFF */
 } kvdepot_options;
 
-/* kvdepot_open with authentication and TLS (options may be NULL: same as kvdepot_open). A
+/* kvdepot_open with authentication, TLS and cluster routing (options may be NULL: same as
+ * kvdepot_open). A cluster_routing value other than AUTO and OFF is KVDEPOT_INVALID_ARGUMENT. A
  * token_file that cannot be read fails here with KVDEPOT_NOT_FOUND or KVDEPOT_INVALID_ARGUMENT
  * and *out stays NULL; a refused token or TLS failure surfaces at the first call. */
 int kvdepot_open_ex(const char* address, int timeout_ms, const kvdepot_options* options,

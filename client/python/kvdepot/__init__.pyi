@@ -2,7 +2,7 @@
 # client/python/src/kvdepot_module.cc; tests/lmcache/test_python_module.py checks that every public
 # name of the module and every Client method is declared here.
 import enum
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 Key = Union[bytes, str]
 # Any object exporting a C-contiguous buffer (bytes, bytearray, memoryview, numpy arrays).
@@ -64,7 +64,12 @@ class Client:
     def __init__(self, address: str = "127.0.0.1:7600", timeout_ms: int = 30000,
                  pool_size: int = 4, *, token: str = "", token_file: str = "",
                  tls: bool = False, tls_ca_file: str = "", tls_cert_file: str = "",
-                 tls_key_file: str = "", tls_server_name: str = "") -> None: ...
+                 tls_key_file: str = "", tls_server_name: str = "",
+                 cluster_routing: Literal["auto", "off"] = "auto") -> None:
+        """cluster_routing: "auto" (default) asks `address` for the cluster's view
+        (CLUSTER_INFO) at first use and sends each key's requests straight to its owner,
+        refreshing the view every 5 s and after a failure; a daemon not in a cluster is used as
+        is. "off": every request goes to `address`, which forwards (docs/cluster.md)."""
     def ping(self) -> None: ...
     def put(self, key: Key, value: BufferLike) -> None: ...
     def put_parts(self, key: Key, parts: List[BufferLike]) -> None: ...

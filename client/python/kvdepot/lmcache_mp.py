@@ -20,6 +20,9 @@ eventfd for completions, no GIL during I/O. adapter_params (all optional):
     tls, tls_ca_file, tls_cert_file, tls_key_file, tls_server_name   TLS over TCP
     max_pipeline, max_pipeline_bytes   SETs in flight per connection (32, and only one past
                      262144 bytes of values)
+    cluster_routing  "auto" (default): in a kvdepot cluster, address is only the seed; each key
+                     goes straight to its owner (docs/cluster.md, Smart clients). "off": all to
+                     address, which forwards
 
 docs/lmcache.md ("5. LMCache MP mode") has the contract and the results it reports.
 """

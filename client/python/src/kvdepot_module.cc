@@ -110,8 +110,18 @@ class PyClient {
   PyClient(const std::string& address, int timeout_ms, std::size_t pool_size,
            const std::string& token, const std::string& token_file, bool tls,
            const std::string& tls_ca_file, const std::string& tls_cert_file,
-           const std::string& tls_key_file, const std::string& tls_server_name) {
+           const std::string& tls_key_file, const std::string& tls_server_name,
+           const std::string& cluster_routing) {
     client::ClientOptions o;
+    if (cluster_routing == "auto") {
+      o.cluster_routing = client::ClusterRouting::kAuto;
+    } else if (cluster_routing == "off") {
+      o.cluster_routing = client::ClusterRouting::kOff;
+    } else {
+      Raise(InvalidArgument("cluster_routing='" + cluster_routing +
+                            "': expected 'auto' (route each key to its owner in a cluster, the "
+                            "default) or 'off' (everything to address)"));
+    }
     o.address = address;
     o.timeout = std::chrono::milliseconds(timeout_ms);
     o.pool_size = pool_size;
@@ -413,15 +423,18 @@ PYBIND11_MODULE(_kvdepot, m) {
                        "calls release the GIL; failures raise kvdepot.Error.")
       .def(py::init<const std::string&, int, std::size_t, const std::string&, const std::string&,
                     bool, const std::string&, const std::string&, const std::string&,
-                    const std::string&>(),
+                    const std::string&, const std::string&>(),
            py::arg("address") = "127.0.0.1:7600", py::arg("timeout_ms") = 30000,
            py::arg("pool_size") = 4, py::kw_only(), py::arg("token") = "",
            py::arg("token_file") = "", py::arg("tls") = false, py::arg("tls_ca_file") = "",
            py::arg("tls_cert_file") = "", py::arg("tls_key_file") = "",
-           py::arg("tls_server_name") = "",
+           py::arg("tls_server_name") = "", py::arg("cluster_routing") = "auto",
            "Connects on demand to address (HOST:PORT or unix:PATH). token / token_file: AUTH on "
            "every connection (docs/security.md); tls*: TLS over TCP, verifying the server "
-           "against tls_ca_file (or the system CAs).")
+           "against tls_ca_file (or the system CAs). cluster_routing: 'auto' (default) asks "
+           "address for the cluster's view at first use and sends each key's requests straight "
+           "to its owner (a daemon not in a cluster is used as is); 'off' sends everything to "
+           "address (docs/cluster.md, Smart clients).")
       .def("ping", &PyClient::Ping, "One round trip; raises kvdepot.Error when it fails.")
       .def("put", &PyClient::Put, py::arg("key"), py::arg("value"),
            "Stores value (any C-contiguous buffer, sent without a copy) under key.")

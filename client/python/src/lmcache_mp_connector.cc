@@ -7,9 +7,11 @@
 #include <atomic>
 #include <cerrno>
 #include <exception>
+#include <map>
 #include <string_view>
 #include <utility>
 
+#include "kvdepot/client/cluster_routes.h"
 #include "kvdepot/protocol/protocol.h"
 
 namespace kvdepot::python::lmcache_mp {
@@ -43,30 +45,49 @@ struct Connector::Batch {
   }
 };
 
-// A worker thread's connection. A cluster-aware router would keep one connection per node here
-// and pick it per key in ConnectionFor; today every key goes to options.client.address.
+// A worker thread's connections: one per address it talks to. Without cluster routing (or
+// against a daemon not in a cluster) that is options.client.address alone; with it, ConnectionFor
+// picks the key's owner (client::ClusterRoutes, docs/cluster.md "Smart clients") and falls back
+// to the key's other targets when the owner cannot be reached.
 class Connector::Worker {
  public:
-  explicit Worker(const ConnectorOptions& options) : options_(options) {}
+  Worker(const ConnectorOptions& options, client::ClusterRoutes* routes)
+      : options_(options), routes_(routes) {}
+
+  // The address `key`'s requests go to first.
+  std::string RouteOf(std::string_view key) { return Targets(key).front(); }
 
   // `fresh` tells whether the connection was opened by this call (a failure on a fresh
-  // connection is not retried). connect_failed() is true after ConnectionFor failed.
-  Result<client::Connection*> ConnectionFor(std::string_view /*key*/, bool& fresh) {
+  // connection is not retried). connect_failed() is true after ConnectionFor failed (no target
+  // of the key could be reached).
+  Result<client::Connection*> ConnectionFor(std::string_view key, bool& fresh) {
     fresh = false;
     connect_failed_ = false;
-    if (connection_ && !connection_->broken()) return connection_.get();
-    connection_.reset();
-    auto c = client::Connection::Connect(options_.client);
-    if (!c.ok()) {
-      connect_failed_ = true;
-      return c.status().WithContext("connecting to kvdepotd at " + options_.client.address);
+    Status last;
+    for (const std::string& address : Targets(key)) {
+      std::unique_ptr<client::Connection>& slot = connections_[address];
+      current_ = address;
+      if (slot && !slot->broken()) return slot.get();
+      slot.reset();
+      client::ClientOptions o = options_.client;
+      o.address = address;
+      auto c = client::Connection::Connect(o);
+      if (!c.ok()) {
+        last = c.status().WithContext("connecting to kvdepotd at " + address);
+        if (routes_ != nullptr) routes_->ReportFailure(address);
+        continue;
+      }
+      slot = std::move(*c);
+      fresh = true;
+      return slot.get();
     }
-    connection_ = std::move(*c);
-    fresh = true;
-    return connection_.get();
+    connect_failed_ = true;
+    return last;
   }
   bool connect_failed() const { return connect_failed_; }
-  void Drop() { connection_.reset(); }
+  // The address of the connection ConnectionFor returned last.
+  const std::string& current() const { return current_; }
+  void Drop() { connections_.erase(current_); }
 
   // fn(Connection&) on the key's connection. A failure that broke a connection which had been
   // idle in between (the daemon may have restarted since) is retried once on a new one.
@@ -84,8 +105,17 @@ class Connector::Worker {
   }
 
  private:
+  std::vector<std::string> Targets(std::string_view key) {
+    if (routes_ != nullptr) {
+      if (const auto view = routes_->View(); view != nullptr) return routes_->Targets(*view, key);
+    }
+    return {options_.client.address};
+  }
+
   const ConnectorOptions& options_;
-  std::unique_ptr<client::Connection> connection_;
+  client::ClusterRoutes* const routes_;  // nullptr: no cluster routing
+  std::map<std::string, std::unique_ptr<client::Connection>> connections_;
+  std::string current_;
   bool connect_failed_ = false;
 };
 
@@ -133,8 +163,13 @@ Result<std::unique_ptr<Connector>> Connector::Create(ConnectorOptions options) {
   const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (fd < 0) return StatusFromErrno(errno, "lmcache_mp: eventfd");
   std::unique_ptr<Connector> connector(new Connector(std::move(options), fd));
+  if (connector->options_.client.cluster_routing == client::ClusterRouting::kAuto) {
+    connector->routed_ = std::make_unique<client::Client>(connector->options_.client);
+  }
+  client::ClusterRoutes* routes =
+      connector->routed_ != nullptr ? connector->routed_->cluster_routes() : nullptr;
   for (std::size_t i = 0; i < connector->options_.workers; ++i) {
-    connector->workers_.push_back(std::make_unique<Worker>(connector->options_));
+    connector->workers_.push_back(std::make_unique<Worker>(connector->options_, routes));
   }
   for (auto& worker : connector->workers_) {
     connector->threads_.emplace_back(
@@ -341,6 +376,8 @@ void Connector::RunSet(Worker& worker, const Tile& tile) {
       if (!sent.empty() && window_bytes + b.sources[next].size() > options_.max_pipeline_bytes) {
         break;
       }
+      // In a cluster a window holds the keys of one owner: the next owner's keys start another.
+      if (!sent.empty() && worker.RouteOf(b.keys[next]) != worker.current()) break;
       window_bytes += b.sources[next].size();
       auto id = conn.SendPut(b.keys[next], b.sources[next]);
       if (!id.ok()) {
@@ -416,8 +453,11 @@ void Connector::RunKeyList(Worker& worker, const Tile& tile) {
       continue;
     }
     Status failed;
+    // In a cluster the routed client splits the keys by owner and asks every owner at once.
     if (b.op == Op::kExists) {
-      auto r = worker.Run(keys[0], [&](client::Connection& c) { return c.Lookup(keys); });
+      auto r = routed_ != nullptr
+                   ? routed_->Lookup(keys)
+                   : worker.Run(keys[0], [&](client::Connection& c) { return c.Lookup(keys); });
       if (!r.ok()) {
         failed = r.status();
       } else if (r->tiers.size() != keys.size()) {
@@ -429,7 +469,9 @@ void Connector::RunKeyList(Worker& worker, const Tile& tile) {
         }
       }
     } else {
-      auto r = worker.Run(keys[0], [&](client::Connection& c) { return c.Delete(keys); });
+      auto r = routed_ != nullptr
+                   ? routed_->Delete(keys)
+                   : worker.Run(keys[0], [&](client::Connection& c) { return c.Delete(keys); });
       if (!r.ok()) {
         failed = r.status();
       } else if (r->size() != keys.size()) {

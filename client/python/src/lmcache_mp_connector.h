@@ -24,8 +24,11 @@
 // `workers` tiles that run in parallel; a tile's SETs are pipelined (sent back to back, then the
 // replies read), its GETs are one round trip per key straight into the caller's buffer.
 // Tiles run in submission order, except that an EXISTS batch goes ahead of the queued tiles.
-// Routing: every connection goes to ConnectorOptions::client.address; a cluster-aware router
-// would choose the connection per key in Worker::ConnectionFor (one place).
+// Routing: with ConnectorOptions::client.cluster_routing kAuto (the default) and a daemon in a
+// cluster, each worker keeps one connection per member and Worker::ConnectionFor sends each key
+// to its owner (falling back to the key's other targets when the owner is unreachable); a SET
+// pipeline window holds one owner's keys; EXISTS/DELETE are split by owner and sent to all owners
+// at once (client::Client). Otherwise every connection goes to client.address.
 #pragma once
 
 #include <atomic>
@@ -46,7 +49,8 @@
 namespace kvdepot::python::lmcache_mp {
 
 struct ConnectorOptions {
-  client::ClientOptions client;  // address, per send/receive timeout, token, TLS
+  // address, per send/receive timeout, token, TLS, cluster_routing (docs/cluster.md)
+  client::ClientOptions client;
   std::size_t workers = 4;       // threads, each with one connection
   std::string key_prefix;        // prepended to every key LMCache hands over
   // SETs in flight per connection before their replies are read: at most max_pipeline, and
@@ -116,6 +120,9 @@ class Connector {
 
   std::mutex completions_mu_;
   std::vector<Completion> completions_;
+
+  // With cluster routing: the routed client (EXISTS/DELETE) whose ClusterRoutes the workers share.
+  std::unique_ptr<client::Client> routed_;
 
   std::mutex close_mu_;  // serialises Close()
   std::vector<std::unique_ptr<Worker>> workers_;

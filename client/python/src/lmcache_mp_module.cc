@@ -63,8 +63,17 @@ class PyL2Connector {
                 std::string key_prefix, std::string token, const std::string& token_file, bool tls,
                 std::string tls_ca_file, std::string tls_cert_file, std::string tls_key_file,
                 std::string tls_server_name, std::size_t max_pipeline,
-                std::size_t max_pipeline_bytes) {
+                std::size_t max_pipeline_bytes, const std::string& cluster_routing) {
     lmcache_mp::ConnectorOptions o;
+    if (cluster_routing == "auto") {
+      o.client.cluster_routing = client::ClusterRouting::kAuto;
+    } else if (cluster_routing == "off") {
+      o.client.cluster_routing = client::ClusterRouting::kOff;
+    } else {
+      throw py::value_error("cluster_routing is '" + cluster_routing +
+                            "'; set adapter_params.cluster_routing to \"auto\" (send each key "
+                            "to its owner in a kvdepot cluster) or \"off\"");
+    }
     o.client.address = std::move(address);
     if (timeout_ms <= 0) {
       throw py::value_error("timeout_ms is " + std::to_string(timeout_ms) +
@@ -193,13 +202,13 @@ PYBIND11_MODULE(_kvdepot_lmcache_mp, m) {
   py::class_<PyL2Connector>(m, "KvdepotL2Connector")
       .def(py::init<std::string, std::size_t, std::int64_t, std::string, std::string,
                     const std::string&, bool, std::string, std::string, std::string, std::string,
-                    std::size_t, std::size_t>(),
+                    std::size_t, std::size_t, const std::string&>(),
            py::arg("address") = "127.0.0.1:7600", py::arg("num_workers") = 4,
            py::arg("timeout_ms") = 10000, py::arg("key_prefix") = "", py::arg("token") = "",
            py::arg("token_file") = "", py::arg("tls") = false, py::arg("tls_ca_file") = "",
            py::arg("tls_cert_file") = "", py::arg("tls_key_file") = "",
            py::arg("tls_server_name") = "", py::arg("max_pipeline") = 32,
-           py::arg("max_pipeline_bytes") = 256 << 10)
+           py::arg("max_pipeline_bytes") = 256 << 10, py::arg("cluster_routing") = "auto")
       .def("event_fd", &PyL2Connector::EventFd)
       .def("submit_batch_get", &PyL2Connector::SubmitGet, py::arg("keys"), py::arg("memoryviews"))
       .def("submit_batch_set", &PyL2Connector::SubmitSet, py::arg("keys"), py::arg("memoryviews"))

@@ -6,7 +6,8 @@
 // kUnavailable / kCorruption; a GET never hands out partial bytes: a value is delivered only once
 // its whole frame has arrived.
 // Client: a thread-safe pool of Connections; a call that fails on a broken connection is retried
-// once on a fresh one (every operation is idempotent).
+// once on a fresh one (every operation is idempotent). In a cluster it sends each key's requests
+// straight to the key's owners (ClientOptions::cluster_routing, docs/cluster.md "Smart clients").
 #pragma once
 
 #include <sys/uio.h>
@@ -30,7 +31,22 @@
 #include "kvdepot/protocol/placement.h"
 #include "kvdepot/protocol/protocol.h"
 
+namespace kvdepot::cluster {
+class Topology;  // kvdepot/cluster/topology.h
+}  // namespace kvdepot::cluster
+
 namespace kvdepot::client {
+
+class ClusterRoutes;  // cluster_routes.h
+
+// How a Client routes in a cluster (docs/cluster.md, "Smart clients").
+enum class ClusterRouting {
+  // At first use, ask `address` for CLUSTER_INFO; in a cluster send each key's requests to its
+  // owners (multi-key requests split by owner, in parallel), refreshed every cluster_refresh and
+  // at once after a failure. A daemon not in a cluster (or too old to know CLUSTER_INFO): as kOff.
+  kAuto,
+  kOff,  // everything goes to `address` (a member forwards what it does not own)
+};
 
 struct ClientOptions {
   // "HOST:PORT" (IPv6 as "[::1]:7600") or "unix:/path/to/socket".
@@ -48,6 +64,9 @@ struct ClientOptions {
   std::string tls_cert_file;  // client certificate and key, for servers that require one
   std::string tls_key_file;
   std::string tls_server_name;
+  // Client only: smart routing in a cluster, and how often the view is refreshed.
+  ClusterRouting cluster_routing = ClusterRouting::kAuto;
+  std::chrono::milliseconds cluster_refresh{5000};
 };
 
 // Reads a token file for ClientOptions::token: the first non-empty line that is not a comment,
@@ -81,7 +100,9 @@ class Connection {
   // (protocol::PutItemView) send the request with a placement section (docs/protocol.md): a
   // cluster member places each item by it instead of its key.
   Result<std::vector<StatusCode>> Put(std::span<const protocol::PutItemView> items);
-  Status Put(std::string_view key, std::span<const std::byte> value);
+  // With a placement_key the PUT carries a placement section (protocol.md).
+  Status Put(std::string_view key, std::span<const std::byte> value,
+             std::string_view placement_key = {});
   // Placement keys (Get, GetAs, Lookup, Delete): empty, or one per key (an empty one: placed by
   // its key), sent as the request's placement section (docs/protocol.md, kFlagPlacement) so that a
   // cluster member finds each key's owners by its group's anchor (protocol/placement.h,
@@ -94,7 +115,8 @@ class Connection {
   Result<std::optional<std::vector<std::byte>>> Get(std::string_view key);
   // PUT of one value given in pieces (e.g. a metadata header and a payload), sent as they are,
   // without joining them first. Errors as Put().
-  Status PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts);
+  Status PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts,
+                  std::string_view placement_key = {});
   // GET of one key straight into caller memory, with no intermediate buffer: the value's first
   // head.size() bytes land in `head`, the rest in `out`. Returns the value's size (it may be
   // shorter than head.size()), or nullopt on a miss. A value longer than head.size() + out.size()
@@ -121,6 +143,10 @@ class Connection {
   // Pipelining: send several requests, then read their responses. SendRequest returns the
   // request id; ReadResponse reads the next response frame (any request) into `body`.
   Result<std::uint64_t> SendRequest(protocol::Op op, std::span<const std::byte> body);
+  // As SendRequest, the body preceded by a placement section (and kFlagPlacement) when
+  // `placement_keys` (one per item of `body`) is not empty.
+  Result<std::uint64_t> SendPlaced(protocol::Op op, std::span<const std::byte> body,
+                                   std::span<const std::string_view> placement_keys);
 
   // ---- same-host zero-copy and transcoding (docs/gpu-tier.md) ---------------------------------
   // GET_AS: as Get, each value transcoded by the daemon into `codec` (a container).
@@ -144,8 +170,14 @@ class Connection {
   // RELEASE: per id ok, or not_found for an id this connection does not hold.
   Result<std::vector<StatusCode>> Release(std::span<const std::uint64_t> lease_ids);
   // Sends a PUT of one item without building the body in memory first.
-  Result<std::uint64_t> SendPut(std::string_view key, std::span<const std::byte> value);
+  Result<std::uint64_t> SendPut(std::string_view key, std::span<const std::byte> value,
+                                std::string_view placement_key = {});
   Result<protocol::FrameHeader> ReadResponse(std::vector<std::byte>& body);
+  // Reads item `index` (of `keys`) of a GET-shaped response (GET, GET_AS) to request `id` into
+  // `frame` and passes it to on_item: pipelined GETs read one item at a time. A refused request
+  // (at index 0) is returned as its error.
+  Status ReadGetItem(std::uint64_t id, protocol::Op op, std::uint32_t index, std::size_t keys,
+                     std::vector<std::byte>& frame, const GetCallback& on_item);
 
  private:
   explicit Connection(int fd, const ClientOptions& options);
@@ -159,10 +191,6 @@ class Connection {
   // Sends a request and reads its single response; non-ok statuses become errors.
   Result<std::vector<std::byte>> Call(protocol::Op op, std::span<const std::byte> body,
                                       std::span<const std::string_view> placement_keys = {});
-  // Sends `op` with `body`, preceded by a placement section (and kFlagPlacement) when
-  // `placement_keys` is not empty.
-  Result<std::uint64_t> SendPlaced(protocol::Op op, std::span<const std::byte> body,
-                                   std::span<const std::string_view> placement_keys);
   Status Broken(Status status);
   // Reads the frames of a GET-shaped response (GET, GET_AS) to request `id`.
   Status ReadGetFrames(std::uint64_t id, protocol::Op op, std::size_t keys,
@@ -209,7 +237,10 @@ struct PrefixLookup {
 
 class Client {
  public:
-  explicit Client(ClientOptions options) : options_(std::move(options)) {}
+  explicit Client(ClientOptions options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
 
   // Chunk keys for `tokens` in namespace `ns` (full chunks only: a partial last chunk is not
   // stored), then one LOOKUP round trip for all of them. `group_chunks` > 0 (the cluster's
@@ -224,23 +255,35 @@ class Client {
   std::future<Status> PutAsync(std::string key, std::vector<std::byte> value);
   std::future<Status> GetAsync(std::vector<std::string> keys, GetCallback on_item);
 
+  // Cluster routing (ClientOptions::cluster_routing): the key-based calls below go to the key's
+  // owners. A `placement_key` (one per key in the multi-key calls; an empty span or empty string:
+  // the key's own PlacementKey) places the key instead, e.g. a prefix group's anchor
+  // (docs/cluster.md). Multi-key calls are split by owner and sent to all owners before any
+  // answer is read; GET items still arrive in key order. Ping, SetEventOrigin, Stats, ClusterInfo
+  // and Scan always go to `address`.
   Status Ping();
   Status SetEventOrigin(const protocol::EventOrigin& origin);
-  Status Put(std::string_view key, std::span<const std::byte> value);
-  Result<std::optional<std::vector<std::byte>>> Get(std::string_view key);
+  Status Put(std::string_view key, std::span<const std::byte> value,
+             std::string_view placement_key = {});
+  // Per-item statuses, as Connection::Put; an item's placement_key places it (and is sent in the
+  // request's placement section).
+  Result<std::vector<StatusCode>> Put(std::span<const protocol::PutItemView> items);
+  Result<std::optional<std::vector<std::byte>>> Get(std::string_view key,
+                                                    std::string_view placement_key = {});
   // Placement keys: as Connection's (empty, or one per key).
   Status Get(std::span<const std::string> keys, const GetCallback& on_item,
              std::span<const std::string> placement_keys = {});
   // GET_AS on a pooled connection: as Connection::GetAs (not retried once items were delivered).
   Status GetAs(std::span<const std::string> keys, CodecId codec, const GetCallback& on_item,
                std::span<const std::string> placement_keys = {});
-  // Items with a placement_key send a placement section (as Connection::Put).
-  Result<std::vector<StatusCode>> Put(std::span<const protocol::PutItemView> items);
-  Status PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts);
+  Status PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts,
+                  std::string_view placement_key = {});
   Result<std::optional<std::size_t>> GetInto(std::string_view key, std::span<std::byte> head,
-                                             std::span<std::byte> out);
+                                             std::span<std::byte> out,
+                                             std::string_view placement_key = {});
   Result<std::optional<std::size_t>> GetInto(std::string_view key, std::span<std::byte> head,
-                                             const Connection::OutChooser& choose_out);
+                                             const Connection::OutChooser& choose_out,
+                                             std::string_view placement_key = {});
   Result<protocol::LookupResult> Lookup(std::span<const std::string> keys,
                                         std::span<const std::string> placement_keys = {});
   Result<std::vector<StatusCode>> Delete(std::span<const std::string> keys,
@@ -249,15 +292,40 @@ class Client {
   Result<std::string> ClusterInfo();
   Result<protocol::ScanResult> Scan(const protocol::ScanRequest& request);
 
+  // The routing state (for connections of one's own that follow the same view); nullptr with
+  // ClusterRouting::kOff.
+  ClusterRoutes* cluster_routes() const { return routes_.get(); }
+
  private:
   // Runs fn on a pooled connection. With `retry`, a failure on a stale pooled connection is
   // retried once on a fresh one.
   template <typename Fn>
   auto WithConnection(Fn&& fn, bool retry = true) -> decltype(fn(std::declval<Connection&>()));
+  // Runs fn at the key's routing targets in turn (ClusterRoutes::Targets) until one answers
+  // without a transport failure or `unavailable`; without a cluster view, WithConnection. Once
+  // `*delivered` (when given) is set, fn is not repeated.
+  template <typename Fn>
+  auto WithRoute(std::string_view key, std::string_view placement_key, Fn&& fn,
+                 const bool* delivered = nullptr) -> decltype(fn(std::declval<Connection&>()));
+  // The view to route by; nullptr: everything goes to `address`.
+  std::shared_ptr<const cluster::Topology> RouteView();
+  // GET / GET_AS split by owner (client_cluster.cc).
+  Status RoutedGet(const cluster::Topology& view, protocol::Op op, CodecId codec,
+                   std::span<const std::string> keys, std::span<const std::string> placement_keys,
+                   const GetCallback& on_item);
+  Result<protocol::LookupResult> RoutedLookup(const cluster::Topology& view,
+                                              std::span<const std::string> keys,
+                                              std::span<const std::string> placement_keys);
+  Result<std::vector<StatusCode>> RoutedDelete(const cluster::Topology& view,
+                                               std::span<const std::string> keys,
+                                               std::span<const std::string> placement_keys);
+  Result<std::vector<StatusCode>> RoutedPut(const cluster::Topology& view,
+                                            std::span<const protocol::PutItemView> items);
 
   ClientOptions options_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Connection>> idle_;
+  std::unique_ptr<ClusterRoutes> routes_;
 };
 
 }  // namespace kvdepot::client

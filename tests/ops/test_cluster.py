@@ -180,6 +180,11 @@ def test_clients_that_know_nothing_of_the_cluster_are_answered_by_any_node(tmp_p
         assert all(m["state"] == "up" and m["id"] and m["addr"] for m in status["members"])
         owner = json.loads(nodes[2].cli("cluster", "owner", keys[0], "--json").stdout)
         assert owner["owners"][0]["addr"] in {m["addr"] for m in status["members"]}, owner
+        # DEL through one node erases at the keys' owners: gone through every node.
+        assert redis_cli(resp_ports[1], "DEL", *keys[:10]) == "10"
+        for port in resp_ports:
+            assert redis_cli(port, "EXISTS", *keys[:10]) == "0", port
+            assert redis_cli(port, "EXISTS", *keys[10:]) == str(len(keys) - 10), port
     finally:
         for d in nodes:
             d.kill()

@@ -147,8 +147,12 @@ void RespConnection::Set(const Args& args) {
     });
   };
   if (!get) {
-    const bool exists = (nx || xx) && server_.store().Locate(key) != protocol::Tier::kNone;
-    return store(exists, std::nullopt);
+    if (!nx && !xx) return store(false, std::nullopt);
+    // In a cluster the key may live at its owners only: asked there (one round), as EXISTS does.
+    return LocateValues(
+        {key}, [store = std::move(store)](const std::vector<protocol::Tier>& tiers) mutable {
+          store(tiers[0] != protocol::Tier::kNone, std::nullopt);
+        });
   }
   GetValues({key},
             [store = std::move(store)](std::vector<std::optional<Result<Found>>>& r) mutable {
@@ -201,11 +205,8 @@ void RespConnection::Exists(const Args& args) {
 
 void RespConnection::Del(const Args& args) {
   if (std::string e = KeysScopeError(args, 1, 1); !e.empty()) return ReplyError(e);
-  std::int64_t n = 0;
-  for (std::size_t i = 1; i < args.size(); ++i) {
-    if (server_.store().Erase(args[i])) ++n;
-  }
-  resp::AppendInteger(Out(), n);
+  DeleteValues(Args(args.begin() + 1, args.end()),
+               [this](std::int64_t found) { resp::AppendInteger(Out(), found); });
 }
 
 void RespConnection::Strlen(const Args& args) {

@@ -14,8 +14,9 @@ constexpr std::int64_t kMaxScanCount = 65536;
 
 void RespConnection::Type(const Args& args) {
   if (std::string e = KeyScopeError(args[1]); !e.empty()) return ReplyError(e);
-  const bool exists = server_.store().Locate(args[1]) != protocol::Tier::kNone;
-  Out().append(exists ? "+string\r\n" : "+none\r\n");
+  LocateValues({args[1]}, [this](const std::vector<protocol::Tier>& tiers) {
+    Out().append(tiers[0] != protocol::Tier::kNone ? "+string\r\n" : "+none\r\n");
+  });
 }
 
 // key to resume after next (empty: the scan is complete). A namespace-restricted token scans

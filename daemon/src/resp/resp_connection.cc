@@ -346,6 +346,19 @@ void RespConnection::LocateValues(std::vector<std::string> keys,
       });
 }
 
+void RespConnection::DeleteValues(std::vector<std::string> keys,
+                                  std::function<void(std::int64_t found)> then) {
+  auto shared_keys = std::make_shared<std::vector<std::string>>(std::move(keys));
+  RunBatch<bool>(
+      shared_keys->size(),
+      [this, shared_keys](std::size_t i, auto done) {
+        server_.store().Delete((*shared_keys)[i], Route::kCluster, std::move(done));
+      },
+      [then = std::move(then)](std::vector<std::optional<bool>>& r) {
+        then(std::count_if(r.begin(), r.end(), [](const std::optional<bool>& f) { return *f; }));
+      });
+}
+
 std::string RespConnection::Peer() const {
   boost::system::error_code ec;
   const auto ep = socket_.remote_endpoint(ec);

@@ -89,6 +89,9 @@ class RespConnection : public DrainableConnection,
   // gets the tiers in key order.
   void LocateValues(std::vector<std::string> keys,
                     std::function<void(const std::vector<protocol::Tier>&)> then);
+  // Store::Delete of every key (in a cluster: erased here and at the key's owners); `then` gets
+  // how many of the keys were found anywhere.
+  void DeleteValues(std::vector<std::string> keys, std::function<void(std::int64_t found)> then);
 
   std::string Peer() const;
   void ArmWatchdog();

@@ -377,8 +377,7 @@ Result<std::uint64_t> Connection::SendPut(std::string_view key, std::span<const 
                        protocol::EncodeSinglePutHead(key, value.size()));
   std::vector<std::byte> section;
   if (!placement_key.empty()) {
-    KVD_ASSIGN_OR_RETURN(section,
-                         protocol::EncodePlacementSection(std::span(&placement_key, 1)));
+    KVD_ASSIGN_OR_RETURN(section, protocol::EncodePlacementSection(std::span(&placement_key, 1)));
   }
   if (std::uint64_t{section.size()} + prefix.size() + value.size() > 0xffffffffu) {
     return OutOfRange("protocol: the PUT of '" + std::string(key) + "' is over a frame's 4 GiB");
@@ -654,8 +653,7 @@ Status Connection::PutParts(std::string_view key, std::span<const std::span<cons
                        protocol::EncodeSinglePutHead(key, total));
   std::vector<std::byte> section;
   if (!placement_key.empty()) {
-    KVD_ASSIGN_OR_RETURN(section,
-                         protocol::EncodePlacementSection(std::span(&placement_key, 1)));
+    KVD_ASSIGN_OR_RETURN(section, protocol::EncodePlacementSection(std::span(&placement_key, 1)));
   }
   if (std::uint64_t{section.size()} + prefix.size() + total > 0xffffffffu) {
     return OutOfRange("protocol: the PUT of '" + std::string(key) + "' is over a frame's 4 GiB");
@@ -885,22 +883,22 @@ Result<std::optional<std::vector<std::byte>>> Client::Get(std::string_view key,
   // previous owners as it would for a request placed by the group).
   const std::string keys[] = {std::string(key)};
   const std::string placement[] = {std::string(placement_key)};
-  return WithRoute(
-      key, placement_key, [&](Connection& c) -> Result<std::optional<std::vector<std::byte>>> {
-        std::optional<std::vector<std::byte>> out;
-        Status item_status = Status::Ok();
-        KVD_RETURN_IF_ERROR(c.Get(
-            keys,
-            [&](const GetItem& item) {
-              if (item.status.ok()) out.emplace(item.value.begin(), item.value.end());
-              if (!item.status.ok() && item.status.code() != StatusCode::kNotFound) {
-                item_status = item.status;
-              }
-            },
-            placement));
-        KVD_RETURN_IF_ERROR(item_status);
-        return out;
-      });
+  return WithRoute(key, placement_key,
+                   [&](Connection& c) -> Result<std::optional<std::vector<std::byte>>> {
+                     std::optional<std::vector<std::byte>> out;
+                     Status item_status = Status::Ok();
+                     KVD_RETURN_IF_ERROR(c.Get(
+                         keys,
+                         [&](const GetItem& item) {
+                           if (item.status.ok()) out.emplace(item.value.begin(), item.value.end());
+                           if (!item.status.ok() && item.status.code() != StatusCode::kNotFound) {
+                             item_status = item.status;
+                           }
+                         },
+                         placement));
+                     KVD_RETURN_IF_ERROR(item_status);
+                     return out;
+                   });
 }
 Status Client::Get(std::span<const std::string> keys, const GetCallback& on_item,
                    std::span<const std::string> placement_keys) {

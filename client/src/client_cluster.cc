@@ -243,9 +243,8 @@ Exchange KeyListExchange(Op op, std::span<const std::string> keys,
   e.send = [op, keys, placement_keys](Leg& leg) -> Status {
     KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> body,
                          protocol::EncodeKeyList(Subset(keys, leg.keys)));
-    KVD_ASSIGN_OR_RETURN(
-        const std::uint64_t id,
-        leg.conn->SendPlaced(op, body, PlacementSubset(placement_keys, leg.keys)));
+    KVD_ASSIGN_OR_RETURN(const std::uint64_t id,
+                         leg.conn->SendPlaced(op, body, PlacementSubset(placement_keys, leg.keys)));
     leg.ids = {id};
     return Status::Ok();
   };
@@ -284,7 +283,8 @@ Result<protocol::LookupResult> Client::RoutedLookup(const cluster::Topology& vie
   protocol::LookupResult out;
   out.tiers.assign(keys.size(), protocol::Tier::kNone);
   const Exchange exchange = KeyListExchange(
-      Op::kLookup, keys, placement_keys, [&out](const Leg& leg, std::span<const std::byte> body) -> Status {
+      Op::kLookup, keys, placement_keys,
+      [&out](const Leg& leg, std::span<const std::byte> body) -> Status {
         KVD_ASSIGN_OR_RETURN(const protocol::LookupResult r, protocol::DecodeLookupResult(body));
         if (r.tiers.size() != leg.keys.size()) {
           return Corruption("protocol: LOOKUP answer from " + leg.address + " has " +
@@ -309,7 +309,8 @@ Result<std::vector<StatusCode>> Client::RoutedDelete(const cluster::Topology& vi
   KeyRoutes key_routes(*routes_, view, views, placement_keys);
   std::vector<StatusCode> out(keys.size(), StatusCode::kNotFound);
   const Exchange exchange = KeyListExchange(
-      Op::kDelete, keys, placement_keys, [&out](const Leg& leg, std::span<const std::byte> body) -> Status {
+      Op::kDelete, keys, placement_keys,
+      [&out](const Leg& leg, std::span<const std::byte> body) -> Status {
         KVD_ASSIGN_OR_RETURN(const std::vector<StatusCode> codes, protocol::DecodeStatusList(body));
         if (codes.size() != leg.keys.size()) {
           return Corruption("protocol: DELETE answer from " + leg.address + " has " +
@@ -329,7 +330,8 @@ Result<std::vector<StatusCode>> Client::RoutedPut(const cluster::Topology& view,
   keys.reserve(items.size());
   for (const auto& item : items) keys.push_back(item.key);
   std::vector<std::string> placement_keys;  // empty unless an item has one
-  if (std::any_of(items.begin(), items.end(), [](const auto& i) { return !i.placement_key.empty(); })) {
+  if (std::any_of(items.begin(), items.end(),
+                  [](const auto& i) { return !i.placement_key.empty(); })) {
     for (const auto& item : items) placement_keys.emplace_back(item.placement_key);
   }
   KeyRoutes key_routes(*routes_, view, keys, placement_keys);
@@ -339,8 +341,8 @@ Result<std::vector<StatusCode>> Client::RoutedPut(const cluster::Topology& view,
   // caller's memory, never joined into one body); each owner's leg runs on its own thread.
   exchange.send = [items](Leg& leg) -> Status {
     for (std::size_t i : leg.keys) {
-      KVD_ASSIGN_OR_RETURN(const std::uint64_t id, leg.conn->SendPut(items[i].key, items[i].value,
-                                                                     items[i].placement_key));
+      KVD_ASSIGN_OR_RETURN(const std::uint64_t id,
+                           leg.conn->SendPut(items[i].key, items[i].value, items[i].placement_key));
       leg.ids.push_back(id);
     }
     return Status::Ok();

@@ -91,7 +91,8 @@ std::string ClusterRoutes::AddressOf(const cluster::Member& m) const {
 std::vector<std::string> ClusterRoutes::Targets(const cluster::Topology& view, std::string_view key,
                                                 std::string_view placement_key) const {
   constexpr std::size_t kOtherMembers = 2;
-  const std::string_view by = placement_key.empty() ? cluster::PlacementKey(key) : placement_key;
+  // As the daemon places it: an explicit placement key goes through the hash-tag rule too.
+  const std::string_view by = cluster::PlacementKey(placement_key.empty() ? key : placement_key);
   std::lock_guard lock(mu_);
   std::vector<std::string> out;
   const auto add = [&out](std::string address) {

@@ -51,8 +51,8 @@ namespace kvdepot::python::lmcache_mp {
 struct ConnectorOptions {
   // address, per send/receive timeout, token, TLS, cluster_routing (docs/cluster.md)
   client::ClientOptions client;
-  std::size_t workers = 4;       // threads, each with one connection
-  std::string key_prefix;        // prepended to every key LMCache hands over
+  std::size_t workers = 4;  // threads, each with one connection
+  std::string key_prefix;   // prepended to every key LMCache hands over
   // SETs in flight per connection before their replies are read: at most max_pipeline, and
   // past max_pipeline_bytes of values only one (deep pipelines of large values measured slower).
   std::size_t max_pipeline = 32;

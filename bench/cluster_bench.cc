@@ -157,39 +157,30 @@ class ClusterClient {
   virtual Status Put(const std::string& key, std::span<const std::byte> value) = 0;
 };
 
-// A smart client: the view from one node's CLUSTER_INFO, each request sent to its key's primary
-// owner over a connection per node.
-class OwnerRoutedClient final : public ClusterClient {
+// The SDK's smart client (client::Client with cluster_routing auto, docs/cluster.md "Smart
+// clients"): it learns the view from the seed's CLUSTER_INFO and sends each request to its key's
+// owner over its own per-member connection pools.
+class SdkSmartClient final : public ClusterClient {
  public:
   static std::unique_ptr<ClusterClient> Connect(const std::string& seed_addr) {
-    auto info = ClusterInfoOf(seed_addr);
-    if (!info.ok()) return nullptr;
-    auto view = cluster::TopologyFromClusterInfo(*info);
-    if (!view.ok()) return nullptr;
-    auto client = std::unique_ptr<OwnerRoutedClient>(new OwnerRoutedClient(std::move(*view)));
-    for (const cluster::Member& m : client->view_.members()) {
-      auto c = client::Connection::Connect(TcpOptions(m.native_addr));
-      if (!c.ok()) return nullptr;
-      client->connections_.emplace(m.native_addr, std::move(*c));
-    }
+    client::ClientOptions options = TcpOptions(seed_addr);
+    options.cluster_routing = client::ClusterRouting::kAuto;
+    auto client = std::unique_ptr<SdkSmartClient>(new SdkSmartClient(std::move(options)));
+    if (!client->client_.Ping().ok()) return nullptr;
     return client;
   }
 
   Result<std::optional<std::size_t>> GetInto(const std::string& key,
                                              std::span<std::byte> out) override {
-    return OwnerOf(key).GetInto(key, {}, out);
+    return client_.GetInto(key, {}, out);
   }
   Status Put(const std::string& key, std::span<const std::byte> value) override {
-    return OwnerOf(key).Put(key, value);
+    return client_.Put(key, value);
   }
 
  private:
-  explicit OwnerRoutedClient(cluster::Topology view) : view_(std::move(view)) {}
-  client::Connection& OwnerOf(const std::string& key) {
-    return *connections_.at(view_.PrimaryOwner(cluster::PlacementKey(key))->native_addr);
-  }
-  cluster::Topology view_;
-  std::map<std::string, std::unique_ptr<client::Connection>> connections_;
+  explicit SdkSmartClient(client::ClientOptions options) : client_(std::move(options)) {}
+  client::Client client_;
 };
 
 // A client that knows nothing of the cluster: every request to one node (forwarded by it).
@@ -213,10 +204,9 @@ class SingleNodeClient final : public ClusterClient {
   std::unique_ptr<client::Connection> connection_;
 };
 
-// The smart client the throughput runs use. The SDK's own smart client (client/) replaces
-// OwnerRoutedClient here, and only here.
+// The smart client the throughput runs use: the SDK's.
 std::unique_ptr<ClusterClient> MakeSmartClient(const std::string& seed_addr) {
-  return OwnerRoutedClient::Connect(seed_addr);
+  return SdkSmartClient::Connect(seed_addr);
 }
 
 // ---- a) and b): throughput and CPU

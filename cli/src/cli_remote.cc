@@ -330,6 +330,13 @@ Status ExplainPutRefusal(const client::ClientOptions& remote, const Status& refu
           "the token's scope does not cover this key's namespace (auth.token_file on the "
           "server; --token-file here)";
       break;
+    case StatusCode::kUnavailable:
+      why =
+          "the daemon is a cluster member that cannot store it now — fenced (its cluster lease "
+          "lapsed, or etcd was unreachable since it started: its /healthz says which) or none of "
+          "the key's owners answered; send the write to another member (kvdepot cluster status "
+          "lists them)";
+      break;
     default: why = "see the daemon's log";
   }
   return Status(refusal.code(), "kvdepotd refused the value for '" + std::string(key_arg) + "': " +

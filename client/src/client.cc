@@ -373,25 +373,48 @@ Result<std::uint64_t> Connection::SendPlaced(Op op, std::span<const std::byte> b
 
 Result<std::uint64_t> Connection::SendPut(std::string_view key, std::span<const std::byte> value,
                                           std::string_view placement_key) {
+  const std::span<const std::byte> parts[] = {value};
+  return SendPutParts(key, parts, placement_key);
+}
+
+Result<std::uint64_t> Connection::SendPutParts(std::string_view key,
+                                               std::span<const std::span<const std::byte>> parts,
+                                               std::string_view placement_key) {
+  std::uint64_t total = 0;
+  for (auto p : parts) total += p.size();
   KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> prefix,
-                       protocol::EncodeSinglePutHead(key, value.size()));
+                       protocol::EncodeSinglePutHead(key, total));
   std::vector<std::byte> section;
   if (!placement_key.empty()) {
     KVD_ASSIGN_OR_RETURN(section, protocol::EncodePlacementSection(std::span(&placement_key, 1)));
   }
-  if (std::uint64_t{section.size()} + prefix.size() + value.size() > 0xffffffffu) {
+  if (std::uint64_t{section.size()} + prefix.size() + total > 0xffffffffu) {
     return OutOfRange("protocol: the PUT of '" + std::string(key) + "' is over a frame's 4 GiB");
   }
   FrameHeader h;
   h.type = static_cast<std::uint8_t>(Op::kPut);
   h.flags = section.empty() ? 0 : protocol::kFlagPlacement;
   h.request_id = next_id_++;
-  h.body_length = static_cast<std::uint32_t>(section.size() + prefix.size() + value.size());
+  h.body_length = static_cast<std::uint32_t>(section.size() + prefix.size() + total);
   std::byte head[protocol::kFrameHeaderBytes];
   protocol::EncodeFrameHeader(h, head);
-  const std::span<const std::byte> parts[] = {head, section, prefix, value};
-  KVD_RETURN_IF_ERROR(SendAll(parts));
+  std::vector<std::span<const std::byte>> all = {head, section, prefix};
+  all.insert(all.end(), parts.begin(), parts.end());
+  KVD_RETURN_IF_ERROR(SendAll(all));
   return h.request_id;
+}
+
+Status Connection::ReadPutAnswer(std::uint64_t id, std::string_view key) {
+  std::vector<std::byte> response;
+  KVD_ASSIGN_OR_RETURN(FrameHeader h, ReadResponse(response));
+  if (h.request_id != id) return Broken(Corruption("protocol: response id mismatch"));
+  if (h.status != 0) return FromWire(h.status, response);
+  KVD_ASSIGN_OR_RETURN(auto codes, protocol::DecodeStatusList(response));
+  if (codes.size() != 1) return Broken(Corruption("protocol: put response count"));
+  if (codes[0] != StatusCode::kOk) {
+    return Status(codes[0], "server refused the value for '" + std::string(key) + "'");
+  }
+  return Status::Ok();
 }
 
 Result<FrameHeader> Connection::ReadResponse(std::vector<std::byte>& body) {
@@ -448,16 +471,7 @@ Result<std::vector<StatusCode>> Connection::Put(std::span<const protocol::PutIte
 Status Connection::Put(std::string_view key, std::span<const std::byte> value,
                        std::string_view placement_key) {
   KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendPut(key, value, placement_key));
-  std::vector<std::byte> response;
-  KVD_ASSIGN_OR_RETURN(FrameHeader h, ReadResponse(response));
-  if (h.request_id != id) return Broken(Corruption("protocol: response id mismatch"));
-  if (h.status != 0) return FromWire(h.status, response);
-  KVD_ASSIGN_OR_RETURN(auto codes, protocol::DecodeStatusList(response));
-  if (codes.size() != 1) return Broken(Corruption("protocol: put response count"));
-  if (codes[0] != StatusCode::kOk) {
-    return Status(codes[0], "server refused the value for '" + std::string(key) + "'");
-  }
-  return Status::Ok();
+  return ReadPutAnswer(id, key);
 }
 
 Status Connection::Get(std::span<const std::string> keys, const GetCallback& on_item,
@@ -647,37 +661,8 @@ Result<std::optional<std::vector<std::byte>>> Connection::Get(std::string_view k
 
 Status Connection::PutParts(std::string_view key, std::span<const std::span<const std::byte>> parts,
                             std::string_view placement_key) {
-  std::uint64_t total = 0;
-  for (auto p : parts) total += p.size();
-  KVD_ASSIGN_OR_RETURN(const std::vector<std::byte> prefix,
-                       protocol::EncodeSinglePutHead(key, total));
-  std::vector<std::byte> section;
-  if (!placement_key.empty()) {
-    KVD_ASSIGN_OR_RETURN(section, protocol::EncodePlacementSection(std::span(&placement_key, 1)));
-  }
-  if (std::uint64_t{section.size()} + prefix.size() + total > 0xffffffffu) {
-    return OutOfRange("protocol: the PUT of '" + std::string(key) + "' is over a frame's 4 GiB");
-  }
-  FrameHeader h;
-  h.type = static_cast<std::uint8_t>(Op::kPut);
-  h.flags = section.empty() ? 0 : protocol::kFlagPlacement;
-  h.request_id = next_id_++;
-  h.body_length = static_cast<std::uint32_t>(section.size() + prefix.size() + total);
-  std::byte head[protocol::kFrameHeaderBytes];
-  protocol::EncodeFrameHeader(h, head);
-  std::vector<std::span<const std::byte>> all = {head, section, prefix};
-  all.insert(all.end(), parts.begin(), parts.end());
-  KVD_RETURN_IF_ERROR(SendAll(all));
-  std::vector<std::byte> response;
-  KVD_ASSIGN_OR_RETURN(FrameHeader r, ReadResponse(response));
-  if (r.request_id != h.request_id) return Broken(Corruption("protocol: response id mismatch"));
-  if (r.status != 0) return FromWire(r.status, response);
-  KVD_ASSIGN_OR_RETURN(auto codes, protocol::DecodeStatusList(response));
-  if (codes.size() != 1) return Broken(Corruption("protocol: put response count"));
-  if (codes[0] != StatusCode::kOk) {
-    return Status(codes[0], "server refused the value for '" + std::string(key) + "'");
-  }
-  return Status::Ok();
+  KVD_ASSIGN_OR_RETURN(std::uint64_t id, SendPutParts(key, parts, placement_key));
+  return ReadPutAnswer(id, key);
 }
 
 Status Connection::Drain(std::uint64_t n) {

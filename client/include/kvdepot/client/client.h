@@ -192,6 +192,14 @@ class Connection {
   Result<std::vector<std::byte>> Call(protocol::Op op, std::span<const std::byte> body,
                                       std::span<const std::string_view> placement_keys = {});
   Status Broken(Status status);
+  // Sends a one-item PUT whose value is `parts` back to back (with a placement section when
+  // `placement_key` is not empty); returns the request id. The one sender behind SendPut and
+  // PutParts.
+  Result<std::uint64_t> SendPutParts(std::string_view key,
+                                     std::span<const std::span<const std::byte>> parts,
+                                     std::string_view placement_key);
+  // Reads the answer to the one-item PUT `id` of `key`: ok, or the server's refusal.
+  Status ReadPutAnswer(std::uint64_t id, std::string_view key);
   // Reads the frames of a GET-shaped response (GET, GET_AS) to request `id`.
   Status ReadGetFrames(std::uint64_t id, protocol::Op op, std::size_t keys,
                        const GetCallback& on_item);

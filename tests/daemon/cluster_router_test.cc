@@ -358,6 +358,41 @@ TEST_F(ClusterRouterTest, DeadOrHungPeersGiveMissesNotErrorsAndNoHang) {
   EXPECT_GT(RouterStats(0).forward_errors[static_cast<std::size_t>(Op::kGet)], 0u);
 }
 
+// A member killed before its lease expires is still in every view: a LOOKUP at a node that does
+// not own a key asks the key's next replica when its first owner cannot answer.
+TEST_F(ClusterRouterTest, LookupAsksTheNextReplicaWhileADeadOwnerIsStillInTheView) {
+  cluster_.Start(3, {.replicas = 2, .group_chunks = 1});
+  constexpr std::size_t kChunks = 60;
+  PutPrompt(0, kChunks);
+  const auto view = cluster_.node(0).source->Current();
+  std::size_t behind_dead_owner = 0;  // keys node 0 must ask of node 2 first
+  for (std::size_t i = 0; i < kChunks; ++i) {
+    const std::vector<std::string> owners = OwnerIds(*view, KeyFor(i));
+    ASSERT_EQ(owners.size(), 2u);
+    if (!cluster_.Holds(0, KeyFor(i)) && owners[0] == cluster_.node(2).id) ++behind_dead_owner;
+  }
+  ASSERT_GT(behind_dead_owner, 0u);
+  cluster_.StopNode(2);
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < kChunks; ++i) keys.push_back(KeyFor(i));
+  auto c = Connect(0);
+  ASSERT_NE(c, nullptr);
+  auto r = c->Lookup(keys);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->prefix_length, kChunks);
+  for (std::size_t i = 0; i < kChunks; ++i) {
+    EXPECT_NE(r->tiers[i], protocol::Tier::kNone) << KeyFor(i);
+  }
+  EXPECT_GT(RouterStats(0).forward_errors[static_cast<std::size_t>(Op::kLookup)], 0u);
+  // GET agrees: every key is read through node 0.
+  for (std::size_t i = 0; i < kChunks; ++i) {
+    auto got = c->Get(KeyFor(i));
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_TRUE(got->has_value()) << KeyFor(i);
+    EXPECT_EQ(**got, ValueFor(i));
+  }
+}
+
 TEST_F(ClusterRouterTest, MalformedPeerRepliesAreMissesAndTheNodeKeepsServing) {
   std::vector<std::byte> junk(24, std::byte{'X'});
   GarbagePeer garbage(junk);

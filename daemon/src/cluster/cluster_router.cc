@@ -306,54 +306,115 @@ void ClusterRouter::Delete(std::string_view key, std::string_view placement_key,
 
 // ---- LOOKUP -------------------------------------------------------------------------------------
 
+// The keys of one LOOKUP that this node neither holds nor owns, asked of peers in rounds. Round
+// one asks each key's first other owner (and, during a hand-off, its first previous owner), every
+// peer at once. A peer that cannot answer (down, hung past the timeout, a garbled reply) passes
+// its keys on to their next owner in another round, so that with cluster.replicas > 1 an owner
+// that died before its lease expired costs a round trip, not a miss.
+struct ClusterRouter::LocatePlan {
+  struct Ask {
+    std::size_t index;  // into the LOOKUP's keys
+    bool owner;         // asked as a current owner (passed on when it fails), not a previous one
+  };
+  using Round = std::map<std::string, std::vector<Ask>>;  // by peer address
+
+  std::mutex mu;
+  std::vector<Tier> tiers;
+  std::vector<std::string> keys;         // the keys asked of peers (the others stay empty)
+  std::vector<Placement> placements;     // by index, for the keys asked of peers
+  std::vector<std::size_t> owner_asked;  // by index: which of placements[i].others was asked
+  Round round, next_round;
+  std::size_t pending = 0;  // peers of the round in flight
+  std::function<void(std::vector<Tier>)> done;
+};
+
 void ClusterRouter::LocateMany(std::span<const std::string_view> keys,
                                std::span<const std::string_view> placement_keys,
                                std::function<void(std::vector<Tier>)> done) {
-  std::vector<Tier> tiers(keys.size(), Tier::kNone);
-  // Per peer address: the indexes of the keys it is asked about.
-  std::map<std::string, std::vector<std::size_t>> asks;
+  auto plan = std::make_shared<LocatePlan>();
+  plan->tiers.assign(keys.size(), Tier::kNone);
+  plan->done = std::move(done);
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    tiers[i] = store_.Locate(keys[i]);
-    if (tiers[i] != Tier::kNone) continue;
-    const Placement p =
+    plan->tiers[i] = store_.Locate(keys[i]);
+    if (plan->tiers[i] != Tier::kNone) continue;
+    Placement p =
         Place(keys[i], i < placement_keys.size() ? placement_keys[i] : std::string_view());
-    if (!p.self_owns && !p.others.empty()) asks[p.others.front()].push_back(i);
-    if (!p.previous.empty()) asks[p.previous.front()].push_back(i);
+    const bool ask_owner = !p.self_owns && !p.others.empty();
+    if (!ask_owner && p.previous.empty()) continue;
+    if (plan->keys.empty()) {
+      plan->keys.resize(keys.size());
+      plan->placements.resize(keys.size());
+      plan->owner_asked.assign(keys.size(), 0);
+    }
+    plan->keys[i] = std::string(keys[i]);
+    if (ask_owner) plan->round[p.others.front()].push_back({i, true});
+    if (!p.previous.empty()) plan->round[p.previous.front()].push_back({i, false});
+    plan->placements[i] = std::move(p);
   }
-  if (asks.empty()) return done(std::move(tiers));
-  auto state = std::make_shared<Fanout<std::vector<Tier>>>();
-  state->pending = asks.size();
-  state->result = std::move(tiers);
-  for (auto& [address, indexes] : asks) {
+  if (plan->round.empty()) return plan->done(std::move(plan->tiers));
+  AskLocateRound(plan);
+}
+
+void ClusterRouter::AskLocateRound(const std::shared_ptr<LocatePlan>& plan) {
+  LocatePlan::Round round;
+  {
+    std::lock_guard lock(plan->mu);
+    round = std::move(plan->round);
+    plan->round.clear();
+    plan->pending = round.size();  // before the first call: an answer may come at once
+  }
+  for (auto& [address, asks] : round) {
     std::vector<std::string> subset;
-    subset.reserve(indexes.size());
-    for (std::size_t i : indexes) subset.emplace_back(keys[i]);
+    subset.reserve(asks.size());
+    for (const LocatePlan::Ask& a : asks) subset.push_back(plan->keys[a.index]);
     auto body = protocol::EncodeKeyList(subset);
     PeerRequest request;
     request.op = Op::kLookup;
     if (body.ok()) request.body = std::move(*body);
     ++counters_->forwarded[static_cast<std::size_t>(Op::kLookup)];
     peers_->Call(address, std::move(request),
-                 [this, state, done, indexes = std::move(indexes)](Result<PeerResponse> r) {
+                 [this, plan, asks = std::move(asks)](Result<PeerResponse> r) {
                    Result<protocol::LookupResult> result =
                        !r.ok()                        ? Result<protocol::LookupResult>(r.status())
                        : r->status != StatusCode::kOk ? Status(r->status, "peer lookup failed")
                                                       : protocol::DecodeLookupResult(r->body);
-                   const bool usable = result.ok() && result->tiers.size() == indexes.size();
+                   const bool usable = result.ok() && result->tiers.size() == asks.size();
                    if (!usable) ++counters_->forward_errors[static_cast<std::size_t>(Op::kLookup)];
+                   bool another_round = false;
                    std::vector<Tier> out;
                    {
-                     std::lock_guard lock(state->mu);
-                     if (usable) {
-                       for (std::size_t j = 0; j < indexes.size(); ++j) {
-                         Tier& t = state->result[indexes[j]];
+                     std::lock_guard lock(plan->mu);
+                     for (std::size_t j = 0; j < asks.size(); ++j) {
+                       const LocatePlan::Ask& a = asks[j];
+                       Tier& t = plan->tiers[a.index];
+                       if (usable) {
                          if (t == Tier::kNone) t = result->tiers[j];
+                         continue;
                        }
+                       if (!a.owner) continue;  // a previous owner has no stand-in
+                       const std::vector<std::string>& owners = plan->placements[a.index].others;
+                       const std::size_t next = ++plan->owner_asked[a.index];
+                       if (next < owners.size()) plan->next_round[owners[next]].push_back(a);
                      }
-                     if (--state->pending != 0) return;
-                     out = std::move(state->result);
+                     if (--plan->pending != 0) return;
+                     // Keys found meanwhile (at a previous owner) need no other round.
+                     for (auto it = plan->next_round.begin(); it != plan->next_round.end();) {
+                       std::erase_if(it->second, [&](const LocatePlan::Ask& a) {
+                         return plan->tiers[a.index] != Tier::kNone;
+                       });
+                       it = it->second.empty() ? plan->next_round.erase(it) : std::next(it);
+                     }
+                     another_round = !plan->next_round.empty();
+                     if (another_round) {
+                       plan->round = std::move(plan->next_round);
+                       plan->next_round.clear();
+                     } else {
+                       out = std::move(plan->tiers);
+                     }
                    }
-                   done(std::move(out));  // a peer that failed counts as a miss for its keys
+                   // A peer that failed, with no owner left to ask, counts as a miss for its keys.
+                   if (another_round) return AskLocateRound(plan);
+                   plan->done(std::move(out));
                  });
   }
 }

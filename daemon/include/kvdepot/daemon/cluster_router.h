@@ -17,9 +17,11 @@
 //   DELETE  erased here and at every other owner; found when any of them had the key.
 //   LOOKUP  LocateMany: the keys this node holds or owns are answered here; the others are
 //           grouped by owner (and by previous owner during a hand-off) into one LOOKUP per peer,
-//           all sent at once: one parallel round trip.
-// A peer that is down or slow (PeerPoolOptions::timeout) gives a miss for GET and LOOKUP and an
-// error for a PUT no owner stored; nothing waits on it longer than the timeout.
+//           all sent at once: one parallel round trip. A peer that cannot answer passes its keys
+//           to their next owner (cluster.replicas > 1) in one more round.
+// A peer that is down or slow (PeerPoolOptions::timeout) gives a miss for GET and LOOKUP (after
+// the key's other owners were asked) and an error for a PUT no owner stored; nothing waits on one
+// peer longer than the timeout.
 //
 // Thread-safety: every method may be called from any thread; callbacks run on the calling
 // thread (local answers) or on the peer pool's thread, and must not block.
@@ -92,8 +94,12 @@ class ClusterRouter {
  private:
   struct Placement;  // a key's owners as this node sees them
   struct GetPlan;    // a GET asking one node after another
+  struct LocatePlan;  // a LOOKUP's keys asked of peers, round after round
   Placement Place(std::string_view key, std::string_view placement_key) const;
   void AskNextForGet(const std::shared_ptr<GetPlan>& plan);
+  // Sends plan->round (one LOOKUP per peer, all at once); the last answer sends the next round
+  // or calls plan->done.
+  void AskLocateRound(const std::shared_ptr<LocatePlan>& plan);
   void CopyToOwners(const std::string& key, const Placement& placement, const ValueRef& value);
   // A one-item PUT to a peer; `done` (may be null) gets the item's status.
   void SendPut(const std::string& address, const std::string& key, const ValueRef& value,

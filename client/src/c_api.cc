@@ -45,7 +45,8 @@ kvdepot::Namespace ToNamespace(const kvdepot_namespace& ns) {
   return n;
 }
 
-bool ValidNamespace(const kvdepot_namespace* ns, const uint32_t* tokens, size_t n_tokens) {
+// Whether a prompt is given: a namespace with a model, and tokens unless there are none.
+bool PromptGiven(const kvdepot_namespace* ns, const uint32_t* tokens, size_t n_tokens) {
   return ns != nullptr && ns->model != nullptr && (tokens != nullptr || n_tokens == 0);
 }
 
@@ -221,9 +222,12 @@ int kvdepot_delete_placed(kvdepot_client* c, const void* key, size_t key_len,
 int kvdepot_put_prefix(kvdepot_client* c, const kvdepot_namespace* ns, const uint32_t* tokens,
                        size_t n_tokens, const void* const* values, const size_t* value_lens,
                        size_t n_values, uint32_t group_chunks, int* statuses) {
-  if (c == nullptr || !ValidNamespace(ns, tokens, n_tokens) ||
+  if (c == nullptr) return KVDEPOT_INVALID_ARGUMENT;
+  if (!PromptGiven(ns, tokens, n_tokens) ||
       (n_values != 0 && (values == nullptr || value_lens == nullptr))) {
-    return KVDEPOT_INVALID_ARGUMENT;
+    return Report(c, kvdepot::InvalidArgument(
+                         "kvdepot_put_prefix: ns, ns->model, tokens (unless n_tokens is 0), values "
+                         "and value_lens (unless n_values is 0) must not be NULL"));
   }
   return Guard(c, [&] {
     std::vector<std::span<const std::byte>> chunks;
@@ -253,9 +257,12 @@ int kvdepot_put_prefix(kvdepot_client* c, const kvdepot_namespace* ns, const uin
 int kvdepot_lookup_prefix(kvdepot_client* c, const kvdepot_namespace* ns, const uint32_t* tokens,
                           size_t n_tokens, uint32_t group_chunks, size_t* prefix_length,
                           size_t* n_chunks, uint8_t* tiers, size_t tiers_capacity) {
-  if (c == nullptr || !ValidNamespace(ns, tokens, n_tokens) || prefix_length == nullptr ||
+  if (c == nullptr) return KVDEPOT_INVALID_ARGUMENT;
+  if (!PromptGiven(ns, tokens, n_tokens) || prefix_length == nullptr ||
       (tiers == nullptr && tiers_capacity != 0)) {
-    return KVDEPOT_INVALID_ARGUMENT;
+    return Report(c, kvdepot::InvalidArgument(
+                         "kvdepot_lookup_prefix: ns, ns->model, tokens (unless n_tokens is 0), "
+                         "prefix_length and tiers (unless tiers_capacity is 0) must not be NULL"));
   }
   return Guard(c, [&] {
     auto r = c->client.LookupPrefix(ToNamespace(*ns), {tokens, n_tokens}, group_chunks);
@@ -272,7 +279,7 @@ int kvdepot_lookup_prefix(kvdepot_client* c, const kvdepot_namespace* ns, const 
 int kvdepot_chunk_keys(const kvdepot_namespace* ns, const uint32_t* tokens, size_t n_tokens,
                        int include_partial, uint8_t* keys_out, size_t keys_capacity,
                        size_t* n_keys) {
-  if (!ValidNamespace(ns, tokens, n_tokens) || n_keys == nullptr) return KVDEPOT_INVALID_ARGUMENT;
+  if (!PromptGiven(ns, tokens, n_tokens) || n_keys == nullptr) return KVDEPOT_INVALID_ARGUMENT;
   return Guard(nullptr, [&] {
     auto keys =
         kvdepot::ChunkKeysForTokens(ToNamespace(*ns), {tokens, n_tokens}, include_partial != 0);

@@ -187,12 +187,14 @@ TEST_F(PrefixDaemonTest, CApiPrefixAndPlacedCalls) {
   EXPECT_EQ(
       kvdepot_put_prefix(c, nullptr, tokens.data(), tokens.size(), ptrs, lens, kChunks, 0, nullptr),
       KVDEPOT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvdepot_last_error(c)).find("kvdepot_put_prefix: ns, ns->model"),
+            std::string::npos);
   EXPECT_EQ(kvdepot_put_prefix(c, &ns, tokens.data(), tokens.size(), nullptr, nullptr, kChunks, 0,
                                nullptr),
             KVDEPOT_INVALID_ARGUMENT);
   const void* null_value[kChunks] = {};
-  EXPECT_EQ(kvdepot_put_prefix(c, &ns, tokens.data(), tokens.size(), null_value, lens.data(),
-                               kChunks, 0, nullptr),
+  EXPECT_EQ(kvdepot_put_prefix(c, &ns, tokens.data(), tokens.size(), null_value, lens, kChunks, 0,
+                               nullptr),
             KVDEPOT_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kvdepot_last_error(c)).find("values[0] is NULL"), std::string::npos);
   EXPECT_EQ(

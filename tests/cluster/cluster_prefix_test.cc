@@ -10,7 +10,6 @@
 
 #include "../client/prefix_prompts.h"
 #include "cluster_daemon_fixture.h"
-#include "kvdepot/cluster/cluster_info.h"
 #include "kvdepot/kvdepot.h"
 
 namespace kvdepot::cluster {
@@ -42,11 +41,7 @@ class ClusterPrefixTest : public ClusterDaemonTest {
     if (IsSkipped() || HasFatalFailure()) return;
     for (auto* d : {&d1_, &d2_, &d3_}) nodes_.push_back(StartNode(*d));
     ASSERT_TRUE(AllSee(nodes_, 3));
-    auto conn = client::Connection::Connect(nodes_[0]->Options());
-    ASSERT_TRUE(conn.ok()) << conn.status().ToString();
-    auto info = (*conn)->ClusterInfo();
-    ASSERT_TRUE(info.ok()) << info.status().ToString();
-    auto view = TopologyFromClusterInfo(*info);
+    auto view = ViewOf(*nodes_[0]);
     ASSERT_TRUE(view.ok()) << view.status().ToString();
     view_ = std::move(*view);
     ASSERT_EQ(view_.options().replicas, 1u);

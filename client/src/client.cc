@@ -949,34 +949,6 @@ Result<protocol::ScanResult> Client::Scan(const protocol::ScanRequest& request) 
   return WithConnection([&](Connection& c) { return c.Scan(request); });
 }
 
-Result<PrefixLookup> Client::LookupPrefix(const Namespace& ns,
-                                          std::span<const std::uint32_t> tokens,
-                                          std::uint32_t group_chunks) {
-  PrefixLookup out;
-  KVD_ASSIGN_OR_RETURN(out.keys, ChunkKeysForTokens(ns, tokens, /*include_partial_last=*/false));
-  if (out.keys.empty()) return out;
-  std::vector<std::string> wire;
-  wire.reserve(out.keys.size());
-  for (const ChunkKey& k : out.keys) {
-    wire.emplace_back(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size());
-  }
-  // The whole chain's anchors, from chunk 0: a batch past the first keeps its chunks' anchors.
-  const std::vector<std::string> placement = group_chunks > 0
-                                                 ? protocol::ChainPlacementKeys(wire, group_chunks)
-                                                 : std::vector<std::string>();
-  for (std::size_t first = 0; first < wire.size(); first += options_.limits.max_batch) {
-    const std::size_t n = std::min<std::size_t>(options_.limits.max_batch, wire.size() - first);
-    const auto placed = placement.empty()
-                            ? std::span<const std::string>()
-                            : std::span<const std::string>(placement).subspan(first, n);
-    KVD_ASSIGN_OR_RETURN(protocol::LookupResult r,
-                         Lookup(std::span<const std::string>(wire).subspan(first, n), placed));
-    if (out.prefix_length == first) out.prefix_length += r.prefix_length;
-    out.tiers.insert(out.tiers.end(), r.tiers.begin(), r.tiers.end());
-  }
-  return out;
-}
-
 std::future<Status> Client::PutAsync(std::string key, std::vector<std::byte> value) {
   return std::async(std::launch::async, [this, key = std::move(key), value = std::move(value)] {
     return Put(key, value);

@@ -25,6 +25,9 @@ int kvdepot_c_api_smoke(const char* address) {
   size_t key_lens[3];
   kvdepot_namespace ns;
   size_t i;
+  const void* chunk_values[3];
+  size_t chunk_lens[3];
+  int statuses[2];
 
   CHECK(kvdepot_open(address, 5000, &c) == KVDEPOT_OK);
   CHECK(kvdepot_ping(c) == KVDEPOT_OK);
@@ -56,6 +59,25 @@ int kvdepot_c_api_smoke(const char* address) {
   CHECK(kvdepot_delete(c, "c-key", 5) == KVDEPOT_OK);
   CHECK(kvdepot_delete(c, "c-key", 5) == KVDEPOT_NOT_FOUND);
   CHECK(kvdepot_put(NULL, "k", 1, "v", 1) == KVDEPOT_INVALID_ARGUMENT);
+
+  /* The prompt-level calls: 600 tokens are 2 full chunks of 256 (the partial third is not
+   * stored); G 0 takes the cluster's (none here: placed per key). */
+  chunk_values[0] = "prompt-chunk0";
+  chunk_values[1] = "prompt-chunk1";
+  chunk_values[2] = "unused";
+  chunk_lens[0] = chunk_lens[1] = 13;
+  chunk_lens[2] = 6;
+  CHECK(kvdepot_put_prefix(c, &ns, tokens, 600, chunk_values, chunk_lens, 3, 0, NULL) ==
+        KVDEPOT_INVALID_ARGUMENT);
+  CHECK(kvdepot_put_prefix(c, &ns, tokens, 600, chunk_values, chunk_lens, 2, 0, statuses) ==
+        KVDEPOT_OK);
+  CHECK(statuses[0] == KVDEPOT_OK && statuses[1] == KVDEPOT_OK);
+  CHECK(kvdepot_lookup_prefix(c, &ns, tokens, 600, 0, &prefix, &n_keys, tiers, 3) == KVDEPOT_OK);
+  CHECK(prefix == 2 && n_keys == 2 && tiers[1] == KVDEPOT_TIER_HOST);
+  CHECK(kvdepot_put_placed(c, "c-placed", 8, "v", 1, "anchor", 6) == KVDEPOT_OK);
+  CHECK(kvdepot_get_placed(c, "c-placed", 8, "anchor", 6, &value, &len) == KVDEPOT_OK);
+  CHECK(len == 1);
+  CHECK(kvdepot_delete_placed(c, "c-placed", 8, NULL, 0) == KVDEPOT_OK);
 done:
   kvdepot_free(value);
   kvdepot_close(c);

@@ -53,14 +53,7 @@ class ClusterRoutesTest : public ::testing::Test {
     return o;
   }
 
-  // Requests all daemons forwarded to a peer, any op.
-  std::uint64_t Forwarded() {
-    std::uint64_t sum = 0;
-    for (std::size_t n = 0; n < cluster_.size(); ++n) {
-      for (std::uint64_t f : cluster_.node(n).router->stats().forwarded) sum += f;
-    }
-    return sum;
-  }
+  std::uint64_t Forwarded() const { return cluster_.Forwarded(); }
 
   std::size_t OwnerOf(const std::string& key) {
     return cluster_.IndexOf(view_->PrimaryOwner(cluster::PlacementKey(key))->id);

@@ -18,6 +18,7 @@
 #include "../daemon/kvdepotd_child.h"
 #include "etcd_fixture.h"
 #include "kvdepot/client/client.h"
+#include "kvdepot/cluster/cluster_info.h"
 #include "kvdepot/cluster/member_record.h"
 
 namespace kvdepot::cluster {
@@ -94,6 +95,13 @@ inline std::size_t MembersSeenBy(const test::KvdepotdChild& node) {
   const auto j = nlohmann::json::parse(*info, nullptr, false);
   if (j.is_discarded() || !j.contains("members")) return 0;
   return j["members"].size();
+}
+
+// The view `node` answers CLUSTER_INFO with, as the daemons place keys by it.
+inline Result<Topology> ViewOf(const test::KvdepotdChild& node) {
+  KVD_ASSIGN_OR_RETURN(auto conn, client::Connection::Connect(node.Options()));
+  KVD_ASSIGN_OR_RETURN(const std::string info, conn->ClusterInfo());
+  return TopologyFromClusterInfo(info);
 }
 
 // Whether every node's CLUSTER_INFO lists `members` members, within `limit`.

@@ -51,11 +51,7 @@ TEST_F(ClusterDaemonTest, ALostNodeCostsExactlyThePrefixItsPlacementPredicts) {
   nodes.push_back(StartNode(d3));
   ASSERT_TRUE(AllSee(nodes, 3));
 
-  auto info_text = client::Connection::Connect(nodes[0]->Options());
-  ASSERT_TRUE(info_text.ok()) << info_text.status().ToString();
-  auto info = (*info_text)->ClusterInfo();
-  ASSERT_TRUE(info.ok()) << info.status().ToString();
-  auto view = TopologyFromClusterInfo(*info);
+  auto view = ViewOf(*nodes[0]);
   ASSERT_TRUE(view.ok()) << view.status().ToString();
   const std::uint32_t group = view->options().group_chunks;
   ASSERT_EQ(view->options().replicas, 1u);

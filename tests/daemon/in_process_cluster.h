@@ -142,6 +142,15 @@ class InProcessCluster {
     return o;
   }
 
+  // Requests all nodes forwarded to a peer, any op: 0 when every request reached its owner.
+  std::uint64_t Forwarded() const {
+    std::uint64_t sum = 0;
+    for (const auto& n : nodes_) {
+      for (std::uint64_t f : n->router->stats().forwarded) sum += f;
+    }
+    return sum;
+  }
+
   // Whether node `i` holds `key` in its own tiers.
   bool Holds(std::size_t i, const std::string& key) const {
     return nodes_[i]->store->Locate(key) != protocol::Tier::kNone;

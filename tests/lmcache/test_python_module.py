@@ -257,3 +257,36 @@ def test_cluster_routing_keyword(daemon):
         assert c.lookup([b"routed-" + routing.encode(), b"absent"])[0] == 1
     with pytest.raises(kvdepot.Error, match="cluster_routing='sideways'"):
         kvdepot.Client(daemon.addr, cluster_routing="sideways")
+
+
+def test_placement_keys_and_prompt_level_calls(client):
+    """placement_key= / placement_keys= and put_prefix / lookup_prefix (docs/cluster.md, "Prefix
+    locality in requests"). A single daemon ignores placement keys; what this checks is that
+    every method takes them and that the prompt-level calls agree with chunk_keys. The cluster
+    case (Python against C++ and C on real daemons and etcd) is tests/cluster/cluster_prefix_test.cc."""
+    client.put(b"placed-0", b"v0", placement_key=b"anchor")
+    client.put_parts(b"placed-1", [b"v", b"1"], placement_key="anchor")
+    assert client.get(b"placed-0", placement_key=b"anchor") == b"v0"
+    out = bytearray(8)
+    assert client.get_into(b"placed-1", out, placement_key=b"anchor") == 2 and out[:2] == b"v1"
+    assert client.lookup([b"placed-0", b"placed-1", b"x"],
+                         placement_keys=[b"anchor", None, b"anchor"])[0] == 2
+    assert client.get_lm(b"placed-0", lambda *a: None, placement_key=b"anchor") is None
+    with pytest.raises(ValueError, match="placement_keys has 1 entries for 2 keys"):
+        client.lookup([b"placed-0", b"placed-1"], placement_keys=[b"anchor"])
+    assert client.delete(b"placed-0", placement_key=b"anchor")
+    assert not client.delete(b"placed-0", placement_key=None)
+
+    ns = kvdepot.Namespace("prefix-model", chunk_tokens=16)
+    tokens = list(range(5 * 16 + 7))  # 5 full chunks and a partial one, which is not stored
+    values = [bytes([i]) * (100 + i) for i in range(5)]
+    client.put_prefix(ns, tokens, values)
+    prefix, keys, tiers = client.lookup_prefix(ns, tokens)
+    assert prefix == 5 and keys == kvdepot.chunk_keys(ns, tokens)
+    assert tiers == [kvdepot.Tier.HOST] * 5
+    assert [client.get(k) for k in keys] == values
+    assert client.lookup_prefix(ns, tokens, group_chunks=4)[0] == 5  # an explicit G
+    client.put_prefix(ns, tokens[:32], [np.zeros(64, dtype=np.uint8)] * 2, group_chunks=2)
+    with pytest.raises(kvdepot.Error, match="invalid_argument: put_prefix: 4 chunk values for "
+                                            "87 tokens; expected 5"):
+        client.put_prefix(ns, tokens, values[:4])

@@ -53,7 +53,8 @@ def test_installed_sdk_builds_and_runs_a_consumer(tmp_path):
     print(p.stdout + p.stderr)
     assert p.returncode == 0, p.stdout + p.stderr
     lines = p.stdout.splitlines()
-    assert len(lines) == (5 if WITH_CUDA else 4), p.stdout
+    assert len(lines) == (6 if WITH_CUDA else 5), p.stdout
     assert all(line.startswith("ok: ") for line in lines), p.stdout
+    assert "MakePrefixChain" in p.stdout, p.stdout
     if WITH_CUDA:
         assert "workspace was not created" in p.stdout, p.stdout

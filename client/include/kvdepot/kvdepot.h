@@ -90,6 +90,25 @@ int kvdepot_lookup(kvdepot_client* client, const void* const* keys, const size_t
 /* KVDEPOT_NOT_FOUND when the key was absent. */
 int kvdepot_delete(kvdepot_client* client, const void* key, size_t key_len);
 
+/* Placement keys (docs/cluster.md, "Prefix locality in requests"): in a cluster, a key sent with
+ * a placement key is placed by it instead of by itself: its owners are the placement key's, and
+ * the request carries it to them (kFlagPlacement). A prompt's chunks are stored in groups of G
+ * consecutive chunks, each placed by its group's first chunk's key, its anchor (G: the cluster's
+ * cluster.group_chunks); kvdepot_put_prefix and kvdepot_lookup_prefix below compute the anchors
+ * themselves. A NULL or empty (length 0) placement key: placed by the key itself, exactly as the
+ * calls above. A single daemon ignores placement keys. Otherwise as the calls without _placed. */
+int kvdepot_put_placed(kvdepot_client* client, const void* key, size_t key_len, const void* value,
+                       size_t value_len, const void* placement_key, size_t placement_key_len);
+int kvdepot_get_placed(kvdepot_client* client, const void* key, size_t key_len,
+                       const void* placement_key, size_t placement_key_len, void** value,
+                       size_t* value_len);
+/* placement_keys and placement_key_lens: NULL (every key placed by itself) or count entries. */
+int kvdepot_lookup_placed(kvdepot_client* client, const void* const* keys, const size_t* key_lens,
+                          const void* const* placement_keys, const size_t* placement_key_lens,
+                          size_t count, size_t* prefix_length, uint8_t* tiers);
+int kvdepot_delete_placed(kvdepot_client* client, const void* key, size_t key_len,
+                          const void* placement_key, size_t placement_key_len);
+
 /* A chunk-key namespace (docs/format.md section 2). dtype: 1 fp16, 2 bf16, 3 fp32; codec: 0 raw,
  * 1 cachegen, 2 hack-int2; chunk_tokens 0 means 256. tenant may be NULL; salt may be NULL. */
 typedef struct kvdepot_namespace {
@@ -113,6 +132,32 @@ typedef struct kvdepot_namespace {
 int kvdepot_chunk_keys(const kvdepot_namespace* ns, const uint32_t* tokens, size_t n_tokens,
                        int include_partial, uint8_t* keys_out, size_t keys_capacity,
                        size_t* n_keys);
+
+/* Prompt-level calls: a prompt's chunks are the full chunks of ns->chunk_tokens tokens of
+ * `tokens` (a partial last chunk is neither stored nor looked up), keyed as kvdepot_chunk_keys
+ * keys them and placed in groups of G by their group's anchor, exactly as the C++
+ * Client::PutPrefix / LookupPrefix and Python's put_prefix / lookup_prefix place them, so that
+ * each finds what the others stored. group_chunks (G): 0 takes the cluster's G from the client's
+ * view of the cluster (KVDEPOT_CLUSTER_ROUTING_AUTO; with _OFF or a daemon not in a cluster,
+ * every chunk is placed by its own key); > 0 overrides it (the same G must be used to store and
+ * to look up). */
+
+/* Stores chunk i as values[i] (value_lens[i] bytes); n_values must be the number of full chunks
+ * (n_tokens / chunk_tokens), else KVDEPOT_INVALID_ARGUMENT before anything is sent. In a cluster
+ * the chunks are sent to their owners in parallel. statuses (may be NULL): n_values entries, the
+ * KVDEPOT_* status of each chunk's store. Returns KVDEPOT_OK when every chunk was stored; else
+ * the request's error, or the first refused chunk's status (kvdepot_last_error names it). */
+int kvdepot_put_prefix(kvdepot_client* client, const kvdepot_namespace* ns, const uint32_t* tokens,
+                       size_t n_tokens, const void* const* values, const size_t* value_lens,
+                       size_t n_values, uint32_t group_chunks, int* statuses);
+/* One LOOKUP round trip for the prompt's chunks. *prefix_length: how many leading chunks are
+ * cached; *n_chunks (may be NULL): how many full chunks the prompt has; tiers (may be NULL):
+ * tiers_capacity entries, the first min(n_chunks, tiers_capacity) receive a KVDEPOT_TIER_* per
+ * chunk. */
+int kvdepot_lookup_prefix(kvdepot_client* client, const kvdepot_namespace* ns,
+                          const uint32_t* tokens, size_t n_tokens, uint32_t group_chunks,
+                          size_t* prefix_length, size_t* n_chunks, uint8_t* tiers,
+                          size_t tiers_capacity);
 
 #ifdef __cplusplus
 } /* extern "C" */

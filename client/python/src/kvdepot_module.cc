@@ -105,6 +105,26 @@ std::vector<py::bytes> KeysOf(const std::vector<ChunkKey>& keys) {
   return out;
 }
 
+// A placement key argument (docs/cluster.md, "Prefix locality in requests"): None (or empty)
+// places the key by itself.
+std::string PlacementOf(py::handle placement_key) {
+  return placement_key.is_none() ? std::string() : Key(placement_key);
+}
+
+// The placement_keys argument of a multi-key call: None (no placement section), or one per key
+// (None or empty entries: placed by the key).
+std::vector<std::string> PlacementsOf(py::handle placement_keys, std::size_t keys) {
+  std::vector<std::string> out;
+  if (placement_keys.is_none()) return out;
+  const auto list = py::reinterpret_borrow<py::sequence>(placement_keys);
+  if (list.size() != keys) {
+    throw py::value_error("placement_keys has " + std::to_string(list.size()) + " entries for " +
+                          std::to_string(keys) + " keys: give one per key, or None");
+  }
+  for (py::handle p : list) out.push_back(PlacementOf(p));
+  return out;
+}
+
 class PyClient {
  public:
   PyClient(const std::string& address, int timeout_ms, std::size_t pool_size,
@@ -139,30 +159,33 @@ class PyClient {
     Check([&] { return client_->Ping(); });
   }
 
-  void Put(py::handle key, py::handle value) {
+  void Put(py::handle key, py::handle value, py::handle placement_key) {
     const std::string k = Key(key);
+    const std::string placement = PlacementOf(placement_key);
     Buffer b(value, /*writable=*/false);
-    Check([&] { return client_->Put(k, b.bytes()); });
+    Check([&] { return client_->Put(k, b.bytes(), placement); });
   }
 
   // The value is the concatenation of `parts` (e.g. a header and a tensor), sent without copying.
-  void PutParts(py::handle key, const py::list& parts) {
+  void PutParts(py::handle key, const py::list& parts, py::handle placement_key) {
     const std::string k = Key(key);
+    const std::string placement = PlacementOf(placement_key);
     std::vector<std::unique_ptr<Buffer>> held;
     std::vector<std::span<const std::byte>> spans;
     for (py::handle p : parts) {
       held.push_back(std::make_unique<Buffer>(p, /*writable=*/false));
       spans.push_back(held.back()->bytes());
     }
-    Check([&] { return client_->PutParts(k, spans); });
+    Check([&] { return client_->PutParts(k, spans, placement); });
   }
 
-  py::object Get(py::handle key) {
+  py::object Get(py::handle key, py::handle placement_key) {
     const std::string k = Key(key);
+    const std::string placement = PlacementOf(placement_key);
     Result<std::optional<std::vector<std::byte>>> r = Status::Ok();
     {
       py::gil_scoped_release release;
-      r = client_->Get(k);
+      r = client_->Get(k, placement);
     }
     auto v = Unwrap(std::move(r));
     if (!v) return py::none();
@@ -170,13 +193,14 @@ class PyClient {
   }
 
   // Receives the value into `out` (writable, C-contiguous); its size, or None on a miss.
-  py::object GetInto(py::handle key, py::handle out) {
+  py::object GetInto(py::handle key, py::handle out, py::handle placement_key) {
     const std::string k = Key(key);
+    const std::string placement = PlacementOf(placement_key);
     Buffer b(out, /*writable=*/true);
     Result<std::optional<std::size_t>> r = Status::Ok();
     {
       py::gil_scoped_release release;
-      r = client_->GetInto(k, {}, b.bytes());
+      r = client_->GetInto(k, {}, b.bytes(), placement);
     }
     auto size = Unwrap(std::move(r));
     if (!size) return py::none();
@@ -188,8 +212,9 @@ class PyClient {
   // payload_size bytes (the payload is received straight into it) or None to drop the value.
   // Returns (payload_size, fmt, dtype, location, shape), or None on a miss, a drop, or a value
   // without a valid header.
-  py::object GetLm(py::handle key, py::function allocate) {
+  py::object GetLm(py::handle key, py::function allocate, py::handle placement_key) {
     const std::string k = Key(key);
+    const std::string placement = PlacementOf(placement_key);
     std::byte head[lm::kValueHeaderBytes];
     std::unique_ptr<Buffer> target;
     std::optional<lm::ValueHeader> meta;
@@ -197,7 +222,7 @@ class PyClient {
     Result<std::optional<std::size_t>> r = Status::Ok();
     {
       py::gil_scoped_release release;
-      r = client_->GetInto(k, head, [&](std::size_t size) -> std::span<std::byte> {
+      const client::Connection::OutChooser choose = [&](std::size_t size) -> std::span<std::byte> {
         auto m = lm::DecodeValueHeader(head);
         if (!m.ok()) return {};
         meta = *m;
@@ -213,7 +238,8 @@ class PyClient {
           failure = std::current_exception();
           return {};
         }
-      });
+      };
+      r = client_->GetInto(k, head, choose, placement);
     }
     if (failure) {
       target.reset();
@@ -232,35 +258,64 @@ class PyClient {
   }
 
   // One round trip: (prefix_length, [tier per key]) for keys in prefix order.
-  py::tuple Lookup(const py::list& keys) {
+  py::tuple Lookup(const py::list& keys, py::handle placement_keys) {
     std::vector<std::string> ks;
     for (py::handle k : keys) ks.push_back(Key(k));
+    const std::vector<std::string> placement = PlacementsOf(placement_keys, ks.size());
     Result<protocol::LookupResult> r = Status::Ok();
     {
       py::gil_scoped_release release;
-      r = client_->Lookup(ks);
+      r = client_->Lookup(ks, placement);
     }
     auto res = Unwrap(std::move(r));
     return py::make_tuple(res.prefix_length, TiersOf(res.tiers));
   }
 
   // (prefix_length, keys, tiers) for the full chunks of `tokens` in a chunk-key namespace.
-  py::tuple LookupPrefix(const Namespace& ns, const std::vector<std::uint32_t>& tokens) {
+  // G (group_chunks) 0: the cluster's, from the client's view (client.h, PrefixGroupChunks).
+  py::tuple LookupPrefix(const Namespace& ns, const std::vector<std::uint32_t>& tokens,
+                         std::uint32_t group_chunks) {
     Result<client::PrefixLookup> r = Status::Ok();
     {
       py::gil_scoped_release release;
-      r = client_->LookupPrefix(ns, tokens);
+      r = client_->LookupPrefix(ns, tokens, group_chunks);
     }
     auto res = Unwrap(std::move(r));
     return py::make_tuple(res.prefix_length, KeysOf(res.keys), TiersOf(res.tiers));
   }
 
-  bool Delete(py::handle key) {
-    const std::vector<std::string> ks = {Key(key)};
+  // Stores values[i] as chunk i of tokens (one value per full chunk), placed as LookupPrefix
+  // finds it. Raises kvdepot.Error when the request fails or a chunk is refused (naming it).
+  void PutPrefix(const Namespace& ns, const std::vector<std::uint32_t>& tokens,
+                 const py::sequence& values, std::uint32_t group_chunks) {
+    std::vector<std::unique_ptr<Buffer>> held;
+    std::vector<std::span<const std::byte>> chunks;
+    for (py::handle v : values) {
+      held.push_back(std::make_unique<Buffer>(v, /*writable=*/false));
+      chunks.push_back(held.back()->bytes());
+    }
     Result<std::vector<StatusCode>> r = Status::Ok();
     {
       py::gil_scoped_release release;
-      r = client_->Delete(ks);
+      r = client_->PutPrefix(ns, tokens, chunks, group_chunks);
+    }
+    const std::vector<StatusCode> codes = Unwrap(std::move(r));
+    for (std::size_t i = 0; i < codes.size(); ++i) {
+      if (codes[i] != StatusCode::kOk) {
+        Raise(Status(codes[i], "put_prefix: chunk " + std::to_string(i) + " of " +
+                                   std::to_string(codes.size()) + " was refused"));
+      }
+    }
+  }
+
+  bool Delete(py::handle key, py::handle placement_key) {
+    const std::vector<std::string> ks = {Key(key)};
+    std::vector<std::string> placement;
+    if (std::string p = PlacementOf(placement_key); !p.empty()) placement.push_back(std::move(p));
+    Result<std::vector<StatusCode>> r = Status::Ok();
+    {
+      py::gil_scoped_release release;
+      r = client_->Delete(ks, placement);
     }
     auto codes = Unwrap(std::move(r));
     return !codes.empty() && codes[0] == StatusCode::kOk;
@@ -278,18 +333,23 @@ class PyClient {
 
   // GET_AS: the value transcoded by the daemon into `codec` (a chunk container), or None on a
   // miss. Raises kvdepot.Error when the value is no container or cannot be transcoded.
-  py::object GetAs(py::handle key, int codec) {
+  py::object GetAs(py::handle key, int codec, py::handle placement_key) {
     if (codec < 0 || codec > 255) throw py::value_error("codec is not a kvdepot.Codec");
     const std::vector<std::string> keys = {Key(key)};
+    std::vector<std::string> placement;
+    if (std::string p = PlacementOf(placement_key); !p.empty()) placement.push_back(std::move(p));
     std::optional<std::vector<std::byte>> value;
     Status item_status;
     Status s;
     {
       py::gil_scoped_release release;
-      s = client_->GetAs(keys, static_cast<CodecId>(codec), [&](const client::GetItem& item) {
-        item_status = item.status;
-        if (item.status.ok()) value.emplace(item.value.begin(), item.value.end());
-      });
+      s = client_->GetAs(
+          keys, static_cast<CodecId>(codec),
+          [&](const client::GetItem& item) {
+            item_status = item.status;
+            if (item.status.ok()) value.emplace(item.value.begin(), item.value.end());
+          },
+          placement);
     }
     if (!s.ok()) Raise(s);
     if (item_status.code() == StatusCode::kNotFound) return py::none();
@@ -436,29 +496,50 @@ PYBIND11_MODULE(_kvdepot, m) {
            "to its owner (a daemon not in a cluster is used as is); 'off' sends everything to "
            "address (docs/cluster.md, Smart clients).")
       .def("ping", &PyClient::Ping, "One round trip; raises kvdepot.Error when it fails.")
-      .def("put", &PyClient::Put, py::arg("key"), py::arg("value"),
-           "Stores value (any C-contiguous buffer, sent without a copy) under key.")
-      .def("put_parts", &PyClient::PutParts, py::arg("key"), py::arg("parts"),
+      .def("put", &PyClient::Put, py::arg("key"), py::arg("value"), py::kw_only(),
+           py::arg("placement_key") = py::none(),
+           "Stores value (any C-contiguous buffer, sent without a copy) under key. "
+           "placement_key (every key-based method takes one): in a cluster, the key is placed "
+           "by it instead of by itself, e.g. by its prompt group's anchor (docs/cluster.md); "
+           "None places it by itself.")
+      .def("put_parts", &PyClient::PutParts, py::arg("key"), py::arg("parts"), py::kw_only(),
+           py::arg("placement_key") = py::none(),
            "Stores the concatenation of parts (e.g. a header and a tensor) without joining "
            "them first.")
-      .def("get", &PyClient::Get, py::arg("key"), "The value as bytes, or None on a miss.")
-      .def("get_into", &PyClient::GetInto, py::arg("key"), py::arg("out"),
+      .def("get", &PyClient::Get, py::arg("key"), py::kw_only(),
+           py::arg("placement_key") = py::none(), "The value as bytes, or None on a miss.")
+      .def("get_into", &PyClient::GetInto, py::arg("key"), py::arg("out"), py::kw_only(),
+           py::arg("placement_key") = py::none(),
            "Receives the value straight into out (writable, C-contiguous, large enough); its "
            "size, or None on a miss.")
-      .def("get_as", &PyClient::GetAs, py::arg("key"), py::arg("codec"),
+      .def("get_as", &PyClient::GetAs, py::arg("key"), py::arg("codec"), py::kw_only(),
+           py::arg("placement_key") = py::none(),
            "GET_AS: the value (a chunk container) transcoded by the daemon into codec (a "
            "kvdepot.Codec), as bytes; None on a miss. The daemon's codec metrics count it.")
-      .def("get_lm", &PyClient::GetLm, py::arg("key"), py::arg("allocate"),
+      .def("get_lm", &PyClient::GetLm, py::arg("key"), py::arg("allocate"), py::kw_only(),
+           py::arg("placement_key") = py::none(),
            "A value stored with an LMCache header: allocate(payload_size, fmt, dtype, location, "
            "shape) returns the writable buffer the payload is received into (or None to drop "
            "it). Returns (payload_size, fmt, dtype, location, shape), or None.")
-      .def("lookup", &PyClient::Lookup, py::arg("keys"),
+      .def("lookup", &PyClient::Lookup, py::arg("keys"), py::kw_only(),
+           py::arg("placement_keys") = py::none(),
            "One round trip for keys given in prefix order: (prefix_length, [kvdepot.Tier per "
-           "key]).")
+           "key]). placement_keys: None, or one per key (None entries: placed by the key).")
       .def("lookup_prefix", &PyClient::LookupPrefix, py::arg("ns"), py::arg("tokens"),
-           "The chunk keys of tokens in namespace ns and one LOOKUP: (prefix_length, keys, "
-           "[kvdepot.Tier per key]).")
-      .def("delete", &PyClient::Delete, py::arg("key"), "Deletes key; True when it was present.")
+           py::kw_only(), py::arg("group_chunks") = 0,
+           "The chunk keys of the full chunks of tokens in namespace ns and one LOOKUP: "
+           "(prefix_length, keys, [kvdepot.Tier per key]). In a cluster each chunk is placed by "
+           "its group's anchor; group_chunks (G) 0 takes the cluster's G from the client's view "
+           "(with cluster_routing='off' or no cluster: placed per key), > 0 overrides it.")
+      .def("put_prefix", &PyClient::PutPrefix, py::arg("ns"), py::arg("tokens"), py::arg("values"),
+           py::kw_only(), py::arg("group_chunks") = 0,
+           "Stores values[i] (C-contiguous buffers) as chunk i of tokens in namespace ns, one "
+           "value per full chunk (len(tokens) // ns chunk_tokens), placed in groups exactly as "
+           "lookup_prefix finds them (group_chunks as lookup_prefix's); sent to the chunks' "
+           "owners in parallel. Raises kvdepot.Error on a wrong count, a failed request or a "
+           "refused chunk.")
+      .def("delete", &PyClient::Delete, py::arg("key"), py::kw_only(),
+           py::arg("placement_key") = py::none(), "Deletes key; True when it was present.")
       .def("stats", &PyClient::Stats,
            "The daemon's statistics (the STATS document of docs/protocol.md) as a dict.")
       .def("scan", &PyClient::Scan, py::arg("prefix") = py::bytes(), py::arg("page") = 4096,

@@ -1,10 +1,11 @@
 // Uses each library of the installed SDK once, through its public headers only: the codec
-// (encode and unpack a hack-int2 chunk), the client (a connection refused with a Status), and with
-// CUDA the kernels' API (a decode call rejected before it touches a device). Prints one line per
-// check; exit status 0 when all hold.
+// (encode and unpack a hack-int2 chunk), the client (a connection refused with a Status, a
+// prompt's chunk keys and anchors), and with CUDA the kernels' API (a decode call rejected before
+// it touches a device). Prints one line per check; exit status 0 when all hold.
 #include <cstdio>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kvdepot/client/client.h"
 #include "kvdepot/codec/container.h"
@@ -42,6 +43,16 @@ int main() {
   options.address = "unix:/nonexistent/kvdepot-sdk-consumer.sock";
   auto connection = client::Connection::Connect(options);
   ok &= Check(!connection.ok(), "Connect to no daemon fails: " + connection.status().ToString());
+
+  // A prompt's chunk keys and group anchors, as every SDK's prompt-level calls place them.
+  Namespace ns;
+  ns.model = "sdk-consumer";
+  ns.chunk_tokens = 4;
+  const std::vector<std::uint32_t> tokens(10, 7);  // 2 full chunks and a partial one
+  Result<client::PrefixChain> chain = client::MakePrefixChain(ns, tokens, 8);
+  ok &= Check(chain.ok() && chain->wire.size() == 2 && chain->placement.size() == 2 &&
+                  chain->placement[1] == chain->wire[0],
+              "MakePrefixChain: 2 chunks, both placed by chunk 0");
 
   kvdepot_client* c_client = nullptr;
   const int opened = kvdepot_open(options.address.c_str(), 1000, &c_client);

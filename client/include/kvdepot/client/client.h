@@ -243,6 +243,21 @@ struct PrefixLookup {
   std::vector<protocol::Tier> tiers;
 };
 
+// A prompt's chunk chain as the prefix calls (Client::LookupPrefix, Client::PutPrefix) send it:
+// the keys of the full chunks of `tokens` (ChunkKeysForTokens without the partial last chunk,
+// which is never stored), and per chunk the placement key it is sent with.
+struct PrefixChain {
+  std::vector<ChunkKey> keys;
+  std::vector<std::string> wire;  // keys[i].bytes as the request's key
+  // ChainPlacementKeys(wire, group_chunks): chunk i's group anchor's key. Empty when
+  // group_chunks <= 1: every chunk is then placed by its own key, and no placement section is
+  // sent.
+  std::vector<std::string> placement;
+};
+// kInvalidArgument when `ns` is invalid.
+Result<PrefixChain> MakePrefixChain(const Namespace& ns, std::span<const std::uint32_t> tokens,
+                                    std::uint32_t group_chunks);
+
 class Client {
  public:
   explicit Client(ClientOptions options);
@@ -250,13 +265,35 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  // Chunk keys for `tokens` in namespace `ns` (full chunks only: a partial last chunk is not
-  // stored), then one LOOKUP round trip for all of them. `group_chunks` > 0 (the cluster's
-  // cluster.group_chunks, G): each key is sent with its group anchor's key as placement key
-  // (ChainPlacementKeys), so that the keys a cluster placed in groups are found at their owners
-  // without a per-key fan-out; 0: placed per key.
+  // Prompt-level calls. A prompt's chunks are its full chunks of ns.chunk_tokens tokens
+  // (MakePrefixChain: a partial last chunk is neither stored nor looked up). In a cluster they
+  // are placed in groups of G consecutive chunks, each chunk by its group anchor's key
+  // (protocol/placement.h, docs/cluster.md "Prefix locality in requests"), so that every SDK
+  // that places by the same G finds what another one stored.
+  //
+  // `group_chunks` (G): 0, the default, takes G from the cluster's view
+  // (PrefixGroupChunks); a value > 0 overrides it (a G other than the cluster's only loses
+  // locality: the chunks are still stored and found, placed by the anchors sent, as long as the
+  // same G is used to store and to look up).
+
+  // Chunk keys for `tokens` in namespace `ns`, then one LOOKUP round trip for all of them (split
+  // by owner, sent at once; batches of limits.max_batch keys for longer prompts).
   Result<PrefixLookup> LookupPrefix(const Namespace& ns, std::span<const std::uint32_t> tokens,
                                     std::uint32_t group_chunks = 0);
+  // Stores chunk i of `tokens` as chunk_values[i], under the key LookupPrefix computes for it and
+  // placed by its group's anchor. Exactly one value per full chunk (tokens.size() /
+  // ns.chunk_tokens of them), else kInvalidArgument before anything is sent. Sent as Put(items):
+  // in a cluster split by owner and sent to all owners in parallel (in batches of at most
+  // limits.max_batch items and limits.max_body_bytes). Per-chunk statuses, as Put(items).
+  Result<std::vector<StatusCode>> PutPrefix(
+      const Namespace& ns, std::span<const std::uint32_t> tokens,
+      std::span<const std::span<const std::byte>> chunk_values, std::uint32_t group_chunks = 0);
+  // The G the prefix calls use for `group_chunks`: itself when > 0; else the cluster.group_chunks
+  // of the smart client's view (fetched first when due); else 0 (placed per key): with
+  // ClusterRouting::kOff, or when the daemon is not in a cluster. A kOff client in a cluster
+  // must therefore pass the cluster's G to find grouped chunks (CLUSTER_INFO's
+  // placement.group_chunks).
+  std::uint32_t PrefixGroupChunks(std::uint32_t group_chunks = 0);
 
   // Asynchronous forms: each runs on its own thread with a pooled connection; the future holds
   // the result. The callback of GetAsync runs on that thread.

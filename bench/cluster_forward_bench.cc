@@ -152,7 +152,7 @@ std::unique_ptr<client::Connection> ConnectTo(const std::string& address) {
     std::fprintf(stderr, "connect %s: %s\n", address.c_str(), c.status().ToString().c_str());
     std::exit(1);
   }
-  return *std::move(c);
+  return std::move(*c);
 }
 
 // One side of a comparison: a connection and the keys it GETs.
@@ -173,7 +173,7 @@ void Alternate(const Side& base, const Side& other, std::size_t gets, int runs) 
     const Run o = GetAll(other.connection, other.keys, gets);
     ratios.push_back(o.gets_per_s / b.gets_per_s);
     std::printf(
-        "run %d: %s %.0f GET/s p50 %.0f us p99 %.0f us | %s %.0f GET/s p50 %.0f us p99 %.0f us | "
+        "run %d: %s %.1f GET/s p50 %.0f us p99 %.0f us | %s %.1f GET/s p50 %.0f us p99 %.0f us | "
         "ratio %.2f\n",
         r, base.name, b.gets_per_s, b.p50_us, b.p99_us, other.name, o.gets_per_s, o.p50_us,
         o.p99_us, ratios.back());

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "kvdepot/base/socket_io.h"
+#include "kvdepot/base/tls_peer_name.h"
 #include "kvdepot/client/cluster_routes.h"
 
 namespace kvdepot::client {
@@ -205,21 +206,10 @@ Status Connection::StartTls() {
   if (tls_->ssl == nullptr || SSL_set_fd(tls_->ssl, fd_) != 1) {
     return fail("cannot create a session");
   }
-  std::string host = options_.tls_server_name;
-  if (host.empty()) {
-    host = options_.address.substr(0, options_.address.rfind(':'));
-    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  }
-  in6_addr ip{};
-  const bool is_ip =
-      ::inet_pton(AF_INET, host.c_str(), &ip) == 1 || ::inet_pton(AF_INET6, host.c_str(), &ip) == 1;
-  X509_VERIFY_PARAM* param = SSL_get0_param(tls_->ssl);
-  if (is_ip) {
-    X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str());
-  } else {
-    SSL_set_tlsext_host_name(tls_->ssl, host.c_str());
-    SSL_set1_host(tls_->ssl, host.c_str());
-  }
+  const std::string host =
+      options_.tls_server_name.empty() ? TlsHostOf(options_.address) : options_.tls_server_name;
+  if (!ExpectTlsPeerName(tls_->ssl, host))
+    return fail("cannot check the server's name '" + host + "'");
   SigpipeGuard guard;
   if (SSL_connect(tls_->ssl) != 1) {
     const long verify = SSL_get_verify_result(tls_->ssl);

@@ -52,8 +52,7 @@ void ClusterRoutes::Refresh() {
   for (const std::string& address : candidates) {
     // A connection of its own with a short timeout: a hung member must not hold the request that
     // happens to refresh for the whole I/O timeout.
-    ClientOptions o = options_;
-    o.address = address;
+    ClientOptions o = OptionsFor(address);
     o.timeout = std::min(options_.timeout, kInfoTimeout);
     auto conn = Connection::Connect(o);
     if (!conn.ok()) continue;  // unreachable: ask the next one
@@ -86,6 +85,13 @@ void ClusterRoutes::Refresh() {
 
 std::string ClusterRoutes::AddressOf(const cluster::Member& m) const {
   return !seed_self_.empty() && m.id == seed_self_ ? options_.address : m.native_addr;
+}
+
+ClientOptions ClusterRoutes::OptionsFor(const std::string& address) const {
+  ClientOptions o = options_;
+  o.address = address;
+  if (address != options_.address) o.tls_server_name.clear();
+  return o;
 }
 
 std::vector<std::string> ClusterRoutes::Targets(const cluster::Topology& view, std::string_view key,
@@ -138,9 +144,7 @@ Result<std::unique_ptr<Connection>> ClusterRoutes::Acquire(const std::string& ad
     }
   }
   *reused = false;
-  ClientOptions o = options_;
-  o.address = address;
-  return Connection::Connect(o);
+  return Connection::Connect(OptionsFor(address));
 }
 
 void ClusterRoutes::Release(const std::string& address, std::unique_ptr<Connection> connection) {

@@ -481,6 +481,13 @@ const std::vector<KeySpec>& Specs() {
          c.cluster.handoff_grace = d;
          return Status::Ok();
        }},
+      {"cluster.tls_ca_file",
+       "with tls.cert_file: PEM CA that signed the other members' certificates, checked when "
+       "this node forwards to them (empty: tls.client_ca_file)",
+       [](std::string_view v, Config& c) -> Status {
+         c.cluster.tls_ca_file = std::string(v);
+         return Status::Ok();
+       }},
       {"limits.max_key_bytes", "longest key accepted (1-1024)",
        [](std::string_view v, Config& c) -> Status {
          KVD_ASSIGN_OR_RETURN(auto n, ParseUint(v, 1, 1024));
@@ -831,12 +838,20 @@ Status ValidateConfig(const Config& config) {
         "(--cluster-advertise) to the HOST:PORT other nodes and clients reach this daemon's "
         "native listener at");
   }
-  if (!config.cluster.etcd.empty() && config.server.tls.enabled()) {
+  if (!config.cluster.tls_ca_file.empty() &&
+      (config.cluster.etcd.empty() || !config.server.tls.enabled())) {
     return InvalidArgument(
-        "cluster.etcd is set together with tls.cert_file: the members of a cluster forward "
-        "requests to each other over plain TCP to cluster.advertise, which a TLS listener "
-        "refuses; run the cluster's members without tls.* (a private network between them, "
-        "docs/cluster.md) — TLS between members is not supported");
+        "cluster.tls_ca_file is set but members speak TLS only in a cluster (cluster.etcd) whose "
+        "listener speaks TLS (tls.cert_file): set both, or unset cluster.tls_ca_file "
+        "(--cluster-tls-ca-file)");
+  }
+  if (!config.cluster.etcd.empty() && config.server.tls.enabled() &&
+      config.cluster.tls_ca_file.empty() && config.server.tls.client_ca_file.empty()) {
+    return InvalidArgument(
+        "cluster.etcd is set with a TLS listener (tls.cert_file), so members forward to each "
+        "other over TLS, but nothing verifies their certificates: set cluster.tls_ca_file "
+        "(--cluster-tls-ca-file) to the PEM CA that signed the members' certificates (or "
+        "tls.client_ca_file, used when cluster.tls_ca_file is empty)");
   }
   if (!config.cluster.etcd.empty() && config.server.listen.empty()) {
     return InvalidArgument(
@@ -921,6 +936,7 @@ std::vector<std::pair<std::string, std::string>> ConfigEntries(const Config& c) 
       {"cluster.group_chunks", n(c.cluster.group_chunks)},
       {"cluster.lease_ttl", DurationText(c.cluster.lease_ttl)},
       {"cluster.handoff_grace", DurationText(c.cluster.handoff_grace)},
+      {"cluster.tls_ca_file", c.cluster.tls_ca_file},
   };
   for (const auto& [id, bytes] : c.host.namespace_quotas) {
     out.emplace_back(std::string(kQuotaPrefix) + HexLower(id), n(bytes));

@@ -46,6 +46,7 @@
 #include "kvdepot/daemon/transcoder.h"
 #include "kvdepot/protocol/lm_value.h"
 #include "listen_address.h"
+#include "net/tls_context.h"
 #if defined(KVDEPOT_WITH_CUDA)
 #include "gpu_device_tier.h"
 #include "kvdepot/cuda/device.h"
@@ -154,6 +155,26 @@ std::string ServerStartError(const Config& config, const Server& server, const S
   }
   const std::string cause = UnixListenCause(config.server.unix_path);
   return SettingError("unix", config.server.unix_path, cause.empty() ? message : cause);
+}
+
+// With a TLS listener, the members of a cluster reach each other over TLS (docs/cluster.md, "TLS
+// between members"): the client context of this node's peer connections, trusting
+// cluster.tls_ca_file (else tls.client_ca_file). Sets nothing for a plain listener or no cluster.
+// Errors name the setting and end with what to change.
+Status SetUpPeerTls(const Config& config, ClusterRouterOptions& router) {
+  if (config.cluster.etcd.empty() || !config.server.tls.enabled()) return Status::Ok();
+  const bool own = !config.cluster.tls_ca_file.empty();
+  const std::string setting = own ? "cluster.tls_ca_file" : "tls.client_ca_file";
+  const std::string& ca = own ? config.cluster.tls_ca_file : config.server.tls.client_ca_file;
+  auto made = MakeTlsContext(TlsRole::kPeerClient, config.server.tls, ca, setting);
+  if (!made.ok()) {
+    const std::string message(made.status().message());
+    const std::string key = message.substr(0, message.find(' '));
+    return InvalidArgument(message + "; change " + key + " or " + FlagOf(key));
+  }
+  router.peer_tls = *std::move(made);
+  router.peer_tls_trust = setting + " " + ca;
+  return Status::Ok();
 }
 
 // Raises the soft open-file limit to the hard limit (each connection is a descriptor; the default
@@ -459,7 +480,8 @@ int Run(int argc, char** argv) {
        {std::pair<const char*, const std::string&>{"auth.token_file", config.auth_token_file},
         {"tls.cert_file", config.server.tls.cert_file},
         {"tls.key_file", config.server.tls.key_file},
-        {"tls.client_ca_file", config.server.tls.client_ca_file}}) {
+        {"tls.client_ca_file", config.server.tls.client_ca_file},
+        {"cluster.tls_ca_file", config.cluster.tls_ca_file}}) {
     if (path.empty()) continue;
     if (Status s = CheckFileSetting(key, path); !s.ok()) return Fail(1, s.message());
   }
@@ -588,6 +610,12 @@ int Run(int argc, char** argv) {
   metrics.SetServerSource([&server] { return server.stats(); });
   if (events) metrics.SetEventsSource([&events] { return events->stats(); });
   if (Status s = server.Start(); !s.ok()) return Fail(1, ServerStartError(config, server, s));
+  // Checked before the cluster is joined: a CA that does not load fails the start.
+  ClusterRouterOptions router_options;
+  if (Status s = SetUpPeerTls(config, router_options); !s.ok()) {
+    server.Stop();
+    return Fail(1, s.message());
+  }
   LmServer lm_server(config.lm, store);  // LMCache's lm:// protocol (docs/lmcache.md)
   if (!config.lm.listen.empty()) {
     if (Status s = lm_server.Start(); !s.ok()) {
@@ -666,8 +694,7 @@ int Run(int argc, char** argv) {
   // the router reads the membership's view; every front end reaches it through the store.
   std::unique_ptr<ClusterRouter> router;
   if (membership) {
-    ClusterRouterOptions ro;
-    ro.limits = config.server.limits;
+    router_options.limits = config.server.limits;
     if (config.server.auth != nullptr) {
       auto token = LoadPeerToken(config.auth_token_file);
       if (!token.ok()) {
@@ -677,9 +704,9 @@ int Run(int argc, char** argv) {
         server.Stop();
         return Fail(1, token.status().message());
       }
-      ro.peer_token = *std::move(token);
+      router_options.peer_token = *std::move(token);
     }
-    router = std::make_unique<ClusterRouter>(store, *membership, std::move(ro));
+    router = std::make_unique<ClusterRouter>(store, *membership, std::move(router_options));
     store.SetRouter(router.get());
     metrics.SetClusterRouterSource([r = router.get()] { return r->stats(); });
   }

@@ -45,6 +45,7 @@ class ClusterDaemonTest : public ::testing::Test {
   std::unique_ptr<test::KvdepotdChild> StartNode(const test::TempTestDir& dir,
                                                  const std::vector<std::string>& extra = {}) {
     const std::string addr = "127.0.0.1:" + std::to_string(test::FreeLoopbackPort());
+    addresses_[dir.path().string()] = addr;
     std::vector<std::string> flags{"--listen",
                                    addr,
                                    "--cluster-etcd",
@@ -60,8 +61,14 @@ class ClusterDaemonTest : public ::testing::Test {
     flags.insert(flags.end(), extra.begin(), extra.end());
     auto child = std::make_unique<test::KvdepotdChild>(dir.path(), (dir.path() / "s.sock").string(),
                                                        std::move(flags));
+    child->set_token(node_token_);
     EXPECT_TRUE(child->WaitReady()) << ReadAll(dir.path() / "daemon.log");
     return child;
+  }
+
+  // The TCP address (listen and cluster.advertise) StartNode gave the daemon on `dir`.
+  std::string AddrOf(const test::TempTestDir& dir) const {
+    return addresses_.at(dir.path().string());
   }
 
   // The readable member records, by id.
@@ -84,6 +91,8 @@ class ClusterDaemonTest : public ::testing::Test {
 
   test::EtcdProcess etcd_;
   std::unique_ptr<EtcdClient> client_;
+  std::map<std::string, std::string> addresses_;  // by data directory
+  std::string node_token_;  // the token clients of StartNode's daemons send (auth.token_file)
 };
 
 // Members in each node's CLUSTER_INFO view (0 when it cannot be asked).

@@ -244,5 +244,44 @@ TEST(ClusterConfigTest, EtcdWithoutAdvertiseIsRefusedNamingTheKey) {
   EXPECT_TRUE(single.cluster.etcd.empty());  // no cluster unless asked for
 }
 
+// TLS between members (docs/cluster.md): a clustered TLS listener needs a CA for the other
+// members (cluster.tls_ca_file, else tls.client_ca_file); cluster.tls_ca_file alone is refused.
+TEST(ClusterConfigTest, TlsMembersNeedACaToVerifyEachOther) {
+  const std::vector<std::string_view> cluster_tls = {"--cluster-etcd",
+                                                     "http://127.0.0.1:2379",
+                                                     "--cluster-advertise",
+                                                     "127.0.0.1:7600",
+                                                     "--listen",
+                                                     "127.0.0.1:7600",
+                                                     "--tls-cert-file",
+                                                     "m.crt",
+                                                     "--tls-key-file",
+                                                     "m.key"};
+  daemon::Config c;
+  const Status no_ca = daemon::LoadConfig("", cluster_tls, c);
+  ASSERT_FALSE(no_ca.ok());
+  for (const char* named : {"cluster.tls_ca_file", "--cluster-tls-ca-file", "tls.client_ca_file"}) {
+    EXPECT_NE(no_ca.message().find(named), std::string::npos) << no_ca.message();
+  }
+  std::vector<std::string_view> with_ca = cluster_tls;
+  with_ca.insert(with_ca.end(), {"--cluster-tls-ca-file", "ca.crt"});
+  daemon::Config d;
+  ASSERT_TRUE(daemon::LoadConfig("", with_ca, d).ok());
+  EXPECT_EQ(d.cluster.tls_ca_file, "ca.crt");
+  std::vector<std::string_view> mutual = cluster_tls;
+  mutual.insert(mutual.end(), {"--tls-client-ca-file", "clients.crt"});
+  daemon::Config e;
+  EXPECT_TRUE(daemon::LoadConfig("", mutual, e).ok());  // tls.client_ca_file verifies members
+  daemon::Config f;
+  const Status without_tls =
+      daemon::LoadConfig("",
+                         {"--cluster-etcd", "http://127.0.0.1:2379", "--cluster-advertise",
+                          "127.0.0.1:7600", "--cluster-tls-ca-file", "ca.crt"},
+                         f);
+  ASSERT_FALSE(without_tls.ok());
+  EXPECT_NE(without_tls.message().find("tls.cert_file"), std::string::npos)
+      << without_tls.message();
+}
+
 }  // namespace
 }  // namespace kvdepot::cluster

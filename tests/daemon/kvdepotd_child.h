@@ -84,8 +84,11 @@ class KvdepotdChild {
     client::ClientOptions o;
     o.address = "unix:" + socket_;
     o.timeout = timeout;
+    o.token = token_;
     return o;
   }
+  // The AUTH token Options() carries (a daemon started with auth.token_file); "" = none.
+  void set_token(std::string token) { token_ = std::move(token); }
 
   // Waits (at most 5 s) until the daemon answers PING; false when it exited or did not answer.
   bool WaitReady() {
@@ -152,6 +155,7 @@ class KvdepotdChild {
 
   std::string socket_;
   pid_t pid_ = -1;
+  std::string token_;
 };
 
 // A fresh directory under the system's temporary directory, removed at the end.

@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "../common/test_cert.h"
 #include "in_process_server.h"
 #include "kvdepot/client/client.h"
 #include "kvdepot/daemon/auth.h"
@@ -136,16 +137,8 @@ class SecurityTest : public InProcessServerTest {
     return o;
   }
   std::unique_ptr<Connection> Connect(const ClientOptions& o) { return ConnectOrFail(o); }
-  // A self-signed certificate for 127.0.0.1 / localhost: PEM files NAME.crt and NAME.key.
-  std::string MakeCert(const std::string& name) {
-    const std::string base = (dir_ / name).string();
-    const std::string cmd =
-        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
-        "-subj /CN=localhost -addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " +
-        base + ".key -out " + base + ".crt >/dev/null 2>&1";
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    return base;
-  }
+  // A self-signed certificate and its key: PEM files NAME.crt and NAME.key in the test's directory.
+  std::string MakeCert(const std::string& name) { return test::MakeSelfSignedCert(dir_, name); }
 
   fs::path dir_;
   std::map<std::string, std::uint64_t> quotas_;

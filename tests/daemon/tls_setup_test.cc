@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "../common/test_cert.h"
 #include "kvdepot/daemon/host_tier.h"
 #include "kvdepot/daemon/server.h"
 #include "kvdepot/daemon/store.h"
@@ -40,16 +41,8 @@ class TlsSetupTest : public ::testing::Test {
     if (s.ok()) server.Stop();
     return s;
   }
-  // A self-signed certificate and its key, by the openssl CLI (as security_test.cc does).
-  std::string MakeCert(const std::string& name) {
-    const std::string base = (dir_ / name).string();
-    std::string cmd =
-        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
-        "-subj /CN=localhost";
-    cmd += " -keyout " + base + ".key -out " + base + ".crt >/dev/null 2>&1";
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    return base;
-  }
+  // A self-signed certificate and its key: PEM files NAME.crt and NAME.key in the test's directory.
+  std::string MakeCert(const std::string& name) { return test::MakeSelfSignedCert(dir_, name); }
   fs::path dir_;
 };
 

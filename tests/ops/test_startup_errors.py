@@ -144,13 +144,25 @@ def test_cluster_advertise_not_reachable(tmp_path, advertise):
                 "--cluster-advertise", advertise)
 
 
-def test_cluster_with_tls_is_refused(tmp_path):
-    # Members forward to each other over plain TCP: a TLS listener would refuse them.
+def cluster_tls_flags(tmp_path):
+    """A cluster member whose listener speaks TLS (etcd need not run: these fail before joining)."""
+    return base_flags(tmp_path) + ["--cluster-etcd", "http://127.0.0.1:2379",
+                                   "--cluster-advertise", "127.0.0.1:7600",
+                                   "--tls-cert-file", tmp_path / "server.crt",
+                                   "--tls-key-file", tmp_path / "server.key"]
+
+
+def test_cluster_with_tls_needs_a_ca_for_the_members(tmp_path):
+    # Members forward to each other over TLS: something must verify their certificates.
+    run_failing(cluster_tls_flags(tmp_path), 2, "cluster.etcd", "tls.cert_file",
+                "cluster.tls_ca_file", "--cluster-tls-ca-file", "tls.client_ca_file")
+
+
+def test_cluster_tls_ca_without_tls(tmp_path):
     run_failing(base_flags(tmp_path) + ["--cluster-etcd", "http://127.0.0.1:2379",
                                         "--cluster-advertise", "127.0.0.1:7600",
-                                        "--tls-cert-file", tmp_path / "server.crt",
-                                        "--tls-key-file", tmp_path / "server.key"], 2,
-                "cluster.etcd", "tls.cert_file", "TLS between members is not supported")
+                                        "--cluster-tls-ca-file", tmp_path / "ca.crt"], 2,
+                "cluster.tls_ca_file", "tls.cert_file", "--cluster-tls-ca-file")
 
 
 def test_cluster_etcd_not_an_http_url(tmp_path):
@@ -216,6 +228,22 @@ def make_cert(tmp_path):
                     "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=localhost",
                     "-keyout", key, "-out", crt], check=True, capture_output=True, timeout=30)
     return crt, key
+
+
+def test_cluster_tls_ca_missing(tmp_path):
+    make_cert(tmp_path)
+    ca = tmp_path / "ca.crt"
+    run_failing(cluster_tls_flags(tmp_path) + ["--cluster-tls-ca-file", ca], 1,
+                f"cluster.tls_ca_file {ca}", "--cluster-tls-ca-file", "No such file or directory")
+
+
+def test_cluster_tls_ca_not_a_certificate(tmp_path):
+    make_cert(tmp_path)
+    ca = tmp_path / "ca.crt"
+    ca.write_text("not a PEM certificate\n")
+    line = run_failing(cluster_tls_flags(tmp_path) + ["--cluster-tls-ca-file", ca], 1,
+                       f"cluster.tls_ca_file {ca}", "--cluster-tls-ca-file")
+    assert "asio.ssl error" not in line
 
 
 def test_bad_tls_key(tmp_path):

@@ -111,6 +111,8 @@ ClusterRouter::ClusterRouter(Store& store, const cluster::TopologySource& source
   o.connections_per_peer = options_.connections_per_peer;
   o.max_queued_per_peer = options_.max_queued_per_peer;
   o.limits = options_.limits;
+  o.tls = options_.peer_tls;
+  o.tls_trust = options_.peer_tls_trust;
   peers_ = std::make_unique<cluster_peer::PeerPool>(std::move(o));
 }
 

@@ -5,10 +5,16 @@
 #include <array>
 #include <atomic>
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
+
+#include "kvdepot/base/tls_peer_name.h"
+#include "kvdepot/daemon/log.h"
+#include "log_limiter.h"
 
 namespace kvdepot::daemon::cluster_peer {
 namespace asio = boost::asio;
@@ -28,6 +34,7 @@ struct Peer;
 struct PeerConn : std::enable_shared_from_this<PeerConn> {
   PeerConn(asio::io_context& io, Peer& p) : socket(io), resolver(io), timer(io), peer(p) {}
   tcp::socket socket;
+  std::optional<asio::ssl::stream<tcp::socket&>> tls;  // set when the pool speaks TLS
   tcp::resolver resolver;
   asio::steady_timer timer;
   Peer& peer;
@@ -47,6 +54,19 @@ struct PeerConn : std::enable_shared_from_this<PeerConn> {
   std::shared_ptr<Value> value_in;
   protocol::FrameHeader received;
 
+  // asio::async_write / async_read on the connection's stream: the TLS session when there is
+  // one, else the socket.
+  template <typename Buffers, typename Handler>
+  void Write(const Buffers& buffers, Handler handler) {
+    if (tls) return asio::async_write(*tls, buffers, std::move(handler));
+    asio::async_write(socket, buffers, std::move(handler));
+  }
+  template <typename Buffers, typename Handler>
+  void Read(const Buffers& buffers, Handler handler) {
+    if (tls) return asio::async_read(*tls, buffers, std::move(handler));
+    asio::async_read(socket, buffers, std::move(handler));
+  }
+
   void Close() {
     if (closed) return;
     closed = true;
@@ -64,6 +84,7 @@ struct Peer {
   std::deque<Pending> queue;
   std::chrono::steady_clock::time_point down_until{};
   std::chrono::milliseconds backoff{0};
+  LogLimiter connect_log;  // "cannot connect" lines for this peer
 };
 
 }  // namespace
@@ -180,10 +201,46 @@ class PeerPool::Impl {
                                 if (ec2 || c->closed)
                                   return ConnectFailed(c, Unavailable(ec2.message()));
                                 c->socket.set_option(tcp::no_delay(true));
-                                if (options_.token.empty()) return Connected(c);
-                                Authenticate(c);
+                                if (options_.tls) return Handshake(c);
+                                Established(c);
                               });
         });
+  }
+
+  // TLS: the client handshake, the peer's certificate checked against the host of its address.
+  void Handshake(const std::shared_ptr<PeerConn>& c) {
+    const std::string host = TlsHostOf(c->peer.address);
+    c->tls.emplace(c->socket, *options_.tls);
+    if (!ExpectTlsPeerName(c->tls->native_handle(), host)) {
+      return ConnectFailed(c, InvalidArgument("TLS: cannot check a certificate against the name '" +
+                                              host + "' (cluster.advertise)"));
+    }
+    c->tls->async_handshake(asio::ssl::stream_base::client,
+                            [this, c, host](const boost::system::error_code& ec) {
+                              if (ec || c->closed)
+                                return ConnectFailed(c, HandshakeFailed(c, host, ec));
+                              Established(c);
+                            });
+  }
+
+  // Why a TLS handshake with a peer failed: a certificate that did not verify, or the TLS error.
+  Status HandshakeFailed(const std::shared_ptr<PeerConn>& c, const std::string& host,
+                         const boost::system::error_code& ec) const {
+    const long verify = SSL_get_verify_result(c->tls->native_handle());
+    if (verify != X509_V_OK) {
+      return Unavailable("TLS: the peer's certificate did not verify: " +
+                         std::string(X509_verify_cert_error_string(verify)) + " (checked against " +
+                         options_.tls_trust + ", for the name " + host +
+                         "; the CA must have signed the peer's tls.cert_file, which must name "
+                         "the host of its cluster.advertise)");
+    }
+    return Unavailable("TLS handshake failed: " + ec.message());
+  }
+
+  // Connected (and TLS established): AUTH first when there is a token.
+  void Established(const std::shared_ptr<PeerConn>& c) {
+    if (options_.token.empty()) return Connected(c);
+    Authenticate(c);
   }
 
   void Authenticate(const std::shared_ptr<PeerConn>& c) {
@@ -195,9 +252,10 @@ class PeerPool::Impl {
     h.body_length = static_cast<std::uint32_t>(c->auth_body.size());
     protocol::EncodeFrameHeader(h, c->header_out.data());
     std::array<asio::const_buffer, 2> out{asio::buffer(c->header_out), asio::buffer(c->auth_body)};
-    asio::async_write(c->socket, out, [this, c](const boost::system::error_code& ec, std::size_t) {
-      if (ec || c->closed) return ConnectFailed(c, Unavailable(ec.message()));
-      asio::async_read(c->socket, asio::buffer(c->header_in),
+    c->Write(out,
+             [this, c](const boost::system::error_code& ec, std::size_t) {
+               if (ec || c->closed) return ConnectFailed(c, Unavailable(ec.message()));
+               c->Read(asio::buffer(c->header_in),
                        [this, c](const boost::system::error_code& ec2, std::size_t) {
                          if (ec2 || c->closed) return ConnectFailed(c, Unavailable(ec2.message()));
                          auto reply =
@@ -209,7 +267,7 @@ class PeerPool::Impl {
                          }
                          Connected(c);
                        });
-    });
+             });
   }
 
   void Connected(const std::shared_ptr<PeerConn>& c) {
@@ -219,8 +277,20 @@ class PeerPool::Impl {
     Idle(c);
   }
 
-  void ConnectFailed(const std::shared_ptr<PeerConn>& c, const Status& why) {
+  void ConnectFailed(const std::shared_ptr<PeerConn>& c, Status why) {
     Peer& peer = c->peer;
+    if (c->timed_out) {
+      why = Unavailable(
+          "not connected (TCP, TLS handshake when on, AUTH) within the peer "
+          "timeout of " +
+          std::to_string(options_.timeout.count()) + " ms");
+    }
+    if (!stopped_ && peer.connect_log.Allow(std::chrono::seconds(10))) {
+      Log(LogLevel::kWarn,
+          "cluster peer unreachable: requests forwarded to it fail (GET and LOOKUP answer a "
+          "miss) until a connection succeeds",
+          {{"peer", peer.address}, {"reason", std::string(why.message())}});
+    }
     Drop(c);
     const auto min = options_.backoff_min;
     peer.backoff = std::min(options_.backoff_max, std::max(min, peer.backoff * 2));
@@ -263,13 +333,13 @@ class PeerPool::Impl {
         r.value ? asio::buffer(r.value->bytes().data(), r.value->bytes().size())
                 : asio::const_buffer()};
     ArmTimer(c);
-    asio::async_write(c->socket, out, [this, c](const boost::system::error_code& ec, std::size_t) {
+    c->Write(out, [this, c](const boost::system::error_code& ec, std::size_t) {
       if (ec || c->closed) return CallFailed(c, "send failed: " + ec.message());
-      asio::async_read(c->socket, asio::buffer(c->header_in),
-                       [this, c](const boost::system::error_code& ec2, std::size_t) {
-                         if (ec2 || c->closed) return CallFailed(c, "no reply: " + ec2.message());
-                         OnReplyHeader(c);
-                       });
+      c->Read(asio::buffer(c->header_in),
+              [this, c](const boost::system::error_code& ec2, std::size_t) {
+                if (ec2 || c->closed) return CallFailed(c, "no reply: " + ec2.message());
+                OnReplyHeader(c);
+              });
     });
   }
 
@@ -286,9 +356,8 @@ class PeerPool::Impl {
     const bool value_reply = r.allocate && h->status == 0;
     if (!value_reply) {
       c->body_in.resize(h->body_length);
-      return asio::async_read(
-          c->socket, asio::buffer(c->body_in),
-          [this, c](const boost::system::error_code& ec, std::size_t) {
+      return c->Read(
+          asio::buffer(c->body_in), [this, c](const boost::system::error_code& ec, std::size_t) {
             if (ec || c->closed) return CallFailed(c, ec.message());
             Finish(c, PeerResponse{static_cast<StatusCode>(c->received.status),
                                    std::move(c->body_in), nullptr, protocol::Tier::kNone});
@@ -297,30 +366,27 @@ class PeerPool::Impl {
     if (h->body_length < protocol::kGetItemPrefixBytes) {
       return CallFailed(c, "GET reply shorter than its item prefix");
     }
-    asio::async_read(
-        c->socket, asio::buffer(c->prefix),
-        [this, c](const boost::system::error_code& ec, std::size_t) {
-          if (ec || c->closed) return CallFailed(c, ec.message());
-          auto prefix = protocol::DecodeGetItemPrefix(c->prefix);
-          if (!prefix.ok() || prefix->index != 0) return CallFailed(c, "bad GET item prefix");
-          const std::size_t size = c->received.body_length - protocol::kGetItemPrefixBytes;
-          auto value = c->current.request.allocate(size);
-          if (!value.ok()) {
-            // The reply's bytes are still on the wire: this connection cannot be reused.
-            Pending p = std::move(c->current);
-            Drop(c);
-            Pump(c->peer);
-            return p.done(value.status());
-          }
-          c->value_in = std::move(*value);
-          const protocol::Tier tier = prefix->tier;
-          asio::async_read(
-              c->socket, asio::buffer(c->value_in->mutable_bytes().data(), size),
+    c->Read(asio::buffer(c->prefix), [this, c](const boost::system::error_code& ec, std::size_t) {
+      if (ec || c->closed) return CallFailed(c, ec.message());
+      auto prefix = protocol::DecodeGetItemPrefix(c->prefix);
+      if (!prefix.ok() || prefix->index != 0) return CallFailed(c, "bad GET item prefix");
+      const std::size_t size = c->received.body_length - protocol::kGetItemPrefixBytes;
+      auto value = c->current.request.allocate(size);
+      if (!value.ok()) {
+        // The reply's bytes are still on the wire: this connection cannot be reused.
+        Pending p = std::move(c->current);
+        Drop(c);
+        Pump(c->peer);
+        return p.done(value.status());
+      }
+      c->value_in = std::move(*value);
+      const protocol::Tier tier = prefix->tier;
+      c->Read(asio::buffer(c->value_in->mutable_bytes().data(), size),
               [this, c, tier](const boost::system::error_code& ec2, std::size_t) {
                 if (ec2 || c->closed) return CallFailed(c, ec2.message());
                 Finish(c, PeerResponse{StatusCode::kOk, {}, std::move(c->value_in), tier});
               });
-        });
+    });
   }
 
   void Finish(const std::shared_ptr<PeerConn>& c, PeerResponse response) {

@@ -9,13 +9,22 @@
 // unavailable. A peer that refused a connection is skipped (unavailable at once) until a backoff
 // doubling from `backoff_min` to `backoff_max` has passed.
 //
+// With `tls`, a new connection does a TLS handshake first (its certificate must name the host of
+// the peer's address: IP subjectAltName for an IP, DNS name otherwise; the context presents this
+// node's certificate to listeners that require one); the connect, the handshake and the AUTH
+// share the call's deadline. A failed connect or handshake is logged (one line per peer per
+// 10 s) with the peer and the reason, e.g. the certificate that did not verify.
+//
 // Every request carries protocol::kFlagFromPeer, so the peer answers it from its own tiers. With
-// a token, a new connection sends AUTH first.
+// a token, a new connection sends AUTH first (inside the TLS session when there is one).
 //
 // Thread-safety: Call may be called from any thread; callbacks run on the pool's thread and must
 // not block.
 #pragma once
 
+#include <utility>  // before Boost.Asio: Boost 1.74 under C++20 needs std::exchange declared
+
+#include <boost/asio/ssl/context.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -38,6 +47,9 @@ struct PeerPoolOptions {
   std::chrono::milliseconds backoff_min{50};
   std::chrono::milliseconds backoff_max{2000};
   protocol::Limits limits;  // bounds on what a peer's response may claim
+  // Non-null: connections speak TLS with this client context (net/tls_context.h).
+  std::shared_ptr<boost::asio::ssl::context> tls;
+  std::string tls_trust;  // what verifies peers, for errors (e.g. "cluster.tls_ca_file /ca.pem")
 };
 
 // One request to a peer. The request body is `body` followed by `value`'s bytes when set (a PUT

@@ -14,6 +14,7 @@
 #include "listen_address.h"
 #include "native/connection.h"
 #include "native/server_impl.h"
+#include "net/tls_context.h"
 #include "unix_socket.h"
 
 namespace kvdepot::daemon {
@@ -82,37 +83,7 @@ void Server::Impl::Accept(Acceptor& acceptor) {
 }
 
 Status Server::Impl::SetUpTls() {
-  boost::system::error_code ec;
-  const TlsOptions& t = options_.tls;
-  // Why a certificate or key did not load. asio's text for OpenSSL 3's system errors (a
-  // missing or unreadable file) is only "asio.ssl error"; their reason is the errno.
-  const auto why = [](const boost::system::error_code& error) {
-#if defined(ERR_SYSTEM_ERROR)
-    const auto e = static_cast<unsigned long>(static_cast<unsigned int>(error.value()));
-    if (error.category() == asio::error::get_ssl_category() && ERR_SYSTEM_ERROR(e)) {
-      return std::system_category().message(static_cast<int>(ERR_GET_REASON(e)));
-    }
-#endif
-    return error.message();
-  };
-  tls_ = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
-  tls_->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
-                        asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
-                        asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use,
-                    ec);
-  if (tls_->use_certificate_chain_file(t.cert_file, ec); ec) {
-    return InvalidArgument("tls.cert_file " + t.cert_file + ": " + why(ec));
-  }
-  if (tls_->use_private_key_file(t.key_file, asio::ssl::context::pem, ec); ec) {
-    return InvalidArgument("tls.key_file " + t.key_file + ": " + why(ec));
-  }
-  if (!t.client_ca_file.empty()) {
-    if (tls_->load_verify_file(t.client_ca_file, ec); ec) {
-      return InvalidArgument("tls.client_ca_file " + t.client_ca_file + ": " + why(ec));
-    }
-    tls_->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert, ec);
-  }
-
+  KVD_ASSIGN_OR_RETURN(tls_, MakeTlsContext(TlsRole::kServer, options_.tls));
   return Status::Ok();
 }
 

@@ -84,7 +84,7 @@ class Server::Impl {
   // that it is destroyed after them.
   ListenerCore core_;
   std::unique_ptr<Transcoder> transcoder_;
-  std::unique_ptr<boost::asio::ssl::context> tls_;  // set when the TCP listener speaks TLS
+  std::shared_ptr<boost::asio::ssl::context> tls_;  // set when the TCP listener speaks TLS
   std::unique_ptr<boost::asio::ip::tcp::acceptor> tcp_;
   std::unique_ptr<boost::asio::local::stream_protocol::acceptor> unix_;
   std::uint16_t tcp_port_ = 0;

@@ -29,7 +29,8 @@ namespace kvdepot::client {
 class ClusterRoutes {
  public:
   // `options.address` is the seed: the first daemon asked for CLUSTER_INFO and the last fallback
-  // of every request. Connections to members use `options` with the member's address.
+  // of every request. Connections to members use `options` with the member's address (with TLS,
+  // the same CA, client certificate and key; see OptionsFor).
   explicit ClusterRoutes(ClientOptions options);
   ~ClusterRoutes();
   ClusterRoutes(const ClusterRoutes&) = delete;
@@ -77,6 +78,10 @@ class ClusterRoutes {
   // The address requests for member `m` go to: the configured address for the member that
   // answered as the seed (so that a unix: seed keeps its transport), else its native address.
   std::string AddressOf(const cluster::Member& m) const;
+  // The options of a connection to `address`: options_ (TLS, token, timeouts alike) with that
+  // address. tls_server_name is kept for the seed only: another member's certificate is checked
+  // against the host of its advertised address, as the members check each other's.
+  ClientOptions OptionsFor(const std::string& address) const;
 
   const ClientOptions options_;
   std::mutex refresh_mu_;  // one refresh at a time

@@ -42,6 +42,10 @@
 #include "kvdepot/daemon/store.h"
 #include "kvdepot/protocol/protocol.h"
 
+namespace boost::asio::ssl {
+class context;
+}
+
 namespace kvdepot::daemon {
 
 namespace cluster_peer {
@@ -54,6 +58,11 @@ struct ClusterRouterOptions {
   std::uint32_t connections_per_peer = 4;
   std::uint32_t max_queued_per_peer = 1024;
   protocol::Limits limits;  // the daemon's limits (forwarded requests stay within them)
+  // Non-null: peers are reached over TLS with this client context (net/tls_context.h,
+  // TlsRole::kPeerClient), each peer's certificate checked against the host of its advertised
+  // address; `peer_tls_trust` names the CA setting and file in errors. Null: plain TCP.
+  std::shared_ptr<boost::asio::ssl::context> peer_tls;
+  std::string peer_tls_trust;
 };
 
 // Counters, per native op where labelled (index: the protocol::Op value).

@@ -35,6 +35,9 @@ struct ClusterConfig {
   std::uint32_t group_chunks = 8;  // consecutive chunks of a prefix placed together (must agree)
   std::chrono::milliseconds lease_ttl{6000};
   std::chrono::milliseconds handoff_grace{30000};
+  // With a TLS listener (tls.cert_file), members reach each other over TLS: the CA that signed
+  // the other members' certificates. Empty: tls.client_ca_file.
+  std::string tls_ca_file;
 };
 
 struct Config {

@@ -44,8 +44,9 @@ struct HackOptions {
   // Stochastic rounding's seed (stored in params; identical seed, identical codes on CPU and GPU).
   // Ignored, and stored as 0, with round-to-nearest.
   std::uint64_t seed = 0;
-  // Leading tokens kept unquantized (attention sinks; for the first chunk of a sequence). Values
-  // above the chunk's token count mean all of its tokens.
+  // Leading tokens kept unquantized (attention sinks; for the first chunk of a sequence). The
+  // blocks start after them, so the tail becomes (tokens - sinks) mod P (HackUnquantizedTokens).
+  // Values above the chunk's token count mean all of its tokens.
   std::uint32_t sinks = 0;
 };
 

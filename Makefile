@@ -7,6 +7,8 @@
 #   make test        build and run every test (GPU tests skip, with a reason, without a GPU)
 #   make build       configure and build into build/
 #   make bench       build and run the CPU benchmarks and the eviction trace study
+#   make hack-quality  the hack-int2 option study: bytes, K/V and attention error per option
+#                    (docs/hack.md "Choosing hack-int2 options"; a few minutes on one core)
 #   make bench-loopback  kvdepotd vs Redis vs iperf3 over loopback (docs/benchmarks.md)
 #   make bench-lm    lm:// (LMCache's protocol) vs kvdepot's protocol, 8 and 32 MiB chunks, 1 and 8 clients
 #   make bench-resp  redis-benchmark against kvdepotd's resp:// listener and redis-server, 1 and 8 MiB
@@ -38,7 +40,7 @@ SOAK_SECONDS ?= 150
 WERROR := $(if $(filter true 1,$(CI)),ON,OFF)
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVDEPOT_CUDA=$(CUDA) -DKVDEPOT_WERROR=$(WERROR)
 
-.PHONY: all deps configure build run demo cluster-demo test bench bench-loopback bench-lm bench-resp bench-cluster soak \
+.PHONY: all deps configure build run demo cluster-demo test bench hack-quality bench-loopback bench-lm bench-resp bench-cluster soak \
 	test-asan crash-loop test-tsan fuzz fuzz-smoke install gpu format format-check clean
 
 all: build
@@ -69,6 +71,10 @@ test: build
 bench: build
 	@$(BUILD_DIR)/bin/kvdepot_bench --benchmark_counters_tabular=true
 	@$(BUILD_DIR)/bin/kvdepot_eviction_trace
+
+hack-quality: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target kvdepot_hack_quality
+	@$(BUILD_DIR)/bin/kvdepot_hack_quality ../shared/data/tinystories656k-kv-768tok.npy
 
 bench-loopback: build
 	@bash scripts/bench-loopback.sh $(BUILD_DIR)

@@ -4,9 +4,10 @@
 // For each configuration (K orientation, rounding, partition size P, sinks), over a sequence cut
 // into chunks of 256 tokens (each encoded on its own; sinks only in the first chunk):
 //   - bytes of the containers over fp16 bytes; relative L2 of the decoded KV;
-//   - decode attention of 64 queries per (layer, head): query = the sequence's own K row at a
-//     random position plus Gaussian noise of K's standard deviation (as bench/cachegen_rd.cc);
-//     one query head per KV head. Against exact float64 attention over the original KV:
+//   - decode attention of 64 queries per (layer, head): kv_quality.h's probe queries (the
+//     sequence's own K row at a random position plus Gaussian noise of K's standard deviation, as
+//     bench/cachegen_rd.cc); one query head per KV head. Against exact float64 attention over the
+//     original KV:
 //       "dequant": attention over the dequantized KV (the homomorphic math with exact Q and P),
 //       "int8":    the homomorphic math with INT8 Q and P (what the kernels compute);
 //     relative L2 of the outputs over all queries and heads, and the fraction of (query, head)
@@ -16,8 +17,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -25,6 +24,7 @@
 #include "kvdepot/codec/compare.h"
 #include "kvdepot/codec/hack.h"
 #include "kvdepot/codec/hack_attention.h"
+#include "kvdepot/codec/kv_quality.h"
 #include "kvdepot/codec/npy.h"
 #include "kvdepot/codec/synth.h"
 #include "kvdepot/codec/tensor.h"
@@ -33,51 +33,14 @@ namespace kvdepot {
 namespace {
 
 constexpr std::uint32_t kChunkTokens = 256;
-constexpr int kQueriesPerLayer = 64;
+constexpr std::uint32_t kQueriesPerLayer = 64;
 
 // Splits [L, 2, T, H, D] into chunks of up to 256 tokens (copies).
 std::vector<KvTensor> Chunks(const KvTensor& t) {
   std::vector<KvTensor> out;
-  const std::size_t es = DTypeSize(t.dtype);
-  const std::size_t row = std::size_t{t.shape.kv_heads} * t.shape.head_dim * es;
   for (std::uint32_t start = 0; start < t.shape.tokens; start += kChunkTokens) {
-    const std::uint32_t n = std::min<std::uint32_t>(kChunkTokens, t.shape.tokens - start);
-    KvTensor c = KvTensor::Zeros(t.dtype, {t.shape.layers, n, t.shape.kv_heads, t.shape.head_dim});
-    for (std::uint32_t lk = 0; lk < t.shape.layers * 2; ++lk) {
-      std::memcpy(c.data.data() + std::size_t{lk} * n * row,
-                  t.data.data() + (std::size_t{lk} * t.shape.tokens + start) * row, n * row);
-    }
-    out.push_back(std::move(c));
-  }
-  return out;
-}
-
-// Queries [layer][query][heads][dim], drawn as described in the file comment.
-std::vector<std::vector<float>> MakeQueries(const KvTensor& t) {
-  const KvShape& s = t.shape;
-  const std::uint32_t T = s.tokens, H = s.kv_heads, D = s.head_dim;
-  auto k_at = [&](std::uint32_t l, std::uint32_t tok, std::uint32_t h, std::uint32_t d) {
-    return ElementAsFloat(t.view(), ((std::uint64_t{l} * 2 * T + tok) * H + h) * D + d);
-  };
-  std::mt19937_64 rng(0);
-  std::normal_distribution<double> noise(0, 1);
-  std::vector<std::vector<float>> out(s.layers);
-  for (std::uint32_t l = 0; l < s.layers; ++l) {
-    std::vector<double> kstd(H, 0);
-    for (std::uint32_t h = 0; h < H; ++h) {
-      for (std::uint32_t tok = 0; tok < T; ++tok) {
-        for (std::uint32_t d = 0; d < D; ++d) kstd[h] += k_at(l, tok, h, d) * k_at(l, tok, h, d);
-      }
-      kstd[h] = std::sqrt(kstd[h] / (T * D));
-    }
-    for (int q = 0; q < kQueriesPerLayer; ++q) {
-      for (std::uint32_t h = 0; h < H; ++h) {
-        const auto pos = static_cast<std::uint32_t>(rng() % T);
-        for (std::uint32_t d = 0; d < D; ++d) {
-          out[l].push_back(static_cast<float>(k_at(l, pos, h, d) + kstd[h] * noise(rng)));
-        }
-      }
-    }
+    out.push_back(SliceTokens(t.view(), start,
+                              std::min<std::uint32_t>(kChunkTokens, t.shape.tokens - start)));
   }
   return out;
 }
@@ -94,13 +57,13 @@ Data Prepare(std::string name, KvTensor full) {
   Data d;
   d.name = std::move(name);
   d.chunks = Chunks(full);
-  d.queries = MakeQueries(full);
+  d.queries = ProbeQueries(full.view(), KvQualityOptions{kQueriesPerLayer, 0});
   AttentionOptions o;
   o.q_heads = full.shape.kv_heads;
   const std::size_t per_query = std::size_t{full.shape.kv_heads} * full.shape.head_dim;
   for (std::uint32_t l = 0; l < full.shape.layers; ++l) {
     AttentionResult all;
-    for (int q = 0; q < kQueriesPerLayer; ++q) {
+    for (std::uint32_t q = 0; q < kQueriesPerLayer; ++q) {
       auto r = DecodeAttention(
           full.view(), l, std::span<const float>(d.queries[l]).subspan(q * per_query, per_query),
           o);
@@ -153,7 +116,7 @@ Row Evaluate(const Data& data, HackOptions options) {
     o.int8_q = o.int8_p = int8 == 1;
     double an = 0, ad = 0, hits = 0, total = 0;
     for (std::uint32_t l = 0; l < s.layers; ++l) {
-      for (int q = 0; q < kQueriesPerLayer; ++q) {
+      for (std::uint32_t q = 0; q < kQueriesPerLayer; ++q) {
         auto r = HackDecodeAttention(
             seq, l, std::span<const float>(data.queries[l]).subspan(q * per_query, per_query), o);
         for (std::size_t i = 0; i < r->out.size(); ++i) {
@@ -174,7 +137,7 @@ Row Evaluate(const Data& data, HackOptions options) {
 }
 
 void Report(const Data& data) {
-  std::printf("== %s: %s fp16, %zu chunk(s) of <= %u tokens, %d queries per (layer, head)\n",
+  std::printf("== %s: %s fp16, %zu chunk(s) of <= %u tokens, %u queries per (layer, head)\n",
               data.name.c_str(), data.full.shape.ToString().c_str(), data.chunks.size(),
               kChunkTokens, kQueriesPerLayer);
   std::printf("%-8s %-10s %4s %5s %8s %8s %10s %9s %10s %9s\n", "K orient", "rounding", "P",

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "cli_args.h"
+#include "cli_codec_quality.h"
 #include "cli_commands.h"
 #include "cli_internal.h"
 #include "cli_json.h"
@@ -69,13 +70,16 @@ Json ShapeJson(const KvShape& s) {
 
 // The --json report of a command that wrote `file`: its size in bytes, the tensor's shape and
 // dtype and (for a container) its codec.
-void WrittenJson(Io io, const std::string& file, const KvTensor& tensor, std::string_view codec) {
+// `extra`'s fields (an object, or null) are appended.
+void WrittenJson(Io io, const std::string& file, const KvTensor& tensor, std::string_view codec,
+                 const Json& extra = nullptr) {
   std::error_code ec;
   const std::uintmax_t bytes = std::filesystem::file_size(file, ec);
   Json json = {{"file", file}, {"bytes", ec ? 0 : bytes}};
   if (!codec.empty()) json["codec"] = std::string(codec);
   json["dtype"] = std::string(DTypeName(tensor.dtype));
   json["shape"] = ShapeJson(tensor.shape);
+  if (extra.is_object()) json.update(extra);
   PrintJson(json, io.out);
 }
 
@@ -158,12 +162,23 @@ Status Encode(std::span<const char* const> argv, Io io) {
   auto encoded = EncodeChunk(tensor.view(), options);
   if (!encoded.ok()) return encoded.status().WithContext(in);
   KVD_RETURN_IF_ERROR(WriteFileAtomic(out, *encoded));
+  const bool hack = codec == CodecId::kHackInt2;
+  const HackUnquantized kept = HackUnquantizedTokens(tensor.shape, options.hack);
   if (args.Has("--json")) {
-    WrittenJson(io, out, tensor, CodecName(codec));
+    Json extra;
+    if (hack) {
+      extra = {{"unquantized_tokens", {{"sinks", kept.sinks}, {"tail", kept.tail}}}};
+    }
+    WrittenJson(io, out, tensor, CodecName(codec), extra);
   } else if (!args.Has("--quiet")) {
     io.out << "wrote " << out << ": " << CodecName(codec) << ", " << tensor.shape.ToString() << " "
            << DTypeName(tensor.dtype) << ", " << encoded->size() << " bytes ("
-           << FormatRatio(encoded->size(), tensor.shape) << " of fp16)\n";
+           << FormatRatio(encoded->size(), tensor.shape) << " of fp16)";
+    if (hack) {
+      io.out << "; unquantized tokens per (layer, K|V, head): " << kept.sinks << " sinks + "
+             << kept.tail << " tail of " << tensor.shape.tokens;
+    }
+    io.out << "\n";
   }
   return Status::Ok();
 }
@@ -316,6 +331,9 @@ namespace {
 
 // ---- compare ---------------------------------------------------------------------------------
 
+// --probe-queries bound: the attention comparison costs queries x layers x tokens x heads x dim.
+constexpr std::uint64_t kMaxProbeQueries = 4096;
+
 Status Compare(std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(Args args, Args::Parse(argv, FlagsOf("codec compare")));
   KVD_RETURN_IF_ERROR(args.ExpectPositional({"A", "B"}));
@@ -333,6 +351,18 @@ Status Compare(std::span<const char* const> argv, Io io) {
   KVD_ASSIGN_OR_RETURN(KvTensor a, LoadTensor(a_path, bf16));
   KVD_ASSIGN_OR_RETURN(KvTensor b, LoadTensor(b_path, bf16));
   KVD_ASSIGN_OR_RETURN(CompareStats st, CompareTensors(a.view(), b.view()));
+  KVD_ASSIGN_OR_RETURN(
+      const std::uint64_t probes,
+      args.GetUint("--probe-queries", KvQualityOptions{}.queries_per_layer, 0, kMaxProbeQueries));
+  std::optional<AttentionComparison> attention;
+  if (probes > 0) {
+    auto measured = CompareAttention(a, b, static_cast<std::uint32_t>(probes));
+    if (!measured.ok()) {
+      return measured.status().WithContext(
+          "attention comparison (pass --probe-queries 0 to compare values only)");
+    }
+    attention = std::move(*measured);
+  }
   if (args.Has("--json")) {
     Json json;
     json["a"] = a_path;
@@ -347,6 +377,7 @@ Status Compare(std::span<const char* const> argv, Io io) {
     json["snr_db"] = st.snr_db;  // null when infinite (identical values)
     json["bit_exact"] = st.bit_exact;
     json["nonfinite_mismatches"] = st.nonfinite_mismatches;
+    if (attention) json["attention"] = AttentionComparisonJson(*attention);
     PrintJson(json, io.out);
   } else {
     io.out << "shape       " << a.shape.ToString() << "  (" << DTypeName(a.dtype) << " vs "
@@ -358,6 +389,7 @@ Status Compare(std::span<const char* const> argv, Io io) {
            << "snr_db      " << FormatDouble(st.snr_db) << "\n"
            << "bit_exact   " << (st.bit_exact ? "yes" : "no") << "\n"
            << "non-finite mismatches  " << st.nonfinite_mismatches << "\n";
+    if (attention) PrintAttentionComparison(*attention, io.out);
   }
   if (args.Has("--expect-bit-exact") && !st.bit_exact) {
     return InvalidArgument(a_path + " and " + b_path + " are not bit-exact (rel_l2 " +
@@ -407,11 +439,21 @@ void PrintCodecUsage(std::ostream& out) {
          "               (default K 32:10,16 and V 32:2,16; 32 everywhere below 10 layers)\n"
          "               hack-int2: [--partition 32|64|128] [--orientation channel|token]\n"
          "               [--rounding nearest|stochastic] [--seed N] [--sinks N]\n"
-         "               (default 64, channel, nearest; --seed for stochastic rounding; --sinks N\n"
-         "               keeps the first N tokens unquantized, for a sequence's first chunk)\n"
+         "               (default 64, channel, nearest; --partition 32 is recommended: 11-15%\n"
+         "               lower attention error at 0.20-0.21 of fp16, docs/hack.md; --seed for\n"
+         "               stochastic rounding). Tokens after the P-token blocks stay unquantized\n"
+         "               (the tail: (tokens - N) mod P). --sinks N keeps the first N tokens\n"
+         "               unquantized AND starts the blocks after them, so the tail changes too:\n"
+         "               256 tokens, P 64, --sinks 4 keep 4 + 60 tokens unquantized (the\n"
+         "               bytes of --sinks 64); N a multiple of P keeps only the first N. For a\n"
+         "               sequence's first chunk; encode reports the sinks and tail it kept.\n"
          "  codec decode [--dtype fp16|bf16|fp32] IN.kvd OUT.npy\n"
          "  codec inspect [--json] IN.kvd\n"
-         "  codec compare [--json] [--expect-bit-exact] [--max-rel-l2 X] A B   (.npy or .kvd)\n"
+         "  codec compare [--json] [--expect-bit-exact] [--max-rel-l2 X] [--probe-queries N]\n"
+         "               A B   (.npy or .kvd; A the original, B a restored copy): value errors,\n"
+         "               K and V errors, and the attention-output error of N probe queries per\n"
+         "               layer (default 64; 0 skips it) against exact attention over A, next to\n"
+         "               that of hack-int2 at its defaults on A (docs/hack.md)\n"
          "  codec synth OUT.npy [--layers L] [--tokens T] [--heads H] [--dim D] [--seed S]\n"
          "              [--dtype fp16|bf16|fp32]\n"
          "encode, decode and synth take --json (a report of what was written) or --quiet.\n"

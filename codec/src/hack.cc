@@ -145,6 +145,13 @@ Status ValidateHackOptions(const HackOptions& o) {
   return Status::Ok();
 }
 
+HackUnquantized HackUnquantizedTokens(const KvShape& shape, const HackOptions& options) {
+  HackOptions clamped = options;
+  if (clamped.sinks > shape.tokens) clamped.sinks = shape.tokens;
+  const Layout lay = MakeLayout(shape, clamped);
+  return {lay.sinks, lay.tokens - lay.tail_begin()};
+}
+
 Result<HackChunk> QuantizeHack(const KvTensorView& tensor, const HackOptions& options) {
   KVD_RETURN_IF_ERROR(ValidateHackOptions(options));
   KVD_RETURN_IF_ERROR(tensor.Validate().WithContext("hack-int2 encode"));

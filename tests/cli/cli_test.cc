@@ -135,6 +135,62 @@ TEST_F(CliTest, CompareReportsDifferences) {
   ExpectOneLineError(Run({"codec", "compare", Path("a.npy"), Path("c.npy")}), kExitError, "shape");
 }
 
+TEST_F(CliTest, CompareReportsAttentionErrorAgainstHackDefaults) {
+  ASSERT_EQ(Run({"codec", "synth", Path("a.npy"), "--tokens", "128", "--dim", "64", "--heads", "2",
+                 "--seed", "3"})
+                .code,
+            kExitOk);
+  ASSERT_EQ(Run({"codec", "encode", "--codec", "hack-int2", "--partition", "32", Path("a.npy"),
+                 Path("p32.kvd")})
+                .code,
+            kExitOk);
+  CliResult r = Run({"codec", "compare", "--probe-queries", "8", Path("a.npy"), Path("p32.kvd")});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  for (const char* line :
+       {"k_rel_l2 ", "v_rel_l2 ", "attention   rel_l2 ", "8 probe queries per layer",
+        "vs defaults     0.", "the attention error of hack-int2 at its defaults (--partition 64)",
+        "vs recommended  1.00x the attention error of hack-int2 --partition 32 (recommended)"}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << " in " << r.out;
+  }
+  r = Run({"codec", "compare", "--json", "--probe-queries", "8", Path("a.npy"), Path("p32.kvd")});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  for (const char* key : {"\"attention\":{", "\"attn_rel_l2\":", "\"hack_int2_defaults\":{",
+                          "\"hack_int2_recommended\":{", "\"attn_ratio\":1.0"}) {
+    EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
+  }
+  // Identical inputs: no error, ratio 0; --probe-queries 0 leaves the attention part out.
+  r = Run({"codec", "compare", "--probe-queries", "4", Path("a.npy"), Path("a.npy")});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("vs defaults     0.00x"), std::string::npos) << r.out;
+  r = Run({"codec", "compare", "--probe-queries", "0", Path("a.npy"), Path("a.npy")});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out.find("attention"), std::string::npos) << r.out;
+  ExpectOneLineError(
+      Run({"codec", "compare", "--probe-queries", "x", Path("a.npy"), Path("a.npy")}), kExitUsage,
+      "--probe-queries");
+}
+
+TEST_F(CliTest, EncodeReportsTheTokensHackKeepsUnquantized) {
+  ASSERT_EQ(Run({"codec", "synth", Path("a.npy"), "--tokens", "256", "--dim", "64", "--heads", "1",
+                 "--layers", "1"})
+                .code,
+            kExitOk);
+  CliResult r = Run(
+      {"codec", "encode", "--codec", "hack-int2", "--sinks", "4", Path("a.npy"), Path("s.kvd")});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("unquantized tokens per (layer, K|V, head): 4 sinks + 60 tail of 256"),
+            std::string::npos)
+      << r.out;
+  r = Run({"codec", "encode", "--json", "--codec", "hack-int2", "--sinks", "64", Path("a.npy"),
+           Path("s.kvd")});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("\"unquantized_tokens\":{\"sinks\":64,\"tail\":0}"), std::string::npos)
+      << r.out;
+  r = Run({"codec", "encode", "--json", "--codec", "raw", Path("a.npy"), Path("r.kvd")});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out.find("unquantized_tokens"), std::string::npos) << r.out;
+}
+
 TEST_F(CliTest, UsageErrorsExitTwo) {
   ExpectOneLineError(Run({"nope"}), kExitUsage, "unknown command 'nope'");
   ExpectOneLineError(Run({"codec"}), kExitUsage, "SUBCOMMAND");

@@ -44,10 +44,22 @@ struct HackOptions {
   // Stochastic rounding's seed (stored in params; identical seed, identical codes on CPU and GPU).
   // Ignored, and stored as 0, with round-to-nearest.
   std::uint64_t seed = 0;
-  // Leading tokens kept unquantized (attention sinks; for the first chunk of a sequence). Values
-  // above the chunk's token count mean all of its tokens.
+  // Leading tokens kept unquantized (attention sinks; for the first chunk of a sequence). The
+  // blocks start after them, so the tail becomes (tokens - sinks) mod P (HackUnquantizedTokens).
+  // Values above the chunk's token count mean all of its tokens.
   std::uint32_t sinks = 0;
 };
+
+// The tokens a chunk of `shape` encoded with `options` keeps unquantized in each (layer, K|V,
+// head): the first min(options.sinks, tokens) (the sinks), and the tail after the P-token blocks,
+// which start after the sinks: (tokens - sinks) mod P. So sinks that are not a multiple of P also
+// lengthen the tail (256 tokens, P 64, sinks 4: 4 sinks + 60 tail). Precondition: a valid
+// partition (ValidateHackOptions).
+struct HackUnquantized {
+  std::uint32_t sinks = 0;
+  std::uint32_t tail = 0;
+};
+HackUnquantized HackUnquantizedTokens(const KvShape& shape, const HackOptions& options);
 
 // OK when partition is 32, 64 or 128 and the enums hold known values; kInvalidArgument naming the
 // field otherwise.

@@ -39,6 +39,16 @@ std::string Printable(std::string_view text) {
   return out;
 }
 
+// Printable(text) in single quotes. Built by appending: `"'" + std::string` inserts at the front
+// of the temporary, which GCC 12 at -O3 reports as a -Wrestrict overlap inside libstdc++ (a false
+// positive that breaks -DKVDEPOT_WERROR=ON release builds).
+std::string Quoted(std::string_view text) {
+  std::string out(1, '\'');
+  out += Printable(text);
+  out += '\'';
+  return out;
+}
+
 Status SyntaxError(std::string message) {
   return InvalidArgument("npy: header: " + message);
 }
@@ -122,8 +132,8 @@ class HeaderParser {
 
   // The syntax error for "wanted `expected` at the current position".
   Status Unexpected(std::string_view expected) const {
-    std::string found = AtEnd() ? std::string("the end of the header")
-                                : "'" + Printable(text_.substr(pos_, 1)) + "'";
+    const std::string found =
+        AtEnd() ? std::string("the end of the header") : Quoted(text_.substr(pos_, 1));
     return SyntaxError("expected " + std::string(expected) + " at offset " + std::to_string(pos_) +
                        ", found " + found);
   }

@@ -243,18 +243,19 @@ bool __device__ __forceinline__ Aligned16(const void* ptr) {
   return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0;
 }
 
-// Online-softmax state and output accumulator of one warp.
-template <int D>
+// Online-softmax state and output accumulator of one warp: kMt m-tiles of 16 dims (all of
+// head_dim, or one half of it for a warp of a twin, mt0 = its first m-tile).
+template <std::uint32_t kMt>
 struct WarpState {
-  float m;                   // running max of row g (log2 domain), quad-uniform
-  float lsum;                // this lane's part of row g's normaliser
-  float acc[Geo<D>::MT][4];  // O[d][h]: d = 16 mt + g (+8 for [2], [3]), h = 2 tq (+1 odd)
+  float m;            // running max of row g (log2 domain), quad-uniform
+  float lsum;         // this lane's part of row g's normaliser
+  float acc[kMt][4];  // O[d][h]: d = 16 (mt0 + mt) + g (+8 for [2], [3]), h = 2 tq (+1 odd)
 };
 
 // Softmax update of row g over the lane's 16 scores (log2 domain; -inf = masked): returns the
 // weights in place and the rescale factor of the previous state.
-template <int D>
-__device__ __forceinline__ float SoftmaxUpdate(WarpState<D>& st, float (&s)[16]) {
+template <std::uint32_t kMt>
+__device__ __forceinline__ float SoftmaxUpdate(WarpState<kMt>& st, float (&s)[16]) {
   float bm = s[0];
 #pragma unroll
   for (int i = 1; i < 16; ++i) bm = fmaxf(bm, s[i]);
@@ -278,13 +279,13 @@ __device__ __forceinline__ float SoftmaxUpdate(WarpState<D>& st, float (&s)[16])
 }
 
 // Rescales the accumulator by the factors of its two head columns (from rows 2 tq, 2 tq + 1).
-template <int D>
-__device__ __forceinline__ void Rescale(WarpState<D>& st, float alpha, std::uint32_t tq) {
+template <std::uint32_t kMt>
+__device__ __forceinline__ void Rescale(WarpState<kMt>& st, float alpha, std::uint32_t tq) {
   const float a0 = __shfl_sync(kFull, alpha, 8 * tq);
   const float a1 = __shfl_sync(kFull, alpha, 8 * tq + 4);
   if (__any_sync(kFull, a0 != 1.0f || a1 != 1.0f)) {
 #pragma unroll
-    for (int mt = 0; mt < static_cast<int>(Geo<D>::MT); ++mt) {
+    for (int mt = 0; mt < static_cast<int>(kMt); ++mt) {
       st.acc[mt][0] *= a0;
       st.acc[mt][1] *= a1;
       st.acc[mt][2] *= a0;
@@ -367,20 +368,42 @@ __device__ __forceinline__ void IssueBlock(const BlockSrc& src, std::uint8_t* st
   BulkCopy(internal::SharedAddress(stage + G::kOffVSum), src.vsums, D, bar);
 }
 
+// Named barrier of the two warps of twin `twin` (ids 1.., 0 is __syncthreads).
+__device__ __forceinline__ void TwinSync(std::uint32_t twin) {
+  asm volatile("bar.sync %0, 64;" ::"r"(twin + 1) : "memory");
+}
+
+// Twin warps (decode, head_dim 128, few blocks per warp): the two warps of a twin process the same
+// block, warp `half` the 64-dim K group `half` of Q'K^T (its Q' quantization, code unpacking and
+// MMAs) and the head dims [64 half, 64 half + 64) of P.V; they add their partial scores through
+// shared memory (xchg: [2 halves][4][32 lanes] float4) and both run the same softmax, so both hold
+// the same weights and P codes. This halves the chain of work one block puts on one warp, which
+// bounds a call where every warp has about one block (4K tokens, batch 1).
+struct Twin {
+  std::uint32_t half;  // 0 or 1
+  std::uint32_t id;    // twin index in the CTA (named barrier id - 1)
+  float4* xchg;
+};
+
 // One quantized block in shared memory `st` (positions pos0 .. pos0 + 63): updates the warp state.
 // kMasked: some position of the block is beyond some row's limit (row_limit: the last position
-// row g may attend to); decode never masks, so its loop carries no masking code.
-template <int D, bool kMasked>
+// row g may attend to); decode never masks, so its loop carries no masking code. kTwin: this warp
+// is half `tw.half` of a twin (see Twin).
+template <int D, bool kMasked, bool kTwin>
 __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vtab, const float* qsm,
-                                             WarpState<D>& ws, float scale_log2, std::uint32_t pos0,
-                                             std::uint32_t row_limit) {
+                                             WarpState<kTwin ? Geo<D>::MT / 2 : Geo<D>::MT>& ws,
+                                             float scale_log2, std::uint32_t pos0,
+                                             std::uint32_t row_limit, const Twin& tw) {
   using G = Geo<D>;
-  constexpr std::uint32_t KW = G::KW;
+  static_assert(!kTwin || (G::KW == 2 && !kMasked), "twin warps: decode at head_dim 128 only");
+  constexpr std::uint32_t KW = kTwin ? 1 : G::KW;           // K groups of this warp
+  constexpr std::uint32_t MTW = kTwin ? G::MT / 2 : G::MT;  // P.V m-tiles of this warp
+  const std::uint32_t kw0 = kTwin ? tw.half : 0, mt0 = kTwin ? tw.half * MTW : 0;
   const std::uint32_t lane = threadIdx.x & 31u, g = lane >> 2, tq = lane & 3u;
 
   // 1. V's per-channel scale, min and the block's dequantized channel sum, as floats.
   __syncwarp();
-  for (std::uint32_t d = lane; d < static_cast<std::uint32_t>(D); d += 32) {
+  for (std::uint32_t d = 16 * mt0 + lane; d < 16 * (mt0 + MTW); d += 32) {
     const std::uint32_t e = *reinterpret_cast<const std::uint32_t*>(st + G::kOffVS + 4 * d);
     const float vs = H2F(e & 0xffffu), vm = H2F(e >> 16);
     const float vsum = static_cast<float>(st[G::kOffVSum + d]);
@@ -395,7 +418,8 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
   float sq[KW], cq[KW];
 #pragma unroll
   for (std::uint32_t kw = 0; kw < KW; ++kw) {
-    const uint4* kse = reinterpret_cast<const uint4*>(st + G::kOffKS + 4 * (64 * kw + 16 * tq));
+    const std::uint32_t kg = kw0 + kw;  // the K group
+    const uint4* kse = reinterpret_cast<const uint4*>(st + G::kOffKS + 4 * (64 * kg + 16 * tq));
     std::uint32_t ent[16];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
@@ -409,7 +433,7 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
 #pragma unroll
     for (std::uint32_t c = 0; c < 4; ++c) {
       const float4 v = *reinterpret_cast<const float4*>(
-          qsm + ((kw * 32 + lane) * 4 + (c ^ ((lane >> 1) & 3u))) * 4);
+          qsm + ((kg * 32 + lane) * 4 + (c ^ ((lane >> 1) & 3u))) * 4);
       qv[4 * c] = v.x;
       qv[4 * c + 1] = v.y;
       qv[4 * c + 2] = v.z;
@@ -454,7 +478,9 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
   for (std::uint32_t nt = 0; nt < 8; ++nt) {
     const std::uint8_t* krow = st + G::kOffK + Sigma(nt, g) * (D / 4);
     std::uint32_t w[KW];
-    if constexpr (KW == 2) {
+    if constexpr (kTwin) {
+      w[0] = *reinterpret_cast<const std::uint32_t*>(krow + 4 * (tq + 4 * kw0));
+    } else if constexpr (KW == 2) {
       const std::uint32_t sw = g >= 4 ? 4u : 0u;
       const std::uint32_t x = *reinterpret_cast<const std::uint32_t*>(krow + 4 * (tq + sw));
       const std::uint32_t y = *reinterpret_cast<const std::uint32_t*>(krow + 4 * (tq + 4 - sw));
@@ -481,9 +507,30 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
     }
   }
 
+  // The twins' partial scores, added in the same order by both (half 0's + half 1's), so both
+  // warps see the same scores.
+  if constexpr (kTwin) {
+    float4* own = tw.xchg + tw.half * 128;
+#pragma unroll
+    for (std::uint32_t c = 0; c < 4; ++c) {
+      own[32 * c + lane] = make_float4(s[4 * c], s[4 * c + 1], s[4 * c + 2], s[4 * c + 3]);
+    }
+    TwinSync(tw.id);
+    const float4* other = tw.xchg + (tw.half ^ 1u) * 128;
+#pragma unroll
+    for (std::uint32_t c = 0; c < 4; ++c) {
+      const float4 o = other[32 * c + lane];
+      const float ov[4] = {o.x, o.y, o.z, o.w};
+#pragma unroll
+      for (std::uint32_t e = 0; e < 4; ++e) {
+        s[4 * c + e] = tw.half == 0 ? s[4 * c + e] + ov[e] : ov[e] + s[4 * c + e];
+      }
+    }
+  }
+
   // 4. Softmax, INT8 P per (row, block) (hack::QuantizeInt8; the weights are in [0, 1], so the
   //    product is at most 255 (1 + 2^-22) and rounds to at most 255).
-  const float alpha = SoftmaxUpdate<D>(ws, s);
+  const float alpha = SoftmaxUpdate(ws, s);
   float pmn = s[0], pmx = s[0];
 #pragma unroll
   for (int i = 1; i < 16; ++i) {
@@ -510,7 +557,7 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
   const std::uint32_t b10 = odd ? x0 : y0, b11 = odd ? x1 : y1;
 
   // Per-head factors of the accumulator's two head columns (rows 2 tq and 2 tq + 1).
-  Rescale<D>(ws, alpha, tq);
+  Rescale(ws, alpha, tq);
   const float sp_row = ip.scale, spsum_row = ip.scale * static_cast<float>(psum);
   const float sp0 = __shfl_sync(kFull, sp_row, 8 * tq),
               sp1 = __shfl_sync(kFull, sp_row, 8 * tq + 4);
@@ -521,8 +568,8 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
 
   // 5. O += P V, corrected: sp (vs dot + vm psum) + mp (vs vsum + P vm).
 #pragma unroll
-  for (std::uint32_t mt = 0; mt < G::MT; ++mt) {
-    const std::uint32_t d0 = 16 * mt + g, d1 = d0 + 8;
+  for (std::uint32_t mt = 0; mt < MTW; ++mt) {
+    const std::uint32_t d0 = 16 * (mt0 + mt) + g, d1 = d0 + 8;
     const std::uint32_t w0 =
         *reinterpret_cast<const std::uint32_t*>(st + G::kOffV + d0 * 16 + 4 * tq);
     const std::uint32_t w1 =
@@ -540,12 +587,13 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
 }
 
 // Unquantized tokens u in [u0, u1) (< 64 of them): exact q.k and p.v in float. `scratch` is the
-// warp's (idle) stage memory: V rows [8][D] floats, then P [64][8] floats.
-template <int D>
+// warp's (idle) stage memory: V rows [8][D] floats, then P [64][8] floats. The warp accumulates
+// the kMt m-tiles from mt0 (a twin: the scores are computed by both warps alike).
+template <int D, std::uint32_t kMt>
 __device__ void ProcessUnquantized(const HackAttentionParams& p, const Layout& lay,
                                    const void* tail, std::uint32_t kvh, std::uint32_t u0,
                                    std::uint32_t u1, std::uint8_t* scratch, const float* qsm,
-                                   WarpState<D>& ws, std::uint32_t row_limit) {
+                                   WarpState<kMt>& ws, std::uint32_t mt0, std::uint32_t row_limit) {
   const std::uint32_t lane = threadIdx.x & 31u, g = lane >> 2, tq = lane & 3u;
   float* vs = reinterpret_cast<float*>(scratch);
   float* ps = reinterpret_cast<float*>(scratch + kRows * D * 4);
@@ -568,8 +616,8 @@ __device__ void ProcessUnquantized(const HackAttentionParams& p, const Layout& l
       s[k] = dot * p.scale_log2;
     }
   }
-  const float alpha = SoftmaxUpdate<D>(ws, s);
-  Rescale<D>(ws, alpha, tq);
+  const float alpha = SoftmaxUpdate(ws, s);
+  Rescale(ws, alpha, tq);
 #pragma unroll
   for (std::uint32_t k = 0; k < 16; ++k) ps[(tq + 4 * k) * kRows + g] = s[k];
   __syncwarp();
@@ -591,8 +639,8 @@ __device__ void ProcessUnquantized(const HackAttentionParams& p, const Layout& l
     for (std::uint32_t t = 0; t < 8; ++t) {
       const float2 pp = *reinterpret_cast<const float2*>(ps + (sub + t) * kRows + 2 * tq);
 #pragma unroll
-      for (std::uint32_t mt = 0; mt < Geo<D>::MT; ++mt) {
-        const float v0 = vs[t * D + 16 * mt + g], v1 = vs[t * D + 16 * mt + g + 8];
+      for (std::uint32_t mt = 0; mt < kMt; ++mt) {
+        const float v0 = vs[t * D + 16 * (mt0 + mt) + g], v1 = vs[t * D + 16 * (mt0 + mt) + g + 8];
         ws.acc[mt][0] = fmaf(pp.x, v0, ws.acc[mt][0]);
         ws.acc[mt][1] = fmaf(pp.y, v0, ws.acc[mt][1]);
         ws.acc[mt][2] = fmaf(pp.x, v1, ws.acc[mt][2]);
@@ -603,18 +651,21 @@ __device__ void ProcessUnquantized(const HackAttentionParams& p, const Layout& l
   }
 }
 
-template <int D>
+// kTwin: each block is processed by a twin of warps (see Twin); the CTA has an even warp count.
+template <int D, bool kTwin>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     HackAttentionKernel(const __grid_constant__ HackAttentionParams p) {
   using G = Geo<D>;
+  constexpr std::uint32_t MTW = kTwin ? G::MT / 2 : G::MT;
   extern __shared__ uint4 smem_raw[];
   auto* smem = reinterpret_cast<std::uint8_t*>(smem_raw);
   __shared__ std::uint32_t s_bad_rows;
   __shared__ std::uint32_t s_last;
   __shared__ std::uint32_t s_next;  // next unclaimed quantized block
-  __shared__ BlockSrc s_block0;     // contiguous layout: block 0's sources (ContiguousBlock)
   __shared__ float s_m[kMaxSplits][kRows];
   __shared__ float s_l[kMaxSplits][kRows];
+  __shared__ std::uint32_t s_claim[kMaxWarps / 2];  // twin t's claim for the stage it frees next
+  __shared__ BlockSrc s_block0;  // contiguous layout: block 0's sources (ContiguousBlock)
   __shared__ float s_row_m[kRows];
   __shared__ float s_row_l[kRows];
   __shared__ unsigned long long s_out_row[kRows];  // row r's output offset; kNoRow if not in tile
@@ -622,6 +673,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   const std::uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u;
   const std::uint32_t g = lane >> 2, tq = lane & 3u;
   const std::uint32_t W = blockDim.x >> 5;
+  // Workers: the warps, or the twins (warps 2 t and 2 t + 1); a worker owns the stages, mbarriers
+  // and blocks, the warps of a twin share its blocks (the even warp's stages).
+  const std::uint32_t worker = kTwin ? warp >> 1 : warp, workers = kTwin ? W >> 1 : W;
+  const std::uint32_t half = kTwin ? warp & 1u : 0u;
+  const bool issuer = lane == 0 && half == 0;
   std::uint32_t cta = blockIdx.x;
   const std::uint32_t split = cta % p.splits;
   cta /= p.splits;
@@ -702,24 +758,29 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   }
   CpAsyncCommit();
 
-  // Per-warp shared memory: stages, V table, mbarriers.
-  std::uint8_t* wbase = smem + warp * G::kWarpBytes;
-  float4* vtab = reinterpret_cast<float4*>(wbase + kStages * G::kStageBytes);
+  // Per-warp shared memory: stages, V table, mbarriers. A twin uses its even warp's stages and
+  // mbarriers, each warp its own V table, and the odd warp's stages as the score exchange.
+  std::uint8_t* wown = smem + warp * G::kWarpBytes;
+  std::uint8_t* wbase = kTwin ? smem + (warp & ~1u) * G::kWarpBytes : wown;
+  float4* vtab = reinterpret_cast<float4*>(wown + kStages * G::kStageBytes);
   const std::uint32_t bar0 = internal::SharedAddress(wbase + kStages * G::kStageBytes + G::kVTable);
-  if (lane == 0) {
+  const Twin tw{half, worker,
+                kTwin ? reinterpret_cast<float4*>(smem + (warp | 1u) * G::kWarpBytes) : nullptr};
+  if (issuer) {
     MbarInit(bar0);
     MbarInit(bar0 + 8);
     MbarInitFence();
   }
-  // Quantized blocks [ub, qe) are dealt at run time: a warp starts with blocks ub + warp + k W
-  // (k < kStages) and claims the next unclaimed one (s_next) whenever it frees a stage, so that
-  // warps which start late or run slow take fewer. Unquantized units [max(ub, nb), ue) are dealt
-  // round-robin and done after the blocks (their scratch memory is the warp's stages).
+  // Quantized blocks [ub, qe) are dealt at run time: a worker starts with blocks
+  // ub + worker + k workers (k < kStages) and claims the next unclaimed one (s_next) whenever it
+  // frees a stage, so that workers which start late or run slow take fewer. Unquantized units
+  // [max(ub, nb), ue) are dealt round-robin and done after the blocks (their scratch memory is the
+  // warp's own stages).
   static_assert(kStages == 2, "the stage bookkeeping below is written for two stages");
   const std::uint32_t qe = min(ue, nb);
   if (tid == 0) {
     s_bad_rows = seq_ok ? 0u : 0xffu;
-    s_next = ub + kStages * W;
+    s_next = ub + kStages * workers;
     if (p.page_blocks == 0 && qe > ub) {
       s_block0 = LocateBlock<D>(p, seq, lay, seq_index, kvh, 0, false);
     }
@@ -729,13 +790,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   std::uint32_t unit[kStages];  // block in each stage, kNoUnit for none
 #pragma unroll
   for (std::uint32_t k = 0; k < kStages; ++k) {
-    const std::uint32_t u = ub + warp + k * W;
+    const std::uint32_t u = ub + worker + k * workers;
     unit[k] = u < qe ? u : kNoUnit;
     if (u < qe) {
       const BlockSrc src = p.page_blocks == 0
                                ? ContiguousBlock<D>(s_block0, u)
-                               : LocateBlock<D>(p, seq, lay, seq_index, kvh, u, lane == 0);
-      if (lane == 0) IssueBlock<D>(src, wbase + k * G::kStageBytes, bar0 + 8 * k);
+                               : LocateBlock<D>(p, seq, lay, seq_index, kvh, u, issuer);
+      if (issuer) IssueBlock<D>(src, wbase + k * G::kStageBytes, bar0 + 8 * k);
     }
   }
 
@@ -759,11 +820,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     __syncthreads();
   }
 
-  WarpState<D> ws;
+  WarpState<MTW> ws;
   ws.m = -INFINITY;
   ws.lsum = 0.0f;
 #pragma unroll
-  for (std::uint32_t mt = 0; mt < G::MT; ++mt) {
+  for (std::uint32_t mt = 0; mt < MTW; ++mt) {
     ws.acc[mt][0] = ws.acc[mt][1] = ws.acc[mt][2] = ws.acc[mt][3] = 0.0f;
   }
 
@@ -778,20 +839,29 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     phases ^= 1u << k;
     const std::uint32_t pos0 = lay.sinks + u * kP;
     std::uint8_t* stage = wbase + k * G::kStageBytes;
-    if (pos0 + kP - 1 > min_limit) {
-      ProcessBlock<D, true>(stage, vtab, qsm, ws, p.scale_log2, pos0, row_limit);
-    } else {
-      ProcessBlock<D, false>(stage, vtab, qsm, ws, p.scale_log2, pos0, row_limit);
-    }
-    __syncwarp();
     std::uint32_t next = 0;
-    if (lane == 0) next = atomicAdd(&s_next, 1u);
-    next = __shfl_sync(kFull, next, 0);
+    if constexpr (kTwin) {
+      // The even warp claims the next block now; the odd one reads the claim after the score
+      // exchange's barrier, and the stage is refilled once both passed the barrier below.
+      if (issuer) s_claim[worker] = atomicAdd(&s_next, 1u);
+      ProcessBlock<D, false, true>(stage, vtab, qsm, ws, p.scale_log2, pos0, row_limit, tw);
+      next = s_claim[worker];
+      TwinSync(worker);
+    } else {
+      if (pos0 + kP - 1 > min_limit) {
+        ProcessBlock<D, true, false>(stage, vtab, qsm, ws, p.scale_log2, pos0, row_limit, tw);
+      } else {
+        ProcessBlock<D, false, false>(stage, vtab, qsm, ws, p.scale_log2, pos0, row_limit, tw);
+      }
+      __syncwarp();
+      if (lane == 0) next = atomicAdd(&s_next, 1u);
+      next = __shfl_sync(kFull, next, 0);
+    }
     if (next < qe) {
       const BlockSrc src = p.page_blocks == 0
                                ? ContiguousBlock<D>(s_block0, next)
-                               : LocateBlock<D>(p, seq, lay, seq_index, kvh, next, lane == 0);
-      if (lane == 0) IssueBlock<D>(src, stage, bar0 + 8 * k);
+                               : LocateBlock<D>(p, seq, lay, seq_index, kvh, next, issuer);
+      if (issuer) IssueBlock<D>(src, stage, bar0 + 8 * k);
     }
     if (k == 0) {
       unit[0] = next < qe ? next : kNoUnit;
@@ -799,32 +869,33 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
       unit[1] = next < qe ? next : kNoUnit;
     }
   }
-  for (std::uint32_t u = max(ub, nb) + warp; u < ue; u += W) {
+  for (std::uint32_t u = max(ub, nb) + worker; u < ue; u += workers) {
     const std::uint32_t u0 = (u - nb) * kP;
-    ProcessUnquantized<D>(p, lay, seq.tail, kvh, u0, min(u0 + kP, u_vis), wbase, qsm, ws,
-                          row_limit);
+    ProcessUnquantized<D, MTW>(p, lay, seq.tail, kvh, u0, min(u0 + kP, u_vis), wown, qsm, ws,
+                               half * MTW, row_limit);
   }
   ws.lsum = QuadSum(ws.lsum);
-  if (lane == 0) {  // every issued copy has been waited for; the memory is reused below
+  if (issuer) {  // every issued copy has been waited for; the memory is reused below
     MbarInval(bar0);
     MbarInval(bar0 + 8);
   }
 
-  // CTA merge of the warps (shared memory reused: every warp is done with its stages). Row g's
-  // thread computes the row's maximum, each warp's weight 2^(m_w - M) (0 for a warp that saw no
-  // key of the row) and the normaliser; then every thread sums four dims of a row at a time.
+  // CTA merge of the workers (shared memory reused: every warp is done with its stages). Row g's
+  // thread computes the row's maximum, each worker's weight 2^(m_w - M) (0 for a worker that saw
+  // no key of the row) and the normaliser; then every thread sums four dims of a row at a time.
+  // The warps of a twin hold the same maxima and normalisers and write their halves of the dims.
   __syncthreads();
-  float* mrg_m = reinterpret_cast<float*>(smem);  // [W][8]: maxima, then weights
-  float* mrg_l = mrg_m + W * kRows;               // [W][8]
-  float* mrg_acc = mrg_l + W * kRows;             // [W][8][D], 16-byte aligned
-  if (tq == 0) {
-    mrg_m[warp * kRows + g] = ws.m;
-    mrg_l[warp * kRows + g] = ws.lsum;
+  float* mrg_m = reinterpret_cast<float*>(smem);  // [workers][8]: maxima, then weights
+  float* mrg_l = mrg_m + workers * kRows;         // [workers][8]
+  float* mrg_acc = mrg_l + workers * kRows;       // [workers][8][D], 16-byte aligned
+  if (tq == 0 && half == 0) {
+    mrg_m[worker * kRows + g] = ws.m;
+    mrg_l[worker * kRows + g] = ws.lsum;
   }
-  float* wacc = mrg_acc + warp * kRows * D;
+  float* wacc = mrg_acc + worker * kRows * D;
 #pragma unroll
-  for (std::uint32_t mt = 0; mt < G::MT; ++mt) {
-    const std::uint32_t d0 = 16 * mt + g, d1 = d0 + 8;
+  for (std::uint32_t mt = 0; mt < MTW; ++mt) {
+    const std::uint32_t d0 = 16 * (half * MTW + mt) + g, d1 = d0 + 8;
     wacc[(2 * tq) * D + d0] = ws.acc[mt][0];
     wacc[(2 * tq + 1) * D + d0] = ws.acc[mt][1];
     wacc[(2 * tq) * D + d1] = ws.acc[mt][2];
@@ -833,9 +904,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   __syncthreads();
   if (tid < kRows) {
     float M = -INFINITY;
-    for (std::uint32_t w = 0; w < W; ++w) M = fmaxf(M, mrg_m[w * kRows + tid]);
+    for (std::uint32_t w = 0; w < workers; ++w) M = fmaxf(M, mrg_m[w * kRows + tid]);
     float L = 0.0f;
-    for (std::uint32_t w = 0; w < W; ++w) {
+    for (std::uint32_t w = 0; w < workers; ++w) {
       const float weight = M == -INFINITY ? 0.0f : Exp2(mrg_m[w * kRows + tid] - M);
       mrg_m[w * kRows + tid] = weight;
       L += mrg_l[w * kRows + tid] * weight;
@@ -876,7 +947,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   for (std::uint32_t i = tid; i < kRows * D / 4; i += blockDim.x) {
     const std::uint32_t r = i / (D / 4), d = i % (D / 4) * 4;
     float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (std::uint32_t w = 0; w < W; ++w) {
+    for (std::uint32_t w = 0; w < workers; ++w) {
       accumulate(a, mrg_m[w * kRows + r],
                  *reinterpret_cast<const float4*>(mrg_acc + (w * kRows + r) * D + d));
     }
@@ -937,7 +1008,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
 
 // ---- host side ----
 
-std::atomic<std::size_t> g_attn_smem[2][kMaxDevices];
+// Shared-memory opt-in per kernel: head_dim 64, 128, 128 with twin warps.
+std::atomic<std::size_t> g_attn_smem[3][kMaxDevices];
 
 constexpr std::size_t kErrorOffset = 0;
 constexpr std::size_t kCountersOffset = 256;
@@ -1085,16 +1157,23 @@ template <int HeadDim>
 cudaError_t LaunchHackAttention(const HackAttentionParams& params, cudaStream_t stream) {
   static_assert(HeadDim == 64 || HeadDim == 128);
   const std::size_t smem = HackAttentionSharedBytes<HeadDim>(params.warps);
-  cudaError_t err = ConfigureSharedMemory(HackAttentionKernel<HeadDim>,
-                                          HackAttentionSharedBytes<HeadDim>(kMaxWarps),
-                                          g_attn_smem[HeadDim == 64 ? 0 : 1]);
+  auto* kernel = HackAttentionKernel<HeadDim, false>;
+  std::size_t slot = HeadDim == 64 ? 0 : 1;
+  if constexpr (HeadDim == 128) {
+    if (params.twin_warps != 0) {
+      kernel = HackAttentionKernel<HeadDim, true>;
+      slot = 2;
+    }
+  }
+  cudaError_t err = ConfigureSharedMemory(kernel, HackAttentionSharedBytes<HeadDim>(kMaxWarps),
+                                          g_attn_smem[slot]);
   if (err != cudaSuccess) return err;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(params.tiles * params.kv_heads * params.splits);
   config.blockDim = dim3(params.warps * 32);
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  return cudaLaunchKernelEx(&config, HackAttentionKernel<HeadDim>, params);
+  return cudaLaunchKernelEx(&config, kernel, params);
 }
 
 template cudaError_t LaunchHackAttention<64>(const HackAttentionParams&, cudaStream_t);
@@ -1174,6 +1253,12 @@ Status EnqueueHackDecodeAttention(const HackKvCache& kv, const HackDecodeArgs& a
   }
   SizeGrid(workspace, args.max_tokens, args.max_tokens, kDecodeUnitsPerWarp,
            fp16 ? kHackDecodeFp16MaxWarps : kMaxWarps, params);
+  // Few blocks per warp (4K tokens at batch 1: one): the call's time is one block's chain of work
+  // on one warp, so twin warps split each block (head_dim 128; see Twin in the kernel).
+  if (!fp16 && kv.head_dim == 128 && 2 * params.warps <= kMaxWarps) {
+    params.twin_warps = 1;
+    params.warps *= 2;
+  }
   if (std::uint64_t{params.tiles} * params.kv_heads * params.splits > 0x7fffffffu) {
     return InvalidArgument(std::string(kFn) + ": batch too large for one launch");
   }

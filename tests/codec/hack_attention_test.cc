@@ -320,9 +320,10 @@ TEST(HackAttentionTest, ChunkedPrefillOverACachedPrefix) {
           const std::vector<HackChunk> seq = Encode(t, {});
           const KvTensor deq = DequantizedFp32(seq);
           const std::vector<float> q = KeyLikeQueries(t, 0, fresh, q_heads, seed * 3);
-          const std::string label = "d" + std::to_string(dim) + " " +
-                                    std::string(DTypeName(dtype)) + " prefix " +
-                                    std::to_string(prefix) + " new " + std::to_string(fresh);
+          // Appended piecewise: GCC 12 -O3 warns falsely (-Wrestrict) on "d" + std::to_string(...).
+          std::string label = "d";
+          label += std::to_string(dim) + " " + std::string(DTypeName(dtype)) + " prefix " +
+                   std::to_string(prefix) + " new " + std::to_string(fresh);
           auto exact = HackPrefillAttention(seq, 0, q, prefix, Opts(q_heads, false));
           auto int8 = HackPrefillAttention(seq, 0, q, prefix, Opts(q_heads, true));
           auto want = PrefillAttention(deq.view(), 0, q, prefix, Opts(q_heads));

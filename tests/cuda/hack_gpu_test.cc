@@ -725,6 +725,9 @@ TEST(HackGpu, LongDecodeUsesSplitKv) {
   CheckDecodeBatch(128, 8, DType::kFloat16, {20000}, 0, 77);
   CheckDecodeBatch(128, 8, DType::kBFloat16, {20000, 3000}, 4, 78);
   CheckDecodeBatch(64, 4, DType::kFloat16, {12345}, 0, 79);
+  // About one block per warp (4K tokens, 2 KV heads, 16 splits): twin warps at head_dim 128.
+  CheckDecodeBatch(128, 8, DType::kFloat16, {4096}, 0, 80);
+  CheckDecodeBatch(128, 8, DType::kBFloat16, {4100}, 4, 81);
 }
 
 TEST(HackGpu, DecodeLseIsTheLogNormaliser) {
@@ -1168,7 +1171,10 @@ void CheckDecodeFp16(std::uint32_t dim, std::uint32_t group, DType dtype,
   ASSERT_TRUE(got.status.ok()) << got.status.ToString();
   std::string label = "fp16 decode d" + std::to_string(dim) + " g" + std::to_string(group) + " " +
                       std::string(DTypeName(dtype)) + " sinks " + std::to_string(sinks) + " T";
-  for (std::uint32_t l : lengths) label += " " + std::to_string(l);
+  for (std::uint32_t l : lengths) {
+    label += ' ';  // not `" " + std::to_string(l)`: GCC 12 -O3 -Wrestrict false positive
+    label += std::to_string(l);
+  }
   ASSERT_EQ(ref->out.size(), got.out.size()) << label;
   double num = 0, den = 0, worst = 0;
   for (std::size_t row = 0; row * dim < ref->out.size(); ++row) {

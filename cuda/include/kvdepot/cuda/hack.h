@@ -344,6 +344,8 @@ struct HackAttentionParams {
   std::uint32_t splits;            // CTAs per (tile, KV head), 1..16
   std::uint32_t units_per_split;   // work units (64-token blocks) per split
   std::uint32_t warps;             // warps per CTA, 1..16
+  std::uint32_t twin_warps;        // 1: two warps per block, each half of head_dim (decode, 128;
+                                   // warps is then even)
 };
 
 // Enqueues the attention kernel (grid: tiles * kv_heads * splits CTAs of `warps` warps; dynamic

@@ -24,7 +24,7 @@ they are at least 3x the L2 size (and at least 2). Times are CUDA event interval
 --warmup reps is printed, one JSON object per line (also appended to --json FILE). "bytes" = the
 bf16 K and V read (plus q and the output).
 
-Exit status: 0 ok, 3 torch or CUDA unavailable, 64 bad usage.
+Exit status: 0 ok, 1 a --check failed, 3 torch or CUDA unavailable, 64 bad usage.
 """
 import argparse
 import json
@@ -46,6 +46,10 @@ def main():
     ap.add_argument("--chunked", default="", help="NEW:PREFIX,... chunked prefill shapes")
     ap.add_argument("--graph", action="store_true", help="also time CUDA-graph replays")
     ap.add_argument("--only", default="", choices=["", "decode", "prefill"])
+    ap.add_argument("--q-heads", type=int, default=64, help="query heads (8 KV heads, d 128)")
+    ap.add_argument("--check", action="store_true",
+                    help="check each prefill shape's SDPA output against fp32 math attention "
+                         "(\"check_max_rel\" in its rows; exit 1 above 2e-2)")
     args = ap.parse_args()
     if args.reps < 50 or args.warmup < 1:
         print("torch_sdpa: --reps must be >= 50 and --warmup >= 1", file=sys.stderr)
@@ -63,7 +67,7 @@ def main():
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
     l2 = getattr(props, "L2_cache_size", 64 << 20)
-    q_heads, kv_heads, dim = 64, 8, 128
+    q_heads, kv_heads, dim = args.q_heads, 8, 128
     group = q_heads // kv_heads
     scale = 1.0 / math.sqrt(dim)
     gen = torch.Generator(device=dev)
@@ -82,6 +86,7 @@ def main():
         has_gqa = False
 
     out_file = open(args.json, "a") if args.json else None
+    failed_checks = 0
 
     def timed(fn, sets, calls=1):
         """`calls` calls per rep over rotating sets (more than 1: back to back, time per call)."""
@@ -218,6 +223,17 @@ def main():
                     return F.scaled_dot_product_attention(q, kr[s], vr[s], scale=scale, **causal)
                 mode = "repeat_interleave"
             names = kernels(call)
+            extra = {}
+            if args.check:
+                k32 = ks[0].float().repeat_interleave(group, dim=1)
+                v32 = vs[0].float().repeat_interleave(group, dim=1)
+                scores = (q.float() @ k32.transpose(-1, -2)) * scale
+                keep = torch.ones(new, length, dtype=torch.bool, device=dev).tril(prefix)
+                want = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1) @ v32
+                err = ((call(0).float() - want).abs().max() / want.abs().max()).item()
+                extra["check_max_rel"] = round(err, 6)
+                failed_checks += err > 2e-2
+                del k32, v32, scores, want
             pairs = new * prefix + new * (new + 1) / 2
             op = "prefill" if prefix == 0 else "prefill-chunked"
             rows = [(op, 1) + timed(call, sets)]
@@ -228,12 +244,12 @@ def main():
                       "prefix": prefix, "gqa": mode, "calls": calls, "sets": sets,
                       "median_us": round(med, 3), "min_us": round(mn, 3),
                       "tops": round(4.0 * q_heads * dim * pairs / (med * 1e6), 2),
-                      "kernels": names})
+                      "kernels": names, **extra})
             del ks, vs
             torch.cuda.empty_cache()
     if out_file:
         out_file.close()
-    return 0
+    return 1 if failed_checks else 0
 
 
 if __name__ == "__main__":

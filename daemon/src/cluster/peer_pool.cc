@@ -252,22 +252,19 @@ class PeerPool::Impl {
     h.body_length = static_cast<std::uint32_t>(c->auth_body.size());
     protocol::EncodeFrameHeader(h, c->header_out.data());
     std::array<asio::const_buffer, 2> out{asio::buffer(c->header_out), asio::buffer(c->auth_body)};
-    c->Write(out,
-             [this, c](const boost::system::error_code& ec, std::size_t) {
-               if (ec || c->closed) return ConnectFailed(c, Unavailable(ec.message()));
-               c->Read(asio::buffer(c->header_in),
-                       [this, c](const boost::system::error_code& ec2, std::size_t) {
-                         if (ec2 || c->closed) return ConnectFailed(c, Unavailable(ec2.message()));
-                         auto reply =
-                             protocol::DecodeFrameHeader(c->header_in, options_.limits, true);
-                         if (!reply.ok() || reply->status != 0 || reply->body_length != 0) {
-                           return ConnectFailed(
-                               c, Unauthenticated("the peer refused this node's AUTH token (the "
+    c->Write(out, [this, c](const boost::system::error_code& ec, std::size_t) {
+      if (ec || c->closed) return ConnectFailed(c, Unavailable(ec.message()));
+      c->Read(asio::buffer(c->header_in), [this, c](const boost::system::error_code& ec2,
+                                                    std::size_t) {
+        if (ec2 || c->closed) return ConnectFailed(c, Unavailable(ec2.message()));
+        auto reply = protocol::DecodeFrameHeader(c->header_in, options_.limits, true);
+        if (!reply.ok() || reply->status != 0 || reply->body_length != 0) {
+          return ConnectFailed(c, Unauthenticated("the peer refused this node's AUTH token (the "
                                                   "members of a cluster share the auth token)"));
-                         }
-                         Connected(c);
-                       });
-             });
+        }
+        Connected(c);
+      });
+    });
   }
 
   void Connected(const std::shared_ptr<PeerConn>& c) {

@@ -101,8 +101,8 @@ class ClusterRouter {
   struct Counters;  // cluster_router.cc
 
  private:
-  struct Placement;  // a key's owners as this node sees them
-  struct GetPlan;    // a GET asking one node after another
+  struct Placement;   // a key's owners as this node sees them
+  struct GetPlan;     // a GET asking one node after another
   struct LocatePlan;  // a LOOKUP's keys asked of peers, round after round
   Placement Place(std::string_view key, std::string_view placement_key) const;
   void AskNextForGet(const std::shared_ptr<GetPlan>& plan);

@@ -469,11 +469,21 @@ Result<HackStructure> Structure(const ContainerView& view) {
 
 }  // namespace
 
+Result<HackStructure> InspectHackExceptScales(const ContainerView& view) {
+  KVD_ASSIGN_OR_RETURN(HackStructure st, Structure(view));
+  KVD_RETURN_IF_ERROR(LoadTail(st).status());
+  return st;
+}
+
 Result<HackStructure> InspectHack(const ContainerView& view) {
   KVD_ASSIGN_OR_RETURN(HackStructure st, Structure(view));
   KVD_RETURN_IF_ERROR(CheckScales(st));
   KVD_RETURN_IF_ERROR(LoadTail(st).status());
   return st;
+}
+
+Status HackScalesEntryError(std::size_t entry) {
+  return BadScale(entry);
 }
 
 Result<HackChunk> UnpackHack(const ContainerView& view) {

@@ -208,7 +208,6 @@ __device__ __forceinline__ std::uint32_t Sigma(std::uint32_t nt, std::uint32_t c
   return 16 * (c >> 1) + 4 * (nt >> 1) + ((2 * (nt & 1) + (c & 1) + 2 * ((c >> 1) & 1)) & 3);
 }
 
-// 8 consecutive tail elements from a 16-byte aligned position.
 // Index of q[row r][dim d] in the CTA's query tile: lane (4 r + tq) finds its 16 dims
 // 64 kw + 16 tq + [0, 16) as 4 consecutive 16-byte chunks, XOR-swizzled so that the 8 lanes of a
 // shared-memory phase hit 8 distinct bank groups.
@@ -218,9 +217,12 @@ __device__ __forceinline__ std::uint32_t QIndex(std::uint32_t r, std::uint32_t d
   return ((kw * 32 + lane) * 4 + (c ^ ((lane >> 1) & 3u))) * 4 + d % 4;
 }
 
-__device__ __forceinline__ void LoadTail8(const void* tail, std::uint32_t bf16, std::uint64_t i,
-                                          float (&v)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const unsigned short*>(tail) + i);
+// 8 consecutive tail elements from a 16-byte aligned position, and their values.
+__device__ __forceinline__ uint4 LoadTail8(const void* tail, std::uint64_t i) {
+  return *reinterpret_cast<const uint4*>(static_cast<const unsigned short*>(tail) + i);
+}
+
+__device__ __forceinline__ void TailValues(uint4 raw, std::uint32_t bf16, float (&v)[8]) {
   const std::uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -586,35 +588,73 @@ __device__ __forceinline__ void ProcessBlock(const std::uint8_t* st, float4* vta
   }
 }
 
+// 8 tokens' rows (u0 + t, t < 8) of K (kv 0) or V (kv 1) from the tail into `rows` ([8][D + 4]
+// floats: the padding puts the 4 rows a quad reads at once in distinct banks), zeros past u1. The
+// warp's loads are all issued before any is used (one memory round trip per 8 tokens).
+template <int D>
+__device__ __forceinline__ void StageTailRows(const HackAttentionParams& p, const Layout& lay,
+                                              const void* tail, std::uint32_t kv, std::uint32_t kvh,
+                                              std::uint32_t u0, std::uint32_t u1, float* rows) {
+  constexpr std::uint32_t kLoads = D / 32;  // 16-byte words per lane: 8 rows x D / 8 / 32
+  const std::uint32_t lane = threadIdx.x & 31u;
+  uint4 raw[kLoads];
+#pragma unroll
+  for (std::uint32_t i = 0; i < kLoads; ++i) {
+    const std::uint32_t w = lane + 32 * i, t = w / (D / 8), c = w % (D / 8);
+    raw[i] = u0 + t < u1 ? LoadTail8(tail, lay.unquantized_offset(p.layer, kv, u0 + t, kvh, 8 * c))
+                         : make_uint4(0, 0, 0, 0);
+  }
+  __syncwarp();  // every lane is done reading the previous rows
+#pragma unroll
+  for (std::uint32_t i = 0; i < kLoads; ++i) {
+    const std::uint32_t w = lane + 32 * i, t = w / (D / 8), c = w % (D / 8);
+    float v[8];
+    TailValues(raw[i], p.tail_bf16, v);
+    auto* dst = reinterpret_cast<float4*>(rows + t * (D + 4) + 8 * c);
+    dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+    dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
+  __syncwarp();
+}
+
 // Unquantized tokens u in [u0, u1) (< 64 of them): exact q.k and p.v in float. `scratch` is the
-// warp's (idle) stage memory: V rows [8][D] floats, then P [64][8] floats. The warp accumulates
-// the kMt m-tiles from mt0 (a twin: the scores are computed by both warps alike).
+// warp's (idle) stage memory: 8 tail rows [8][D + 4] floats, then P [64][8] floats. The tail is
+// read 8 tokens at a time into shared memory, each lane then computes the scores of its row g
+// and tokens tq, tq + 4 of the 8 (d in order, as the CPU reference). The warp accumulates the kMt
+// m-tiles from mt0 (a twin: the scores are computed by both warps alike).
 template <int D, std::uint32_t kMt>
 __device__ void ProcessUnquantized(const HackAttentionParams& p, const Layout& lay,
                                    const void* tail, std::uint32_t kvh, std::uint32_t u0,
                                    std::uint32_t u1, std::uint8_t* scratch, const float* qsm,
                                    WarpState<kMt>& ws, std::uint32_t mt0, std::uint32_t row_limit) {
+  static_assert((8 * (D + 4) + 64 * kRows) * 4 <= kStages * Geo<D>::kStageBytes,
+                "the tail's rows and P must fit the warp's stages");
   const std::uint32_t lane = threadIdx.x & 31u, g = lane >> 2, tq = lane & 3u;
-  float* vs = reinterpret_cast<float*>(scratch);
-  float* ps = reinterpret_cast<float*>(scratch + kRows * D * 4);
-  __syncwarp();
+  float* rows = reinterpret_cast<float*>(scratch);
+  float* ps = reinterpret_cast<float*>(scratch + 8 * (D + 4) * 4);
+  for (std::uint32_t sub = 0; u0 + sub < u1; sub += 8) {
+    StageTailRows<D>(p, lay, tail, 0, kvh, u0 + sub, u1, rows);
+    const float4* k0 = reinterpret_cast<const float4*>(rows + tq * (D + 4));
+    const float4* k1 = reinterpret_cast<const float4*>(rows + (tq + 4) * (D + 4));
+    float dot0 = 0.0f, dot1 = 0.0f;
+#pragma unroll 8
+    for (std::uint32_t d = 0; d < static_cast<std::uint32_t>(D); d += 4) {
+      const float4 q = *reinterpret_cast<const float4*>(qsm + QIndex(g, d));
+      const float4 a = k0[d / 4], b = k1[d / 4];
+      dot0 = fmaf(q.w, a.w, fmaf(q.z, a.z, fmaf(q.y, a.y, fmaf(q.x, a.x, dot0))));
+      dot1 = fmaf(q.w, b.w, fmaf(q.z, b.z, fmaf(q.y, b.y, fmaf(q.x, b.x, dot1))));
+    }
+    const std::uint32_t ua = u0 + sub + tq, ub = ua + 4;
+    const bool va = ua < u1 && lay.unquantized_token(ua) <= row_limit;
+    const bool vb = ub < u1 && lay.unquantized_token(ub) <= row_limit;
+    ps[(sub + tq) * kRows + g] = va ? dot0 * p.scale_log2 : -INFINITY;
+    ps[(sub + tq + 4) * kRows + g] = vb ? dot1 * p.scale_log2 : -INFINITY;
+  }
+  // Lane (g, tq) wrote exactly the scores it reads: tokens tq + 4 k of row g.
   float s[16];
 #pragma unroll
   for (std::uint32_t k = 0; k < 16; ++k) {
-    const std::uint32_t u = u0 + tq + 4 * k;
-    s[k] = -INFINITY;
-    if (u < u1 && lay.unquantized_token(u) <= row_limit) {
-      const std::uint64_t base = lay.unquantized_offset(p.layer, 0, u, kvh, 0);
-      float dot = 0.0f;
-#pragma unroll 1
-      for (std::uint32_t d = 0; d < static_cast<std::uint32_t>(D); d += 8) {
-        float kv[8];
-        LoadTail8(tail, p.tail_bf16, base + d, kv);
-#pragma unroll
-        for (std::uint32_t i = 0; i < 8; ++i) dot = fmaf(qsm[QIndex(g, d + i)], kv[i], dot);
-      }
-      s[k] = dot * p.scale_log2;
-    }
+    s[k] = u0 + tq + 4 * k < u1 ? ps[(tq + 4 * k) * kRows + g] : -INFINITY;
   }
   const float alpha = SoftmaxUpdate(ws, s);
   Rescale(ws, alpha, tq);
@@ -622,33 +662,21 @@ __device__ void ProcessUnquantized(const HackAttentionParams& p, const Layout& l
   for (std::uint32_t k = 0; k < 16; ++k) ps[(tq + 4 * k) * kRows + g] = s[k];
   __syncwarp();
   for (std::uint32_t sub = 0; sub < 64 && u0 + sub < u1; sub += 8) {
-    for (std::uint32_t i = lane; i < 8 * D / 8; i += 32) {
-      const std::uint32_t t = i / (D / 8), c = i % (D / 8);
-      const std::uint32_t u = u0 + sub + t;
-      float v[8];
-      if (u < u1) {
-        LoadTail8(tail, p.tail_bf16, lay.unquantized_offset(p.layer, 1, u, kvh, 8 * c), v);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] = 0.0f;
-      }
-#pragma unroll
-      for (int e = 0; e < 8; ++e) vs[t * D + 8 * c + e] = v[e];
-    }
-    __syncwarp();
+    StageTailRows<D>(p, lay, tail, 1, kvh, u0 + sub, u1, rows);
     for (std::uint32_t t = 0; t < 8; ++t) {
       const float2 pp = *reinterpret_cast<const float2*>(ps + (sub + t) * kRows + 2 * tq);
+      const float* vs = rows + t * (D + 4);
 #pragma unroll
       for (std::uint32_t mt = 0; mt < kMt; ++mt) {
-        const float v0 = vs[t * D + 16 * (mt0 + mt) + g], v1 = vs[t * D + 16 * (mt0 + mt) + g + 8];
+        const float v0 = vs[16 * (mt0 + mt) + g], v1 = vs[16 * (mt0 + mt) + g + 8];
         ws.acc[mt][0] = fmaf(pp.x, v0, ws.acc[mt][0]);
         ws.acc[mt][1] = fmaf(pp.y, v0, ws.acc[mt][1]);
         ws.acc[mt][2] = fmaf(pp.x, v1, ws.acc[mt][2]);
         ws.acc[mt][3] = fmaf(pp.y, v1, ws.acc[mt][3]);
       }
     }
-    __syncwarp();
   }
+  __syncwarp();  // the caller reuses the stage memory
 }
 
 // kTwin: each block is processed by a twin of warps (see Twin); the CTA has an even warp count.

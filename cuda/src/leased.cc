@@ -7,7 +7,10 @@
 #include <string>
 #include <utility>
 
+#include "hack_scales_check.h"
 #include "kvdepot/codec/container.h"
+#include "kvdepot/codec/container_layout.h"
+#include "kvdepot/codec/hack_format.h"
 #include "kvdepot/cuda/status.h"
 
 namespace kvdepot::cuda {
@@ -40,20 +43,23 @@ Result<std::byte*> Grow(PinnedHostBuffer& buffer, std::size_t bytes) {
 }
 
 // The byte ranges of a container past its first `prefix` bytes that the host checks need: all
-// but the bulk sections (codes, payload, sums), which stay on the device.
+// but the bulk sections (codes, payload, sums; a hack-int2 chunk's scales too, which the device
+// checks), which stay on the device.
 struct CopyPlan {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // [begin, end), ascending
   std::uint64_t bytes = 0;
 };
 
 CopyPlan PlanCopies(const std::vector<SectionView>& table, std::uint64_t prefix,
-                    std::uint64_t bytes) {
+                    std::uint64_t bytes, bool scales_on_device) {
   const std::uint64_t table_end = kContainerHeaderBytes + table.size() * kSectionEntryBytes;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> bulk;
   for (const SectionView& sv : table) {
-    const bool bulky = sv.kind == static_cast<std::uint32_t>(SectionKind::kCodes) ||
-                       sv.kind == static_cast<std::uint32_t>(SectionKind::kPayload) ||
-                       sv.kind == static_cast<std::uint32_t>(SectionKind::kSums);
+    const bool bulky =
+        sv.kind == static_cast<std::uint32_t>(SectionKind::kCodes) ||
+        sv.kind == static_cast<std::uint32_t>(SectionKind::kPayload) ||
+        sv.kind == static_cast<std::uint32_t>(SectionKind::kSums) ||
+        (scales_on_device && sv.kind == static_cast<std::uint32_t>(SectionKind::kScales));
     // Sections out of bounds are left to ParseContainer to reject; they are simply not skipped.
     if (bulky && sv.offset >= table_end && sv.offset <= bytes && sv.length <= bytes - sv.offset) {
       bulk.emplace_back(sv.offset, sv.offset + sv.length);
@@ -75,8 +81,11 @@ CopyPlan PlanCopies(const std::vector<SectionView>& table, std::uint64_t prefix,
 }
 
 // What the host learned from one container's non-bulk bytes (`host` holds the whole container's
-// extent; the bulk ranges hold stale bytes that no check reads).
-Result<LeasedChunk> Check(const DeviceContainer& c, std::span<const std::byte> host) {
+// extent; the bulk ranges hold stale bytes that no check reads). A hack-int2 chunk's scales are
+// still to be checked on the device (CheckLeasedHackScales).
+// `scales_bytes` receives the length of a hack-int2 chunk's scales section.
+Result<LeasedChunk> Check(const DeviceContainer& c, std::span<const std::byte> host,
+                          std::uint64_t& scales_bytes) {
   ParseOptions no_checksums;
   no_checksums.verify_checksums = false;  // they cover the bulk, which stays on the device
   KVD_ASSIGN_OR_RETURN(const ContainerView view, ParseContainer(host, no_checksums));
@@ -102,16 +111,65 @@ Result<LeasedChunk> Check(const DeviceContainer& c, std::span<const std::byte> h
       return out;
     }
     case CodecId::kHackInt2: {
-      KVD_ASSIGN_OR_RETURN(const HackStructure st, InspectHack(view));
+      KVD_ASSIGN_OR_RETURN(const HackStructure st, InspectHackExceptScales(view));
       out.hack_options = st.options;
       auto at = [&](const SectionView& s) -> const std::uint8_t* {
         return s.length == 0 ? nullptr : reinterpret_cast<const std::uint8_t*>(c.data + s.offset);
       };
       out.hack_sections = {at(st.codes), at(st.scales), at(st.sums), at(st.tail)};
+      scales_bytes = st.scales.length;
       return out;
     }
   }
   return InvalidArgument("unknown codec");
+}
+
+bool IsHackInt2(std::span<const std::byte> prefix) {
+  return prefix.size() > container_layout::kOffCodec &&
+         std::to_integer<std::uint8_t>(prefix[container_layout::kOffCodec]) ==
+             static_cast<std::uint8_t>(CodecId::kHackInt2);
+}
+
+// The scales sections of a batch's hack-int2 chunks, checked on the device in one launch: OK, or
+// the first bad entry of the first chunk that has one (owner[span] goes to `failed_index`) in
+// InspectHack's words. Blocks on `stream`.
+Status CheckLeasedHackScales(std::span<const internal::HackScalesSpan> spans,
+                             std::span<const std::size_t> owner, cudaStream_t stream,
+                             std::size_t& failed_index) {
+  if (spans.empty()) return Status::Ok();
+  std::uint64_t max_count = 0;
+  for (const internal::HackScalesSpan& span : spans) max_count = std::max(max_count, span.count);
+  const std::string what = "InspectLeasedChunks: scales check";
+  // Stream-ordered scratch: the result word, then the spans (no per-thread device state, so any
+  // thread may call with a stream of any device).
+  const std::size_t bytes = sizeof(unsigned long long) + spans.size() * sizeof(spans[0]);
+  thread_local PinnedHostBuffer stage;
+  KVD_ASSIGN_OR_RETURN(std::byte* const host, Grow(stage, bytes));
+  const unsigned long long all_valid = ~0ull;
+  std::memcpy(host, &all_valid, sizeof(all_valid));
+  std::memcpy(host + sizeof(all_valid), spans.data(), spans.size() * sizeof(spans[0]));
+  void* device = nullptr;
+  KVD_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&device, bytes, stream), what);
+  auto* first_bad = static_cast<unsigned long long*>(device);
+  const auto* device_spans = reinterpret_cast<const internal::HackScalesSpan*>(
+      static_cast<std::byte*>(device) + sizeof(all_valid));
+  cudaError_t err = cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream);
+  if (err == cudaSuccess) {
+    err = internal::LaunchCheckHackScales(device_spans, static_cast<std::uint32_t>(spans.size()),
+                                          max_count, first_bad, stream);
+  }
+  if (err == cudaSuccess) {
+    err = cudaMemcpyAsync(host, first_bad, sizeof(all_valid), cudaMemcpyDeviceToHost, stream);
+  }
+  const cudaError_t freed = cudaFreeAsync(device, stream);
+  KVD_CUDA_RETURN_IF_ERROR(err, what);
+  KVD_CUDA_RETURN_IF_ERROR(freed, what);
+  KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), what);
+  unsigned long long result = 0;
+  std::memcpy(&result, host, sizeof(result));
+  if (result == all_valid) return Status::Ok();
+  failed_index = owner[result >> 32];
+  return Prefixed(HackScalesEntryError(result & 0xffffffffull), ContainerLabel(failed_index));
 }
 
 }  // namespace
@@ -155,7 +213,8 @@ Result<std::vector<LeasedChunk>> InspectLeasedChunks(std::span<const DeviceConta
     auto table = PeekSectionTable(std::span(prefixes + i * kPrefixBytes, prefix));
     failed_index = i;
     if (!table.ok()) return Prefixed(table.status(), ContainerLabel(i));
-    plans[i] = PlanCopies(*table, prefix, bytes);
+    plans[i] = PlanCopies(*table, prefix, bytes,
+                          IsHackInt2(std::span(prefixes + i * kPrefixBytes, prefix)));
     packed_at[i + 1] = packed_at[i] + plans[i].bytes;
   }
   KVD_ASSIGN_OR_RETURN(std::byte* const packed,
@@ -174,6 +233,8 @@ Result<std::vector<LeasedChunk>> InspectLeasedChunks(std::span<const DeviceConta
   // The checks, one container at a time over a host image of its extent.
   std::vector<LeasedChunk> out;
   out.reserve(containers.size());
+  std::vector<internal::HackScalesSpan> scales;  // left to the device
+  std::vector<std::size_t> scales_owner;
   for (std::size_t i = 0; i < containers.size(); ++i) {
     const std::uint64_t bytes = containers[i].bytes;
     if (host.size() < bytes) host.resize(bytes);
@@ -183,11 +244,18 @@ Result<std::vector<LeasedChunk>> InspectLeasedChunks(std::span<const DeviceConta
       std::memcpy(host.data() + begin, packed + at, end - begin);
       at += end - begin;
     }
-    auto chunk = Check(containers[i], std::span(host.data(), bytes));
+    std::uint64_t scales_bytes = 0;
+    auto chunk = Check(containers[i], std::span(host.data(), bytes), scales_bytes);
     failed_index = i;
     if (!chunk.ok()) return Prefixed(chunk.status(), ContainerLabel(i));
+    if (scales_bytes > 0) {
+      scales.push_back({reinterpret_cast<const std::uint32_t*>(chunk->hack_sections.scales),
+                        scales_bytes / hack::kPartitionEntryBytes});
+      scales_owner.push_back(i);
+    }
     out.push_back(*chunk);
   }
+  KVD_RETURN_IF_ERROR(CheckLeasedHackScales(scales, scales_owner, stream, failed_index));
   return out;
 }
 

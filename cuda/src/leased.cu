@@ -1,7 +1,13 @@
 // Kernel family "leased" (see kvdepot/cuda/leased.h): the row scatter that writes contiguous
-// [layers][2][tokens][row] chunks into pages. Two instantiations (16-byte and 2-byte words).
+// [layers][2][tokens][row] chunks into pages (two instantiations: 16-byte and 2-byte words), and
+// the check of leased HACK chunks' scales (hack_scales_check.h).
+#include <cuda_fp16.h>
+
+#include <algorithm>
 #include <cstdint>
 
+#include "hack_scales_check.h"
+#include "kvdepot/codec/hack_format.h"
 #include "kvdepot/cuda/leased.h"
 #include "launch.h"
 
@@ -53,7 +59,49 @@ cudaError_t Launch(const ScatterRowsParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// InspectHack's rule for one scales entry (codec/src/hack.cc, CheckScales): the sign tested on
+// the bits (-0 is invalid), the sum rounded after the product as on the host (no fused FMA).
+__device__ __forceinline__ bool ValidScalesEntry(std::uint32_t entry) {
+  const auto scale_bits = static_cast<unsigned short>(entry & 0xffffu);
+  const auto min_bits = static_cast<unsigned short>(entry >> 16);
+  if ((scale_bits & 0x8000u) != 0) return false;
+  const float scale = __half2float(__ushort_as_half(scale_bits));
+  const float min = __half2float(__ushort_as_half(min_bits));
+  return isfinite(scale) && isfinite(min) &&
+         __fadd_rn(min, __fmul_rn(3.0f, scale)) < hack::kFp16Overflow;
+}
+
+constexpr int kCheckThreads = 256;
+
+// blockIdx.y strides over the spans, the x dimension over one span's entries.
+__global__ void __launch_bounds__(kCheckThreads)
+    CheckHackScalesKernel(const internal::HackScalesSpan* spans, std::uint32_t n,
+                          unsigned long long* first_bad) {
+  for (std::uint32_t s = blockIdx.y; s < n; s += gridDim.y) {
+    const internal::HackScalesSpan span = spans[s];
+    for (std::uint64_t i = std::uint64_t{blockIdx.x} * kCheckThreads + threadIdx.x; i < span.count;
+         i += std::uint64_t{gridDim.x} * kCheckThreads) {
+      if (!ValidScalesEntry(span.entries[i])) {
+        atomicMin(first_bad, (static_cast<unsigned long long>(s) << 32) | i);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+cudaError_t internal::LaunchCheckHackScales(const HackScalesSpan* spans, std::uint32_t n,
+                                            std::uint64_t max_count, unsigned long long* first_bad,
+                                            cudaStream_t stream) {
+  if (n == 0 || max_count == 0) return cudaSuccess;
+  if (max_count > 0xffffffffull) return cudaErrorInvalidValue;  // the entry's 32 bits of the key
+  // About four entries per thread over the largest span; at most 65535 spans side by side.
+  const std::uint64_t x = (max_count + 4 * kCheckThreads - 1) / (4 * kCheckThreads);
+  const dim3 grid(static_cast<unsigned>(std::min<std::uint64_t>(x, 1024)),
+                  std::min<std::uint32_t>(n, 65535));
+  CheckHackScalesKernel<<<grid, kCheckThreads, 0, stream>>>(spans, n, first_bad);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchScatterRows(const ScatterRowsParams& p, cudaStream_t stream) {
   if (p.chunks == 0 || p.layers == 0 || p.tokens == 0 || p.page_size == 0 || p.row_bytes % 2 != 0) {

@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "kvdepot/codec/codec.h"
 #include "kvdepot/codec/compare.h"
@@ -607,6 +608,42 @@ TEST(HackTest, InspectHackAgreesWithUnpackHackOnAllButTheCodes) {
   const auto [inspect, unpack] = both(SectionKind::kSums, 0, {0xff});
   EXPECT_TRUE(inspect.ok());
   EXPECT_EQ(unpack.code(), StatusCode::kCorruption);
+}
+
+// InspectHackExceptScales makes InspectHack's checks but the scales' values (cuda/leased.h checks
+// those on the device and reports them with HackScalesEntryError, InspectHack's own words).
+TEST(HackTest, InspectHackExceptScalesLeavesOnlyTheScalesValues) {
+  std::vector<std::byte> c = SmallContainer();
+  const ContainerView good = *ParseContainer(c);
+  const HackStructure all = *InspectHack(good);
+  const HackStructure except = *InspectHackExceptScales(good);
+  EXPECT_EQ(except.scales.offset, all.scales.offset);
+  EXPECT_EQ(except.scales.length, all.scales.length);
+  EXPECT_EQ(except.codes.offset, all.codes.offset);
+  EXPECT_EQ(except.tail.length, all.tail.length);
+
+  // Entry 1's scale is -1: InspectHack names it, InspectHackExceptScales does not look.
+  const std::size_t at = good.Find(SectionKind::kScales)->offset + 4;
+  c[at] = std::byte{0x00};
+  c[at + 1] = std::byte{0xbc};
+  ResealAll(c);
+  const ContainerView bad = *ParseContainer(c);
+  EXPECT_TRUE(InspectHackExceptScales(bad).ok());
+  const Status inspect = InspectHack(bad).status();
+  EXPECT_EQ(inspect.code(), StatusCode::kCorruption);
+  EXPECT_EQ(inspect.message(), HackScalesEntryError(1).message());
+
+  // Everything else is still checked: a params field, a non-finite unquantized value.
+  for (const auto& [kind, offset, value] :
+       {std::tuple{SectionKind::kParams, std::size_t{1}, std::uint8_t{48}},
+        std::tuple{SectionKind::kTail, std::size_t{1}, std::uint8_t{0x7e}}}) {
+    std::vector<std::byte> b = SmallContainer();
+    b[good.Find(kind)->offset + offset] = std::byte{value};
+    ResealAll(b);
+    const ContainerView v = *ParseContainer(b);
+    EXPECT_EQ(InspectHackExceptScales(v).status().code(), StatusCode::kCorruption);
+    EXPECT_EQ(InspectHackExceptScales(v).status().message(), InspectHack(v).status().message());
+  }
 }
 
 TEST(HackTest, TokensWithinOnePartitionShareItsScale) {

@@ -260,6 +260,74 @@ TEST(LeasedDecode, BadMetadataIsCorruptionNamingTheContainer) {
             StatusCode::kInvalidArgument);
 }
 
+// The scales are checked on the device (they never reach the host): every entry the CPU's
+// InspectHack rejects is rejected with the same message, every entry it accepts is accepted —
+// over the boundary cases of the rule (-0, subnormals, infinities, NaNs, min + 3 * scale at
+// 65520) and random bit patterns, one candidate per chunk at a chunk-dependent partition; and in a
+// batch with several bad chunks the first is named.
+TEST(LeasedDecode, DeviceScalesCheckAgreesWithTheCpu) {
+  KVD_REQUIRE_GPU();
+  const KvShape shape{2, 64, 2, 64};
+  const auto good = Encode(shape, DType::kFloat16, CodecId::kHackInt2, 30);
+  const HackStructure st = *InspectHack(*ParseContainer(good));
+  const std::uint64_t entries = st.scales.length / 4;
+  auto entry = [](std::uint16_t scale, std::uint16_t min) {
+    return std::uint32_t{scale} | std::uint32_t{min} << 16;
+  };
+  std::vector<std::uint32_t> candidates = {
+      entry(0x0000, 0x0000), entry(0x8000, 0x0000),                         // 0 and -0 scale
+      entry(0x0001, 0x8001),                                                // subnormals
+      entry(0x7c00, 0x0000), entry(0x0000, 0x7c00), entry(0x0000, 0xfc00),  // infinities
+      entry(0x7e00, 0x0000), entry(0x0000, 0x7e01),                         // NaNs
+      entry(0x7400, 0x73fe),  // 16384 and 16352: min + 3 * scale = 65504, valid
+      entry(0x7400, 0x73ff),  // 16384 and 16368: 65520, invalid
+      entry(0x7bff, 0xfbff),  // 65504 and -65504: 131008, invalid
+      entry(0x6fff, 0x7bff),  // the host's fast path boundary (scale < 8192, |min| < 8192)
+      entry(0x7000, 0x0000), entry(0x3c00, 0xf000), entry(0x3c00, 0x7000)};
+  std::mt19937 rng(7);
+  for (int i = 0; i < 400; ++i) candidates.push_back(static_cast<std::uint32_t>(rng()));
+  std::vector<std::vector<std::byte>> batch;
+  std::vector<bool> cpu_ok;
+  std::vector<std::string> cpu_message;
+  for (std::size_t c = 0; c < candidates.size(); ++c) {
+    auto bytes = good;
+    const std::uint64_t at = st.scales.offset + (c * 7919 % entries) * 4;
+    StoreLE<std::uint32_t>(bytes.data() + at, candidates[c]);
+    const auto cpu = InspectHack(*ParseContainer(bytes, ParseOptions{false}));
+    cpu_ok.push_back(cpu.ok());
+    cpu_message.push_back(cpu.ok() ? "" : cpu.status().message());
+    batch.push_back(std::move(bytes));
+  }
+  const Pool pool = Upload(batch);
+  int rejected = 0;
+  for (std::size_t c = 0; c < batch.size(); ++c) {
+    const auto gpu = InspectLeasedChunks(std::span(&pool.containers[c], 1), nullptr);
+    ASSERT_EQ(gpu.ok(), cpu_ok[c]) << "candidate " << c << " = " << candidates[c];
+    if (gpu.ok()) continue;
+    ++rejected;
+    EXPECT_EQ(gpu.status().code(), StatusCode::kCorruption);
+    EXPECT_EQ(gpu.status().message(), "leased container 0: " + cpu_message[c]);
+  }
+  EXPECT_GT(rejected, 8);  // the rule is exercised both ways
+  EXPECT_LT(rejected, static_cast<int>(batch.size()));
+
+  // Several bad chunks in one batch (and chunks of other codecs): the first is named.
+  std::vector<std::size_t> bad;
+  for (std::size_t c = 0; c < batch.size() && bad.size() < 3; ++c) {
+    if (!cpu_ok[c]) bad.push_back(c);
+  }
+  ASSERT_EQ(bad.size(), 3u);
+  const std::vector<std::vector<std::byte>> mixed = {
+      good,          Encode(shape, DType::kFloat16, CodecId::kCacheGen, 31), batch[bad[1]], good,
+      batch[bad[0]], Encode(shape, DType::kFloat16, CodecId::kRaw, 32),      batch[bad[2]]};
+  const Pool mixed_pool = Upload(mixed);
+  std::size_t failed = 99;
+  const auto gpu = InspectLeasedChunks(mixed_pool.containers, nullptr, &failed);
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_EQ(failed, 2u);
+  EXPECT_EQ(gpu.status().message(), "leased container 2: " + cpu_message[bad[1]]);
+}
+
 TEST(LeasedDecode, OutOfRangePagesAndMisuseAreReported) {
   KVD_REQUIRE_GPU();
   const KvShape shape{1, 32, 1, 64};

@@ -103,6 +103,15 @@ struct HackStructure {
 };
 Result<HackStructure> InspectHack(const ContainerView& view);
 
+// InspectHack without reading the scales' values (their section's size is checked): for readers
+// that check the scales where they lie — cuda/leased.h checks them on the device, with the rule
+// above, and reports the first bad entry with HackScalesEntryError.
+Result<HackStructure> InspectHackExceptScales(const ContainerView& view);
+
+// The kCorruption status InspectHack and UnpackHack return when scales entry `entry` (partition
+// order) breaks the rule above.
+Status HackScalesEntryError(std::size_t entry);
+
 // Validates and unpacks a parsed hack-int2 container. Every structural property is checked
 // (section set and sizes, params fields, finite non-negative scales with min + 3 * scale < 65520,
 // codes of zero-scale partitions are 0, every stored sum equals the sum of its codes, unquantized

@@ -3,8 +3,9 @@
 //
 // Two steps, so that a client pays for validation once per lease rather than once per fetch:
 //  1. InspectLeasedChunks: one batch of device-to-host copies of every container's metadata (all
-//     but its bulk sections), two stream synchronisations whatever the batch size, then the codec's
-//     own checks on the host. The result stays valid while the lease is held (the daemon never
+//     but its bulk sections), then the codec's own checks on the host, then one kernel that checks
+//     the HACK chunks' scales in place (InspectHack's rule); three stream synchronisations
+//     whatever the batch size. The result stays valid while the lease is held (the daemon never
 //     changes a leased range), so repeated fetches of the same chunk reuse it.
 //  2. LeasedDecoder: decodes a batch (any mix of raw, cachegen and hack-int2 chunks of one shape)
 //     into a contiguous or a paged (vLLM-style) target: one CacheGen decode launch for all
@@ -12,10 +13,11 @@
 //     raw (and, for paged targets, the dequantized HACK) chunks.
 //
 // Trust: a client does not trust a daemon's bytes. The bulk sections (CacheGen's rANS codes, a
-// raw payload, HACK's 2-bit codes and sums) never reach the host: the kernels read them in place
-// and are safe on any bulk bytes (the CacheGen decoder bounds-checks its streams and reports
-// corrupt ones; raw values, 2-bit codes and sums are plain data). Everything else passes the same
-// checks as on the CPU, except the content checksums (which cover the bulk; the daemon verified
+// raw payload, HACK's 2-bit codes, sums and scales) never reach the host: the kernels read them
+// in place and are safe on any bulk bytes (the CacheGen decoder bounds-checks its streams and
+// reports corrupt ones; raw values, 2-bit codes and sums are plain data), and HACK's scales are
+// checked on the device with the CPU's rule. Everything else passes the same checks as on the
+// CPU, except the content checksums (which cover the bulk; the daemon verified
 // them when the chunk was stored) and HACK's sums-equal-codes check (the sums feed only
 // attention, never dequantization).
 //

@@ -679,6 +679,12 @@ __device__ void ProcessUnquantized(const HackAttentionParams& p, const Layout& l
   __syncwarp();  // the caller reuses the stage memory
 }
 
+// Lets the grid launched after this one with programmatic stream serialization start (its CTAs
+// then wait in GridDependencyWait until this grid has completed); sm_90.
+__device__ __forceinline__ void GridDependencyLaunchDependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 // kTwin: each block is processed by a twin of warps (see Twin); the CTA has an even warp count.
 template <int D, bool kTwin>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1)
@@ -713,6 +719,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   const std::uint32_t tile = cta / p.kv_heads;
   const std::uint32_t pair = tile * p.kv_heads + kvh;
   const std::uint32_t seq_index = p.prefill ? 0u : tile;
+  // Programmatic dependent launch (decode, see LaunchHackAttention): nothing in global memory is
+  // read or written before the grid this one depends on has completed (its outputs, the
+  // workspace's partials and counters); then the next decode call may be launched, its CTAs
+  // waiting here on the SMs this call frees.
+  internal::GridDependencyWait();
+  GridDependencyLaunchDependents();
   const HackAttentionSeq seq = p.prefill ? p.prefill_seq : p.seqs[seq_index];
 
   // The sequence's layout; a bad descriptor gives no work and NaN outputs.
@@ -1201,6 +1213,17 @@ cudaError_t LaunchHackAttention(const HackAttentionParams& params, cudaStream_t 
   config.blockDim = dim3(params.warps * 32);
   config.dynamicSmemBytes = smem;
   config.stream = stream;
+  // Decode: programmatic dependent launch. A call launched right after another (an engine's layer
+  // loop, a CUDA graph of them) is placed on the SMs while the previous one's last CTAs merge,
+  // and starts when it completes (the kernel waits before touching memory), which hides the
+  // launch gap. Prefill launches as before.
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  if (params.prefill == 0) {
+    config.attrs = &attr;
+    config.numAttrs = 1;
+  }
   return cudaLaunchKernelEx(&config, kernel, params);
 }
 

@@ -138,6 +138,9 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
   const std::uint32_t kvh = cta % p.kv_heads;
   const std::uint32_t seq_index = cta / p.kv_heads;
   const std::uint32_t pair = seq_index * p.kv_heads + kvh;
+  // Programmatic dependent launch (see LaunchHackDecodeFp16): nothing in global memory is read or
+  // written before the grid this one depends on has completed.
+  internal::GridDependencyWait();
   const HackAttentionSeq seq = p.seqs[seq_index];
 
   // The sequence's layout; a bad descriptor gives no work (NaN outputs) and an error.
@@ -562,6 +565,13 @@ cudaError_t LaunchHackDecodeFp16(const HackAttentionParams& params, cudaStream_t
   config.blockDim = dim3(params.warps * 32);
   config.dynamicSmemBytes = smem;
   config.stream = stream;
+  // Programmatic dependent launch: a call launched right after another (an engine's layer loop, a
+  // CUDA graph of them) is launched as the previous one's CTAs exit, not after it has completed.
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attr;
+  config.numAttrs = 1;
   return cudaLaunchKernelEx(&config, HackDecodeFp16Kernel<HeadDim>, params);
 }
 

@@ -1218,6 +1218,79 @@ TEST(HackGpu, DequantFp16LongDecodeUsesSplitKv) {
   CheckDecodeFp16(64, 3, DType::kFloat16, {12345}, 0, 179);
 }
 
+// Decode calls enqueued back to back on one stream, as an engine's layer loop or a CUDA graph
+// enqueues them (programmatic dependent launch: a call is launched while the previous one
+// finishes, and must wait for it before touching memory). Each call's query is the previous
+// call's output and all share one workspace, so a call that read its query, or the workspace's
+// split partials and arrival counters, before the previous call completed would miss its
+// reference: the CPU reference of that math (`math`) over the query the call was given.
+void CheckChainedDecodes(std::uint32_t tokens, HackDecodeMath math, std::uint64_t seed) {
+  constexpr std::uint32_t kCalls = 4;
+  const std::uint32_t dim = 128, group = 8, kv_heads = 2, q_heads = kv_heads * group;
+  const std::uint32_t layers = 2, layer = 1;
+  const bool fp16 = math == HackDecodeMath::kDequantFp16;
+  const KvTensor t = Synth({layers, tokens, kv_heads, dim}, DType::kFloat16, seed);
+  const GpuSeq seq = MakeSeq(t, HackOptions{});
+  const KvTensor deq = DequantizeHack(seq.chunk, DType::kFloat32);
+  const std::vector<float> q0 = RandomQueries(std::size_t{q_heads} * dim, seed * 31);
+  Result<Stream> stream = Stream::Create();
+  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+  auto ws = HackAttentionWorkspace::Create();
+  ASSERT_TRUE(ws.ok()) << ws.status().ToString();
+  DeviceBuffer d_seqs = Dev(&seq.desc, 1);
+  std::vector<DeviceBuffer> bufs;  // bufs[i]: call i's query, call i - 1's output
+  bufs.push_back(Dev(q0.data(), q0.size()));
+  for (std::uint32_t i = 0; i < kCalls; ++i) bufs.push_back(DevAlloc(q0.size() * sizeof(float)));
+  const KvTensor shape_only = KvTensor::Zeros(DType::kFloat16, {layers, 1, kv_heads, dim});
+  for (std::uint32_t i = 0; i < kCalls; ++i) {
+    HackDecodeArgs a;
+    a.seqs = d_seqs.as<HackAttentionSeq>();
+    a.num_seqs = 1;
+    a.max_tokens = tokens;
+    a.q_heads = q_heads;
+    a.q = bufs[i].as<float>();
+    a.out = bufs[i + 1].as<float>();
+    a.math = math;
+    const Status st = EnqueueHackDecodeAttention(KvFor(shape_only, DType::kFloat16, layer), a, *ws,
+                                                 stream->get());
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  const Status done = FinishHackAttention(*ws, stream->get());
+  ASSERT_TRUE(done.ok()) << done.ToString();
+  std::vector<std::vector<float>> host(kCalls + 1, std::vector<float>(q0.size()));
+  for (std::uint32_t i = 0; i <= kCalls; ++i) {
+    ASSERT_EQ(cudaMemcpy(host[i].data(), bufs[i].data(), q0.size() * sizeof(float),
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+  }
+  AttentionOptions ao;
+  ao.q_heads = q_heads;
+  for (std::uint32_t i = 0; i < kCalls; ++i) {
+    const std::string label = std::string(fp16 ? "fp16" : "homomorphic") + " decode T " +
+                              std::to_string(tokens) + ", call " + std::to_string(i + 1) + " of " +
+                              std::to_string(kCalls) + " back to back";
+    if (fp16) {
+      Result<AttentionResult> ref = DecodeAttention(deq.view(), layer, host[i], ao);
+      ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+      ExpectCloseFp16(ref->out, host[i + 1], dim, label);
+    } else {
+      Result<AttentionResult> ref =
+          HackDecodeAttention(HackSequence(&seq.chunk, 1), layer, host[i], ao);
+      ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+      ExpectClose(ref->out, host[i + 1], dim, label);
+    }
+  }
+}
+
+TEST(HackGpu, BackToBackDecodeCallsWaitForThePreviousCall) {
+  KVD_REQUIRE_GPU();
+  // 4K tokens: twin warps, 16 splits; 20 000: single warps, 16 splits (2 KV heads).
+  for (std::uint32_t tokens : {4096u, 20000u}) {
+    CheckChainedDecodes(tokens, HackDecodeMath::kHomomorphicInt8, 90 + tokens);
+    CheckChainedDecodes(tokens, HackDecodeMath::kDequantFp16, 91 + tokens);
+  }
+}
+
 // Paged KV (pages at shuffled pool positions) gives the same bits as the contiguous chunks, and a
 // bad table entry is reported.
 TEST(HackGpu, DequantFp16DecodePagedEqualsContiguous) {

@@ -24,10 +24,10 @@
 
 #include "kvdepot/codec/cachegen.h"
 #include "kvdepot/codec/codec.h"
-#include "kvdepot/codec/npy.h"
 #include "kvdepot/codec/numeric.h"
 #include "kvdepot/codec/synth.h"
 #include "kvdepot/codec/tensor.h"
+#include "real_kv.h"
 
 namespace kvdepot {
 namespace {
@@ -233,11 +233,8 @@ void Report(const char* name, const std::vector<KvTensor>& chunks) {
 
 int main(int argc, char** argv) {
   using namespace kvdepot;
-  const std::string real = argc > 1 ? argv[1] : "../shared/data/tinystories656k-kv-768tok.npy";
-  if (auto t = ReadKvNpy(real); t.ok()) {
+  if (auto t = bench::LoadRealKv(argc, argv)) {
     Report("real KV (TinyStories-656K)", Chunks(*t));
-  } else {
-    std::printf("real KV skipped: %s\n\n", t.status().ToString().c_str());
   }
   std::vector<KvTensor> llama;
   for (std::uint64_t seed = 1; seed <= 2; ++seed) {

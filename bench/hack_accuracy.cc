@@ -25,9 +25,9 @@
 #include "kvdepot/codec/hack.h"
 #include "kvdepot/codec/hack_attention.h"
 #include "kvdepot/codec/kv_quality.h"
-#include "kvdepot/codec/npy.h"
 #include "kvdepot/codec/synth.h"
 #include "kvdepot/codec/tensor.h"
+#include "real_kv.h"
 
 namespace kvdepot {
 namespace {
@@ -171,11 +171,8 @@ void Report(const Data& data) {
 
 int main(int argc, char** argv) {
   using namespace kvdepot;
-  const std::string real = argc > 1 ? argv[1] : "../shared/data/tinystories656k-kv-768tok.npy";
-  if (auto t = ReadKvNpy(real); t.ok()) {
+  if (auto t = bench::LoadRealKv(argc, argv)) {
     Report(Prepare("real KV (TinyStories-656K)", std::move(*t)));
-  } else {
-    std::printf("real KV skipped: %s\n\n", t.status().ToString().c_str());
   }
   for (std::uint64_t seed = 1; seed <= 2; ++seed) {
     Report(Prepare("synthetic KV, seed " + std::to_string(seed),

@@ -34,9 +34,9 @@
 #include "kvdepot/codec/container.h"
 #include "kvdepot/codec/hack.h"
 #include "kvdepot/codec/kv_quality.h"
-#include "kvdepot/codec/npy.h"
 #include "kvdepot/codec/synth.h"
 #include "kvdepot/codec/tensor.h"
+#include "real_kv.h"
 
 namespace kvdepot {
 namespace {
@@ -309,11 +309,9 @@ void Report(const std::string& name, const KvTensor& full) {
 
 int main(int argc, char** argv) {
   using namespace kvdepot;
-  const std::string real = argc > 1 ? argv[1] : "../shared/data/tinystories656k-kv-768tok.npy";
-  if (auto t = ReadKvNpy(real); t.ok()) {
+  std::string real;
+  if (auto t = bench::LoadRealKv(argc, argv, &real)) {
     Report("real KV (TinyStories-656K, " + real + ")", *t);
-  } else {
-    std::printf("real KV skipped: %s\n\n", t.status().ToString().c_str());
   }
   Report("synthetic KV (SynthesizeKv seed 1)",
          *SynthesizeKv(SynthOptions{{4, 1024, 8, 128}, 1, DType::kFloat16}));

@@ -67,6 +67,10 @@ ListenerCore::Registration ListenerCore::Register(
   std::lock_guard lock(mu_);
   ++open_;
   ++total_;
+  // Accepted as Stop began (its accept completed before the acceptors closed, after Stop took
+  // the live list): nothing else would close it — Stop's drain timer may be cancelled already,
+  // or its I/O thread gone — and its client may never hang up, so it is closed at once.
+  if (stopping_) connection->ForceClose();
   return connections_.insert(connections_.end(), connection);
 }
 
@@ -82,6 +86,10 @@ void ListenerCore::Stop(std::chrono::milliseconds drain_timeout,
                         std::function<void()> close_acceptors) {
   if (stopped_ || threads_.empty()) return;
   stopped_ = true;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;  // from here on Register closes what it registers; Live() has the rest
+  }
   asio::post(control(), std::move(close_acceptors));
   // Live() hands out references released outside the lock: a last reference runs Unregister.
   for (auto& c : Live()) c->BeginShutdown();

@@ -91,6 +91,8 @@ class ListenerCore {
 
   using Registration = std::list<std::weak_ptr<DrainableConnection>>::iterator;
   // Tracks a live connection (for Stop); its RegistrationGuard calls Unregister with the result.
+  // Once Stop has begun, also force-closes it (ForceClose) at once: a connection accepted as the
+  // listener stops is closed, not drained.
   Registration Register(const std::shared_ptr<DrainableConnection>& connection);
   // The decrement of open() is the last access to *this.
   void Unregister(Registration it);
@@ -108,6 +110,7 @@ class ListenerCore {
   bool stopped_ = false;
   std::mutex mu_;
   std::list<std::weak_ptr<DrainableConnection>> connections_;  // live ones; guarded by mu_
+  bool stopping_ = false;                                      // Stop has begun; guarded by mu_
   std::atomic<std::uint64_t> open_{0}, total_{0};
 };
 

@@ -38,8 +38,8 @@ class FakeConnection : public DrainableConnection,
     return record;
   }
   void Open() {
-    registration_.Set(&core_, core_.Register(shared_from_this()));
     self_ = shared_from_this();  // an open connection keeps itself alive, like a pending read
+    registration_.Set(&core_, core_.Register(shared_from_this()));  // may post a ForceClose
   }
   void BeginShutdown() override {
     asio::post(executor_, [this] {
@@ -107,6 +107,24 @@ TEST(ListenerCoreTest, StopWaitsForAConnectionReleasedOffTheIoThreads) {
   core.Stop(10s, [] {});
   EXPECT_EQ(core.open(), 0u);
   holder.join();
+}
+
+// A connection whose accept completes as Stop begins (here: registered from close_acceptors, on
+// control(), after Stop took its live list) and that never finishes by itself: Stop closes it at
+// once instead of waiting for the drain timeout, or forever once the drain timer is cancelled
+// (the hang CI met once under ASan, 2026-12-02: a client connected just before TearDown).
+TEST(ListenerCoreTest, AConnectionRegisteredAsStopBeginsIsClosedAtOnce) {
+  for (std::uint32_t threads : {1u, 2u}) {
+    ListenerCore core(threads);
+    core.Run();
+    std::shared_ptr<Record> late;
+    const auto start = std::chrono::steady_clock::now();
+    core.Stop(60s, [&] { late = FakeConnection::OpenOne(core, false); });
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << threads << " threads";
+    ASSERT_NE(late, nullptr);
+    EXPECT_TRUE(late->forced);
+    EXPECT_EQ(core.open(), 0u);
+  }
 }
 
 TEST(ListenerCoreTest, ProbeRunsOnceEveryLoopWentRound) {

@@ -84,10 +84,10 @@ void ListenerCore::Unregister(Registration it) {
 
 void ListenerCore::Stop(std::chrono::milliseconds drain_timeout,
                         std::function<void()> close_acceptors) {
-  if (stopped_ || threads_.empty()) return;
-  stopped_ = true;
+  if (threads_.empty()) return;
   {
     std::lock_guard lock(mu_);
+    if (stopping_) return;
     stopping_ = true;  // from here on Register closes what it registers; Live() has the rest
   }
   asio::post(control(), std::move(close_acceptors));

@@ -107,10 +107,9 @@ class ListenerCore {
   std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> guards_;
   std::size_t next_context_ = 0;
   std::vector<std::thread> threads_;
-  bool stopped_ = false;
   std::mutex mu_;
   std::list<std::weak_ptr<DrainableConnection>> connections_;  // live ones; guarded by mu_
-  bool stopping_ = false;                                      // Stop has begun; guarded by mu_
+  bool stopping_ = false;  // Stop has begun (set once, while running); guarded by mu_
   std::atomic<std::uint64_t> open_{0}, total_{0};
 };
 

@@ -23,7 +23,7 @@ layers=${LAYERS:-32}
 d=$(mktemp -d)
 LD_LIBRARY_PATH=$PWD/$pack/lib "$pack/bin/kvdepotd" --listen 127.0.0.1:17801 --unix "$d/k.sock" \
   --metrics-listen "" --data-dir "$d" --gpu-capacity 8GiB --host-capacity 8GiB \
-  --host-shared-memory true --limits-max-lease-bytes 8GiB --limits-max-value-bytes 64MiB \
+  --host-shared-memory true --limits-max-lease-bytes 8GiB --limits-max-value-bytes 128MiB \
   --log-level info \
   > "$out/e2e-daemon.log" 2>&1 &
 pid=$!

@@ -36,6 +36,7 @@
 #include <cstdint>
 
 #include "kvdepot/codec/cachegen_format.h"
+#include "kvdepot/codec/container_layout.h"
 #include "kvdepot/codec/numeric.h"
 
 namespace kvdepot::hack {
@@ -91,13 +92,9 @@ KVD_HOST_DEVICE void WriteParams(std::byte* out, std::uint32_t partition, std::u
   out[kParamsOffOrientation] = static_cast<std::byte>(orientation);
   out[kParamsOffRounding] = static_cast<std::byte>(rounding);
   out[kParamsOffSumBytes] = static_cast<std::byte>(SumBytes(partition));
-  for (std::uint32_t i = 0; i < 4; ++i) {
-    out[kParamsOffSinks + i] = static_cast<std::byte>((sinks >> (8 * i)) & 0xffu);
-  }
+  container_layout::StoreLittleEndian(out + kParamsOffSinks, sinks, 4);
   const std::uint64_t stored_seed = rounding == kRoundStochastic ? seed : 0;
-  for (std::uint32_t i = 0; i < 8; ++i) {
-    out[kParamsOffSeed + i] = static_cast<std::byte>((stored_seed >> (8 * i)) & 0xffu);
-  }
+  container_layout::StoreLittleEndian(out + kParamsOffSeed, stored_seed, 8);
 }
 
 KVD_HOST_DEVICE std::uint32_t MinU32(std::uint32_t a, std::uint32_t b) {

@@ -145,6 +145,11 @@ __device__ __forceinline__ void MbarWait(std::uint32_t bar, std::uint32_t parity
 __device__ __forceinline__ void ProxyFence() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+// Asks L2 to fetch [src, src + bytes) (16-byte aligned, a multiple of 16): a hint, nothing waits
+// for it.
+__device__ __forceinline__ void PrefetchL2(const void* src, std::uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void BulkCopy(std::uint32_t dst, const void* src, std::uint32_t bytes,
                                          std::uint32_t bar) {
   asm volatile(
@@ -356,6 +361,15 @@ __device__ __forceinline__ BlockSrc ContiguousBlock(const BlockSrc& block0, std:
   s.vsums = block0.vsums + std::uint64_t{j} * D;
   return s;
 }
+
+// What block 0's sources were computed from before the kernel's dependency wait (tokens 0: none).
+struct PreSeq {
+  const std::uint8_t* codes;
+  const std::uint8_t* scales;
+  const std::uint8_t* sums;
+  std::uint32_t tokens;
+  std::uint32_t sinks;
+};
 
 template <int D>
 __device__ __forceinline__ void IssueBlock(const BlockSrc& src, std::uint8_t* stage,
@@ -679,6 +693,48 @@ __device__ void ProcessUnquantized(const HackAttentionParams& p, const Layout& l
   __syncwarp();  // the caller reuses the stage memory
 }
 
+// Before a decode kernel's dependency wait (warp 0, contiguous layout): reads the sequence's
+// descriptor as it stands (the kernel before this one may still be writing it) and, if it is
+// valid, locates block 0 (pre_block0, with the descriptor fields it came from in pre_seq;
+// pre_seq.tokens = 0 if invalid) and asks L2 to prefetch the blocks the CTA's `workers` copy first
+// (their first two stages). A hint only: nothing here writes global memory, a prefetch of a stale
+// or unmapped address does not fault (seen on the H200, docs/hack-gpu.md), and block 0 is used
+// after the wait only if the fields it was computed from are the ones read then.
+template <int D>
+__device__ __forceinline__ void PrefetchFirstBlocks(const HackAttentionParams& p,
+                                                    std::uint32_t seq_index, std::uint32_t kvh,
+                                                    std::uint32_t split, std::uint32_t workers,
+                                                    PreSeq& pre_seq, BlockSrc& pre_block0) {
+  using G = Geo<D>;
+  const std::uint32_t lane = threadIdx.x & 31u;
+  const HackAttentionSeq pre = p.seqs[seq_index];
+  Layout pl;
+  pl.layers = p.layers;
+  pl.tokens = pre.tokens;
+  pl.heads = p.kv_heads;
+  pl.dim = D;
+  pl.partition = kP;
+  pl.sinks = pre.sinks;
+  const bool ok = pre.tokens != 0 && pre.tokens <= p.max_tokens && pre.sinks <= pre.tokens &&
+                  pl.blocks() > 0 && pre.codes != nullptr && pre.scales != nullptr &&
+                  pre.sums != nullptr && Aligned16(pre.codes) && Aligned16(pre.scales) &&
+                  Aligned16(pre.sums);
+  if (lane == 0) pre_seq = PreSeq{pre.codes, pre.scales, pre.sums, ok ? pre.tokens : 0u, pre.sinks};
+  if (!ok) return;
+  const BlockSrc b0 = LocateBlock<D>(p, pre, pl, seq_index, kvh, 0, false);
+  if (lane == 0) pre_block0 = b0;
+  const std::uint32_t first = split * p.units_per_split;
+  const std::uint32_t end = min(pl.blocks(), first + min(p.units_per_split, kStages * workers));
+  if (first + lane < end) {
+    const BlockSrc src = ContiguousBlock<D>(b0, first + lane);
+    PrefetchL2(src.kcodes, G::kCodes);
+    PrefetchL2(src.vcodes, G::kCodes);
+    PrefetchL2(src.kscales, G::kScales);
+    PrefetchL2(src.vscales, G::kScales);
+    PrefetchL2(src.vsums, D);
+  }
+}
+
 // Lets the grid launched after this one with programmatic stream serialization start (its CTAs
 // then wait in GridDependencyWait until this grid has completed); sm_90.
 __device__ __forceinline__ void GridDependencyLaunchDependents() {
@@ -719,9 +775,22 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   const std::uint32_t tile = cta / p.kv_heads;
   const std::uint32_t pair = tile * p.kv_heads + kvh;
   const std::uint32_t seq_index = p.prefill ? 0u : tile;
+  // Before the wait below (decode, contiguous layout; see PrefetchFirstBlocks): with programmatic
+  // dependent launch this runs while the previous call's last CTAs still merge, so the first
+  // copies after the wait find their blocks in L2, and block 0 is already located. Not in the
+  // head_dim-128 single-warp kernel: there it makes ptxas spill at 128 registers.
+  constexpr bool kPrefetch = kTwin || D == 64;
+  __shared__ PreSeq s_pre_seq;
+  __shared__ BlockSrc s_pre_block0;
+  if constexpr (kPrefetch) {
+    if (p.prefill == 0 && p.page_blocks == 0 && warp == 0) {
+      PrefetchFirstBlocks<D>(p, seq_index, kvh, split, kTwin ? W >> 1 : W, s_pre_seq, s_pre_block0);
+    }
+  }
   // Programmatic dependent launch (decode, see LaunchHackAttention): nothing in global memory is
   // read or written before the grid this one depends on has completed (its outputs, the
-  // workspace's partials and counters); then the next decode call may be launched, its CTAs
+  // workspace's partials and counters), except warp 0's read of the descriptor and the prefetch
+  // hint above (used only as said there); then the next decode call may be launched, its CTAs
   // waiting here on the SMs this call frees.
   internal::GridDependencyWait();
   GridDependencyLaunchDependents();
@@ -822,7 +891,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     s_bad_rows = seq_ok ? 0u : 0xffu;
     s_next = ub + kStages * workers;
     if (p.page_blocks == 0 && qe > ub) {
-      s_block0 = LocateBlock<D>(p, seq, lay, seq_index, kvh, 0, false);
+      // The descriptor is the one warp 0 read before the wait: block 0 was located then.
+      const bool same = kPrefetch && p.prefill == 0 && s_pre_seq.tokens == seq.tokens &&
+                        s_pre_seq.sinks == seq.sinks && s_pre_seq.codes == seq.codes &&
+                        s_pre_seq.scales == seq.scales && s_pre_seq.sums == seq.sums;
+      s_block0 = same ? s_pre_block0 : LocateBlock<D>(p, seq, lay, seq_index, kvh, 0, false);
     }
   }
   __syncthreads();

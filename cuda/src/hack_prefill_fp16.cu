@@ -728,7 +728,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // threads: one syncs, the other arrives), so one's softmax runs while the other's products occupy
 // the tensor cores. Registers: setmaxnreg moves them from the producer (kProducerRegs) to the
 // consumers (kConsumerRegs): 128 · 88 + 256 · 208 = 384 · 168, what the launch allocates (with
-// fewer producer registers ptxas spills in the producer's unpack; the consumers need ~200).
+// fewer producer registers ptxas spills in the producer's unpack; the consumers fit in 208).
 constexpr std::uint32_t kWsThreads = 384;
 constexpr std::uint32_t kStages = 3;
 constexpr std::uint32_t kProducerRegs = 88;

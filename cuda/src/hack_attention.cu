@@ -91,6 +91,7 @@ enum AttnError : std::uint32_t {
   kErrSection = 3,  // a quantized block but a null or misaligned codes / scales / sums pointer
   kErrTail = 4,     // unquantized tokens but a null or misaligned tail pointer
   kErrPage = 5,     // block table entry outside [0, num_pages)
+  kErrArch = 6,     // fp16 prefill, head_dim 128: a compute-capability-9.0 device, no sm_90a SASS
 };
 
 template <int D>
@@ -1255,6 +1256,10 @@ std::string ErrorMessage(unsigned long long key) {
     case kErrSection: return seq + ": codes / scales / sums pointer is null or not 16-byte aligned";
     case kErrTail: return seq + ": tail pointer is null or not 16-byte aligned";
     case kErrPage: return seq + ": block table entry is outside [0, num_pages)";
+    case kErrArch:
+      return seq +
+             ": the head_dim-128 fp16 prefill kernel needs sm_90a SASS on this device (a "
+             "build with CMAKE_CUDA_ARCHITECTURES including 90a)";
     default: return seq + ": unknown error " + std::to_string(kind);
   }
 }

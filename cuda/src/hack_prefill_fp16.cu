@@ -1,31 +1,29 @@
 // Kernel family "hack", dequantize-on-load prefill (see kvdepot/cuda/hack.h, HackPrefillMath::
 // kDequantFp16; docs/hack-gpu.md, "Prefill attention: the fp16 path"): causal (chunked) prefill
 // over hack-int2 KV whose 2-bit codes are unpacked to fp16 in shared memory and multiplied on fp16
-// tensor cores (fp32 accumulation): wgmma on sm_90a at head_dim 128, mma.sync m16n8k16 otherwise,
-// FlashAttention-2 style (one CTA, no warp specialisation). It computes
-// attention over the dequantized KV — not HACK's homomorphic INT8 math — so its reference is
-// kvdepot::PrefillAttention over kvdepot::DequantizeHack (tolerance at
-// kHackDequantPrefillRelL2Tolerance in hack.h).
+// tensor cores (fp32 accumulation). It computes attention over the dequantized KV — not HACK's
+// homomorphic INT8 math — so its reference is kvdepot::PrefillAttention over
+// kvdepot::DequantizeHack (tolerance at kHackDequantPrefillRelL2Tolerance in hack.h).
 //
-// Work decomposition. A CTA of 8 warps owns 128 rows: the `group` query heads sharing one KV head,
-// of 128 / group consecutive query tokens (row r = token r / group, head r % group); warp w owns
-// rows 16 w .. 16 w + 15, their Q fragments in registers (fp16, pre-multiplied by the softmax scale
-// in log2 units), their O accumulators and online-softmax state in registers. The CTA walks the
-// key tiles of its causal range in position order: each tile is 64 keys, either one quantized
-// HACK block or up to 64 unquantized sink / tail tokens. Per tile:
-//   1. (all threads) the next tile's K and V code words and per-channel (scale, min) pairs are
-//      loaded into registers before this tile's math, and unpacked after it into the other of two
-//      shared-memory stages (one __syncthreads per tile): code pairs become fp16 with one
-//      shift+mask (LOP3) into the exponent field of 1024, one subtraction of 1024 and one fp16
-//      fused multiply-add with (scale, min) — min + code * scale rounded once to fp16, the value
-//      DequantizeHack produces in fp16;
-//   2. (each warp) S = Q Kᵀ (K [key][d]), causal mask, online softmax in fp32 base 2, O += P V (P
-//      from the S accumulators as fp16 A fragments; V stored transposed [d][key]). mma.sync path:
-//      B fragments read with ldmatrix, the next tile unpacked after P V. wgmma path (each
-//      warpgroup: 64 rows, m64n64k16 for S, m64n128k16 for P V, A from registers, B read by the
-//      tensor cores from shared memory through 128-byte-swizzle descriptors): the next block's K
-//      is unpacked while Q Kᵀ runs and its V while P V runs (fence.proxy.async before the
-//      barrier), each warpgroup waiting for its wgmmas before the barrier.
+// Work decomposition (both kernels). A CTA owns 128 rows: the `group` query heads sharing one KV
+// head, of 128 / group consecutive query tokens (row r = token r / group, head r % group); each of
+// its 8 math warps owns 16 rows, their Q fragments in registers (fp16, pre-multiplied by the
+// softmax scale in log2 units), their O accumulators and online-softmax state in registers. The
+// CTA walks the key tiles of its causal range in position order: each tile is 64 keys, either one
+// quantized HACK block or up to 64 unquantized sink / tail tokens, unpacked into a shared stage:
+// code pairs become fp16 with one shift+mask (LOP3) into the exponent field of 1024, one
+// subtraction of 1024 and one fp16 fused multiply-add with (scale, min) — min + code * scale
+// rounded once to fp16, the value DequantizeHack produces in fp16. Per tile each warp computes
+// S = Q Kᵀ (K [key][d]), causal mask, online softmax in fp32 base 2, O += P V (P from the S
+// accumulators as fp16 A fragments; V stored transposed [d][key]).
+//   - HackPrefillFp16WsKernel (head_dim 128 on sm_90a, compute capability 9.0): warp-specialised
+//     (FlashAttention-3's schedule; see its comment): a producer warpgroup unpacks into a ring of
+//     stages signalled by mbarriers, two consumer warpgroups (64 rows each) multiply on wgmma
+//     (m64n64k16 for S, m64n128k16 for P V, A from registers, B read by the tensor cores from
+//     shared memory through 128-byte-swizzle descriptors), taking turns on the tensor cores.
+//   - HackPrefillFp16Kernel (head_dim 64, and other targets): 8 warps on mma.sync m16n8k16 with
+//     ldmatrix B fragments; every thread loads the next tile's words before this tile's math and
+//     unpacks them into the other of two stages after it (one __syncthreads per tile).
 // The unpack writes a code pair (i, i + 8) of a 16-code word as one half2. So that no shuffle is
 // needed, positions inside each 16-group are permuted the same way on both sides of each product:
 // in K's head_dim (and Q's, loaded in that order), and in the key order (K's rows, the S / P
@@ -58,6 +56,8 @@ constexpr std::uint32_t kWarps = 8;
 constexpr std::uint32_t kThreads = kWarps * 32;
 constexpr std::uint32_t kRows = kWarps * 16;  // rows (query token x head) per CTA
 constexpr std::uint32_t kErrPage = 5;         // as hack_attention.cu's AttnError::kErrPage
+[[maybe_unused]] constexpr std::uint32_t kErrArch =
+    6;  // as hack_attention.cu's AttnError::kErrArch
 constexpr unsigned kFull = 0xffffffffu;
 
 template <int D>
@@ -69,7 +69,6 @@ struct Fp16Geo {
   // shared-memory descriptors assume).
   static constexpr std::uint32_t kSmem = 2 * kStageBytes + 1024;
   static constexpr std::uint32_t kWordsPerToken = D / 16;  // K code words (16 codes) per token
-  static constexpr std::uint32_t kWords = D / 64;          // K (and V) code words per thread
 };
 
 // Position of index i (0..15) inside its 16-group, and its inverse (see the header comment).
@@ -90,10 +89,10 @@ __device__ __forceinline__ std::uint32_t VOff(std::uint32_t row, std::uint32_t c
   return row * (kP * 2) + ((((col >> 3) ^ (row & 7u)) << 4) | ((col & 7u) << 1));
 }
 
-// sm_90a (the arch-specific target, __CUDA_ARCH_FEAT_SM90_ALL), head_dim 128: both products on
-// wgmma, B operands read by the tensor cores from the swizzled shared tiles. Other targets, and
-// head_dim 64: mma.sync with ldmatrix B fragments (a head_dim-64 wgmma build gave wrong results
-// over sequences of more than one key tile on the H200, cause not found: docs/hack-gpu.md).
+// sm_90a (the arch-specific target, __CUDA_ARCH_FEAT_SM90_ALL): wgmma, mbarriers, named barriers
+// and setmaxnreg for the warp-specialised kernel (head_dim 128 only: a head_dim-64 wgmma build
+// gave wrong results over sequences of more than one key tile on the H200, cause not found:
+// docs/hack-gpu.md).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define KVDEPOT_HACK_PREFILL_WGMMA 1
 // Shared-memory matrix descriptor of a K-major tile with 128-byte rows and the 128-byte swizzle, 8
@@ -109,9 +108,6 @@ __device__ __forceinline__ void WgmmaFence() {
 __device__ __forceinline__ void WgmmaCommit() {
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
-__device__ __forceinline__ void WgmmaWaitAll() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-}
 // Orders the compiler's uses of accumulator registers against the asynchronous wgmma (issued
 // before / waited for by the asm statements around it).
 template <int N>
@@ -125,6 +121,57 @@ __device__ __forceinline__ void FenceOperands(float (&d)[N][4]) {
 // Makes this thread's generic-proxy shared-memory writes visible to wgmma (the async proxy).
 __device__ __forceinline__ void FenceProxyAsync() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// Waits until at most N of this thread's committed wgmma groups are pending.
+template <int N>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Keeps A-operand registers live (and unreused) until this point: the wgmmas read them until the
+// wait before it.
+__device__ __forceinline__ void KeepLive(std::uint32_t (&a)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[i][e])::"memory");
+  }
+}
+// mbarrier in shared memory (state-space address `bar`): init with an arrival count, arrive
+// (release, CTA scope), and wait until the phase of parity `parity` has completed (acquire).
+__device__ __forceinline__ void MbarInit(std::uint32_t bar, std::uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void MbarArrive(std::uint32_t bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void MbarWait(std::uint32_t bar, std::uint32_t parity) {
+  std::uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (done == 0);
+  __syncwarp();  // reconverged for the .aligned instructions that follow
+}
+// Named barrier `id` (1..15) over `count` threads: wait for it, or only arrive at it.
+__device__ __forceinline__ void NamedBarSync(std::uint32_t id, std::uint32_t count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void NamedBarArrive(std::uint32_t id, std::uint32_t count) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+// Sets this warpgroup's per-thread register count (all its threads, warpgroup-aligned).
+template <std::uint32_t kRegs, bool kInc>
+__device__ __forceinline__ void SetMaxNReg() {
+  if constexpr (kInc) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+  } else {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+  }
 }
 // D (64 rows x N, fp32; this thread's fragment in mma.sync's C layout per 8 columns) (+)= A (64 x
 // 16 fp16 from registers, mma.sync's A layout per warp) x B (16 x N fp16 in shared memory, K-major,
@@ -217,6 +264,30 @@ struct Tile {
 
 struct SeqGeometry {
   std::uint32_t sinks, blocks, tail_begin, tokens, sink_tiles;
+  // The sequence's layout at head_dim D, and its tiles.
+  template <int D>
+  static __device__ hack::Layout LayoutOf(const HackAttentionParams& p) {
+    hack::Layout lay;
+    lay.layers = p.layers;
+    lay.tokens = p.prefill_seq.tokens;
+    lay.heads = p.kv_heads;
+    lay.dim = D;
+    lay.partition = kP;
+    lay.sinks = p.prefill_seq.sinks;
+    return lay;
+  }
+  static __device__ SeqGeometry Of(const hack::Layout& lay) {
+    return {lay.sinks, lay.blocks(), lay.tail_begin(), lay.tokens, (lay.sinks + kP - 1) / kP};
+  }
+  // Number of tiles that start at or before `max_key` (tiles start in increasing position order;
+  // tile 0 starts at 0, so at least 1).
+  __device__ std::uint32_t Count(std::uint32_t max_key) const {
+    const std::uint32_t last = min(max_key, tokens - 1u);
+    std::uint32_t n = min(sink_tiles, last / kP + 1u);
+    if (last >= sinks && blocks > 0) n += min(blocks, (last - sinks) / kP + 1u);
+    if (last >= tail_begin) n += (last - tail_begin) / kP + 1u;
+    return n;
+  }
   __device__ Tile At(std::uint32_t i) const {
     if (i < sink_tiles) return {i * kP, min(kP, sinks - i * kP), -1};
     if (i < sink_tiles + blocks) {
@@ -228,61 +299,56 @@ struct SeqGeometry {
   }
 };
 
-// Registers holding one quantized block's K and V code words and (scale, min) pairs.
-template <int D>
+// Registers holding one quantized block's K and V code words and (scale, min) pairs, for one of
+// kN threads that share the block's 4 D K words and 4 D V words.
+template <int D, std::uint32_t kN>
 struct RawBlock {
-  std::uint32_t k[Fp16Geo<D>::kWords];
-  std::uint32_t v[Fp16Geo<D>::kWords];
-  std::uint32_t ks[16];                  // K entries of channels d0 .. d0 + 15
-  std::uint32_t vs[Fp16Geo<D>::kWords];  // V entry of each V word's channel
+  static constexpr std::uint32_t kWords = 4u * D / kN;  // K (and V) code words per thread
+  std::uint32_t k[kWords];
+  std::uint32_t v[kWords];
+  std::uint32_t ks[16];      // K entries of channels d0k .. d0k + 15
+  std::uint32_t vs[kWords];  // V entry of each V word's channel
 };
 
-template <int D>
-__global__ void __launch_bounds__(kThreads, 1)
-    HackPrefillFp16Kernel(const __grid_constant__ HackAttentionParams p) {
+// The sequence's key tiles for one (CTA, KV head), and the loads / unpacks that fill a shared
+// stage with one of them, shared among kN threads (thread index t): K word t + kN i is token
+// (t + kN i) / (D / 16), channels d0k .. d0k + 15; V word t + kN i is channel (t + kN i) / 4,
+// key positions t0v .. t0v + 15.
+template <int D, std::uint32_t kN>
+struct KvSource {
   using G = Fp16Geo<D>;
-  extern __shared__ __align__(128) std::uint8_t smem_raw[];
-  std::uint8_t* const smem = smem_raw + ((1024u - (SharedAddress(smem_raw) & 1023u)) & 1023u);
-  const std::uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
-  const std::uint32_t g = lane >> 2, tq = lane & 3u;
-  const std::uint32_t head = blockIdx.y;
-  const std::uint32_t group = p.group;
-  const std::uint32_t tokens_per_cta = kRows / group;
-  // Latest query tiles first: they have the most keys (causal).
-  const std::uint32_t q0 = (gridDim.x - 1u - blockIdx.x) * tokens_per_cta;
-  const std::uint32_t q_end = min(p.queries, q0 + tokens_per_cta);
-  const HackAttentionSeq& seq = p.prefill_seq;
+  using Raw = RawBlock<D, kN>;
+  static_assert(kN % (D / 16) == 0 && kN % 4 == 0, "a thread's words share d0k and t0v");
 
+  const HackAttentionParams& p;
+  const HackAttentionSeq& seq;
+  std::uint32_t t, head, d0k, t0v, unquantized;
   hack::Layout lay;
-  lay.layers = p.layers;
-  lay.tokens = seq.tokens;
-  lay.heads = p.kv_heads;
-  lay.dim = D;
-  lay.partition = kP;
-  lay.sinks = seq.sinks;
   SeqGeometry geo;
-  geo.sinks = seq.sinks;
-  geo.blocks = lay.blocks();
-  geo.tail_begin = lay.tail_begin();
-  geo.tokens = seq.tokens;
-  geo.sink_tiles = (seq.sinks + kP - 1) / kP;
-  const std::uint32_t unquantized = lay.unquantized_tokens();
-  const std::uint32_t max_key = p.first_position + q_end - 1u;
-  const std::uint32_t min_query = p.first_position + q0;
+  std::uint64_t k_codes0, v_codes0, k_scales0, v_scales0;
 
-  // Block j's K / V codes and scales. Contiguous: consecutive blocks of a (layer, kv, head) are
-  // consecutive groups; paged: slot j % page_blocks of page block_tables[j / page_blocks].
-  hack::Layout page_lay = lay;
-  if (p.page_blocks != 0) {
-    page_lay.tokens = p.page_blocks * kP;
-    page_lay.sinks = 0;
+  __device__ KvSource(const HackAttentionParams& params, std::uint32_t thread, std::uint32_t kv)
+      : p(params), seq(params.prefill_seq), t(thread), head(kv) {
+    d0k = (t % G::kWordsPerToken) * 16u;
+    t0v = (t % 4u) * 16u;
+    lay = SeqGeometry::LayoutOf<D>(p);
+    geo = SeqGeometry::Of(lay);
+    unquantized = lay.unquantized_tokens();
+    // Block j's K / V codes and scales. Contiguous: consecutive blocks of a (layer, kv, head) are
+    // consecutive groups; paged: slot j % page_blocks of page block_tables[j / page_blocks].
+    hack::Layout base_lay = lay;
+    if (p.page_blocks != 0) {
+      base_lay.tokens = p.page_blocks * kP;
+      base_lay.sinks = 0;
+    }
+    k_codes0 = base_lay.group(p.layer, 0, head, 0) * (kP * D / 4);
+    v_codes0 = base_lay.group(p.layer, 1, head, 0) * (kP * D / 4);
+    k_scales0 = base_lay.partition_base(p.layer, 0, head, 0) * 4u;
+    v_scales0 = base_lay.partition_base(p.layer, 1, head, 0) * 4u;
   }
-  const hack::Layout& base_lay = p.page_blocks != 0 ? page_lay : lay;
-  const std::uint64_t k_codes0 = base_lay.group(p.layer, 0, head, 0) * (kP * D / 4);
-  const std::uint64_t v_codes0 = base_lay.group(p.layer, 1, head, 0) * (kP * D / 4);
-  const std::uint64_t k_scales0 = base_lay.partition_base(p.layer, 0, head, 0) * 4u;
-  const std::uint64_t v_scales0 = base_lay.partition_base(p.layer, 1, head, 0) * 4u;
-  auto block_bases = [&](std::uint32_t j, const std::uint8_t*& codes, const std::uint8_t*& scales) {
+
+  __device__ void BlockBases(std::uint32_t j, const std::uint8_t*& codes,
+                             const std::uint8_t*& scales) const {
     if (p.page_blocks == 0) {
       codes = seq.codes + std::uint64_t{j} * (kP * D / 4);
       scales = seq.scales + std::uint64_t{j} * D * 4u;
@@ -298,47 +364,48 @@ __global__ void __launch_bounds__(kThreads, 1)
             std::uint64_t{slot} * (kP * D / 4);
     scales = p.page_scales + static_cast<std::uint64_t>(page) * p.page_scales_bytes +
              std::uint64_t{slot} * D * 4u;
-  };
+  }
 
-  // This thread's K words: token (tid + 256 i) / kWordsPerToken, channels d0k .. d0k + 15; V
-  // words: channel (tid + 256 i) / 4, tokens t0v .. t0v + 15.
-  const std::uint32_t d0k = (tid % G::kWordsPerToken) * 16u;
-  const std::uint32_t t0v = (tid % 4u) * 16u;
-
-  auto load_raw = [&](std::uint32_t j, RawBlock<D>& raw) {
+  // Loads block j's K half (with_k) and / or V half (with_v) into `raw`.
+  __device__ void Load(std::uint32_t j, Raw& raw, bool with_k, bool with_v) const {
     const std::uint8_t* codes;
     const std::uint8_t* scales;
-    block_bases(j, codes, scales);
-    const auto* kw = reinterpret_cast<const std::uint32_t*>(codes + k_codes0);
-    const auto* vw = reinterpret_cast<const std::uint32_t*>(codes + v_codes0);
-    const auto* ksp = reinterpret_cast<const uint4*>(scales + k_scales0) + d0k / 4u;
-    const auto* vsp = reinterpret_cast<const std::uint32_t*>(scales + v_scales0);
+    BlockBases(j, codes, scales);
+    if (with_k) {
+      const auto* kw = reinterpret_cast<const std::uint32_t*>(codes + k_codes0);
+      const auto* ksp = reinterpret_cast<const uint4*>(scales + k_scales0) + d0k / 4u;
 #pragma unroll
-    for (std::uint32_t i = 0; i < G::kWords; ++i) {
-      raw.k[i] = __ldg(kw + tid + i * kThreads);
-      raw.v[i] = __ldg(vw + tid + i * kThreads);
-      raw.vs[i] = __ldg(vsp + (tid + i * kThreads) / 4u);
-    }
+      for (std::uint32_t i = 0; i < Raw::kWords; ++i) raw.k[i] = __ldg(kw + t + i * kN);
 #pragma unroll
-    for (std::uint32_t i = 0; i < 4; ++i) {
-      const uint4 e = __ldg(ksp + i);
-      raw.ks[4 * i] = e.x;
-      raw.ks[4 * i + 1] = e.y;
-      raw.ks[4 * i + 2] = e.z;
-      raw.ks[4 * i + 3] = e.w;
+      for (std::uint32_t i = 0; i < 4; ++i) {
+        const uint4 e = __ldg(ksp + i);
+        raw.ks[4 * i] = e.x;
+        raw.ks[4 * i + 1] = e.y;
+        raw.ks[4 * i + 2] = e.z;
+        raw.ks[4 * i + 3] = e.w;
+      }
     }
-  };
+    if (with_v) {
+      const auto* vw = reinterpret_cast<const std::uint32_t*>(codes + v_codes0);
+      const auto* vsp = reinterpret_cast<const std::uint32_t*>(scales + v_scales0);
+#pragma unroll
+      for (std::uint32_t i = 0; i < Raw::kWords; ++i) {
+        raw.v[i] = __ldg(vw + t + i * kN);
+        raw.vs[i] = __ldg(vsp + (t + i * kN) / 4u);
+      }
+    }
+  }
 
   // Unpacks the K half (with_k) and / or the V half (with_v) of a loaded block into `stage`.
-  auto unpack_raw = [&](const RawBlock<D>& raw, std::uint8_t* stage, bool with_k, bool with_v) {
+  __device__ void Unpack(const Raw& raw, std::uint8_t* stage, bool with_k, bool with_v) const {
     std::uint8_t* ks = stage;
     std::uint8_t* vs = stage + G::kKBytes;
     const std::uint32_t* ke = raw.ks;
 #pragma unroll
-    for (std::uint32_t i = 0; i < (with_k ? G::kWords : 0u); ++i) {
-      const std::uint32_t w = tid + i * kThreads;
-      const std::uint32_t t = w / G::kWordsPerToken;
-      const std::uint32_t row = (t & ~15u) | PosIn16(t & 15u);
+    for (std::uint32_t i = 0; i < (with_k ? Raw::kWords : 0u); ++i) {
+      const std::uint32_t w = t + i * kN;
+      const std::uint32_t tok = w / G::kWordsPerToken;
+      const std::uint32_t row = (tok & ~15u) | PosIn16(tok & 15u);
       std::uint32_t h[8];
 #pragma unroll
       for (std::uint32_t j = 0; j < 8; ++j) {
@@ -350,8 +417,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       *reinterpret_cast<uint4*>(ks + KOff<D>(row, d0k + 8)) = make_uint4(h[4], h[5], h[6], h[7]);
     }
 #pragma unroll
-    for (std::uint32_t i = 0; i < (with_v ? G::kWords : 0u); ++i) {
-      const std::uint32_t d = (tid + i * kThreads) / 4u;
+    for (std::uint32_t i = 0; i < (with_v ? Raw::kWords : 0u); ++i) {
+      const std::uint32_t d = (t + i * kN) / 4u;
       const __half2 scale = AsHalf2(__byte_perm(raw.vs[i], 0, 0x1010));
       const __half2 mn = AsHalf2(__byte_perm(raw.vs[i], 0, 0x3232));
       std::uint32_t h[8];
@@ -360,20 +427,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       *reinterpret_cast<uint4*>(vs + VOff(d, t0v)) = make_uint4(h[0], h[1], h[2], h[3]);
       *reinterpret_cast<uint4*>(vs + VOff(d, t0v + 8)) = make_uint4(h[4], h[5], h[6], h[7]);
     }
-  };
+  }
 
   // Unquantized tile: straight from the tail section (zeros past `count`).
-  const bool bf16 = p.tail_bf16 != 0;
-  const auto* tail = static_cast<const std::uint16_t*>(seq.tail);
-  auto unpack_tail = [&](const Tile& tile, std::uint8_t* stage) {
+  __device__ void UnpackTail(const Tile& tile, std::uint8_t* stage) const {
+    const bool bf16 = p.tail_bf16 != 0;
+    const auto* tail = static_cast<const std::uint16_t*>(seq.tail);
     std::uint8_t* ks = stage;
     std::uint8_t* vs = stage + G::kKBytes;
-    for (std::uint32_t item = tid; item < kP * (D / 16); item += kThreads) {
-      const std::uint32_t t = item / (D / 16), d0 = item % (D / 16) * 16u;
-      const std::uint32_t row = (t & ~15u) | PosIn16(t & 15u);
+    for (std::uint32_t item = t; item < kP * (D / 16); item += kN) {
+      const std::uint32_t tok = item / (D / 16), d0 = item % (D / 16) * 16u;
+      const std::uint32_t row = (tok & ~15u) | PosIn16(tok & 15u);
       std::uint32_t kv[2][8] = {};
-      if (t < tile.count) {
-        const std::uint32_t u = lay.unquantized_index(tile.start + t);
+      if (tok < tile.count) {
+        const std::uint32_t u = lay.unquantized_index(tile.start + tok);
 #pragma unroll
         for (std::uint32_t c = 0; c < 2; ++c) {
           const std::uint64_t off =
@@ -405,24 +472,61 @@ __global__ void __launch_bounds__(kThreads, 1)
             static_cast<std::uint16_t>(kv[1][e / 2] >> (16u * (e & 1u)));
       }
     }
-  };
+  }
 
-  // ---- this warp's rows: Q fragments (scaled, fp16, head_dim permuted as K's) ----
-  const std::uint32_t ra = warp * 16u + g, rb = ra + 8u;
-  const std::uint32_t rows_used = tokens_per_cta * group;
-  auto row_query = [&](std::uint32_t r) -> std::uint32_t {  // query index, or ~0u
-    const std::uint32_t qi = q0 + r / group;
-    return r < rows_used && qi < q_end ? qi : ~0u;
-  };
-  const std::uint32_t qa = row_query(ra), qb = row_query(rb);
-  const std::uint32_t qh_a = head * group + ra % group, qh_b = head * group + rb % group;
-  const float* qpa = qa != ~0u ? p.q + (std::uint64_t{qa} * p.q_heads + qh_a) * D : nullptr;
-  const float* qpb = qb != ~0u ? p.q + (std::uint64_t{qb} * p.q_heads + qh_b) * D : nullptr;
-  // Causal bound per row (padding rows: every key; their outputs are not written).
-  const std::uint32_t pos_a = qa != ~0u ? p.first_position + qa : 0xffffffffu;
-  const std::uint32_t pos_b = qb != ~0u ? p.first_position + qb : 0xffffffffu;
+  // Fills `stage` with tile `tile` (loading a quantized block's words first).
+  __device__ void Fill(const Tile& tile, std::uint8_t* stage) const {
+    if (tile.block >= 0) {
+      Raw raw;
+      Load(static_cast<std::uint32_t>(tile.block), raw, true, true);
+      Unpack(raw, stage, true, true);
+    } else {
+      UnpackTail(tile, stage);
+    }
+  }
+};
+
+// The query rows of a CTA: 128 / group consecutive query tokens, latest first (they have the most
+// keys, causal).
+struct CtaQueries {
+  std::uint32_t q0, q_end, rows_used, max_key, min_query;
+  __device__ explicit CtaQueries(const HackAttentionParams& p) {
+    const std::uint32_t tokens_per_cta = kRows / p.group;
+    q0 = (gridDim.x - 1u - blockIdx.x) * tokens_per_cta;
+    q_end = min(p.queries, q0 + tokens_per_cta);
+    rows_used = tokens_per_cta * p.group;
+    max_key = p.first_position + q_end - 1u;
+    min_query = p.first_position + q0;
+  }
+};
+
+// One thread's two rows a = 16 w + g and b = a + 8 of its warp w's 16 (w: the warp's index among
+// the CTA's 8 math warps), in mma.sync's (and wgmma's) accumulator layout: Q fragments (fp16,
+// scaled by softmax_scale·log2 e, head_dim permuted as K's), O accumulators and the online softmax.
+template <int D>
+struct RowsState {
+  std::uint32_t qa, qb, qh_a, qh_b, pos_a, pos_b;
   std::uint32_t qf[D / 16][4];
-  {
+  float o[D / 8][4];
+  float m_a, m_b, l_a, l_b;
+
+  __device__ RowsState(const HackAttentionParams& p, const CtaQueries& cq, std::uint32_t warp,
+                       std::uint32_t lane) {
+    const std::uint32_t g = lane >> 2, tq = lane & 3u, group = p.group, head = blockIdx.y;
+    const std::uint32_t ra = warp * 16u + g, rb = ra + 8u;
+    auto row_query = [&](std::uint32_t r) -> std::uint32_t {  // query index, or ~0u
+      const std::uint32_t qi = cq.q0 + r / group;
+      return r < cq.rows_used && qi < cq.q_end ? qi : ~0u;
+    };
+    qa = row_query(ra);
+    qb = row_query(rb);
+    qh_a = head * group + ra % group;
+    qh_b = head * group + rb % group;
+    const float* qpa = qa != ~0u ? p.q + (std::uint64_t{qa} * p.q_heads + qh_a) * D : nullptr;
+    const float* qpb = qb != ~0u ? p.q + (std::uint64_t{qb} * p.q_heads + qh_b) * D : nullptr;
+    // Causal bound per row (padding rows: every key; their outputs are not written).
+    pos_a = qa != ~0u ? p.first_position + qa : 0xffffffffu;
+    pos_b = qb != ~0u ? p.first_position + qb : 0xffffffffu;
     const float sc = p.scale_log2;
     auto ld = [&](const float* row, std::uint32_t d) { return row ? __ldg(row + d) * sc : 0.0f; };
 #pragma unroll
@@ -433,74 +537,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       qf[kc][2] = PackHalf2(ld(qpa, b + 4), ld(qpa, b + 12));
       qf[kc][3] = PackHalf2(ld(qpb, b + 4), ld(qpb, b + 12));
     }
+#pragma unroll
+    for (std::uint32_t i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    m_a = m_b = -INFINITY;
+    l_a = l_b = 0.0f;
   }
 
-  float o[D / 8][4];
-#pragma unroll
-  for (std::uint32_t i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
-
-  // ---- tile loop ----
-  const std::uint32_t smem_base = SharedAddress(smem);
-  RawBlock<D> raw;
-  Tile tile = geo.At(0);
-  if (tile.block >= 0) {
-    load_raw(static_cast<std::uint32_t>(tile.block), raw);
-    unpack_raw(raw, smem, true, true);
-  } else {
-    unpack_tail(tile, smem);
-  }
-#if defined(KVDEPOT_HACK_PREFILL_WGMMA)
-  constexpr bool kWgmma = D == 128;
-  if constexpr (kWgmma) FenceProxyAsync();
-#else
-  constexpr bool kWgmma = false;
-#endif
-  // ldmatrix lane roles (mma.sync path): matrix lane / 8, row lane % 8.
-  [[maybe_unused]] const std::uint32_t lm = lane >> 3, lr = lane & 7u;
-  __syncthreads();
-  for (std::uint32_t i = 0, stage = 0;; ++i, stage ^= 1u) {
-    const Tile next = geo.At(i + 1);
-    const bool has_next =
-        i + 1 < geo.sink_tiles + geo.blocks + (seq.tokens - geo.tail_begin + kP - 1) / kP &&
-        next.start <= max_key;
-    if (has_next && next.block >= 0) load_raw(static_cast<std::uint32_t>(next.block), raw);
-
-    const std::uint32_t k_base = smem_base + stage * G::kStageBytes;
-    const std::uint32_t v_base = k_base + G::kKBytes;
-    std::uint8_t* const next_stage = smem + (stage ^ 1u) * G::kStageBytes;
-    float s[8][4];
-    if constexpr (kWgmma) {
-#if defined(KVDEPOT_HACK_PREFILL_WGMMA)
-      // S = Q Kᵀ for the warpgroup's 64 rows: head_dim step kc is 32 bytes into K's panel kc / 4.
-      WgmmaFence();
-#pragma unroll
-      for (std::uint32_t kc = 0; kc < D / 16; ++kc) {
-        Wgmma(s, qf[kc], SwizzledDesc(k_base + (kc >> 2) * (kP * 128u) + (kc & 3u) * 32u), kc);
-      }
-      WgmmaCommit();
-      // The next block's K is unpacked while the tensor cores run Q Kᵀ (its stage was last read by
-      // the previous tile's wgmmas, which every warpgroup waited for before the last barrier).
-      if (has_next && next.block >= 0) unpack_raw(raw, next_stage, true, false);
-      WgmmaWaitAll();
-      FenceOperands(s);
-#endif
-    } else {
-#pragma unroll
-      for (std::uint32_t n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-      for (std::uint32_t kc = 0; kc < D / 16; ++kc) {
-#pragma unroll
-        for (std::uint32_t nt = 0; nt < 8; nt += 2) {
-          std::uint32_t b[4];
-          const std::uint32_t row = (nt + (lm >> 1)) * 8u + lr;
-          Ldsm4(b, k_base + KOff<D>(row, (kc * 2u + (lm & 1u)) * 8u));
-          MmaF16(s[nt], qf[kc], b[0], b[1]);
-          MmaF16(s[nt + 1], qf[kc], b[2], b[3]);
-        }
-      }
-    }
-    // Mask: key offsets past the tile's count, or past a row's position.
+  // Masks S (key offsets past the tile's count, or past a row's position) and turns it into P in
+  // place (base 2; scores already scaled), updating the running maximum and sum; returns the
+  // factors O must be multiplied by (corr_a, corr_b) before P V is added.
+  __device__ void Softmax(float (&s)[8][4], const Tile& tile, std::uint32_t min_query,
+                          std::uint32_t tq, float& corr_a, float& corr_b) {
     if (tile.count < kP || tile.start + kP - 1u > min_query) {
 #pragma unroll
       for (std::uint32_t nt = 0; nt < 8; ++nt) {
@@ -514,7 +561,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    // Online softmax (base 2; scores already scaled).
     float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
     for (std::uint32_t nt = 0; nt < 8; ++nt) {
@@ -529,7 +575,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float new_a = fmaxf(m_a, mx_a), new_b = fmaxf(m_b, mx_b);
     const float base_a = new_a == -INFINITY ? 0.0f : new_a;
     const float base_b = new_b == -INFINITY ? 0.0f : new_b;
-    const float corr_a = Exp2(m_a - base_a), corr_b = Exp2(m_b - base_b);
+    corr_a = Exp2(m_a - base_a);
+    corr_b = Exp2(m_b - base_b);
     m_a = new_a;
     m_b = new_b;
     float sum_a = 0.0f, sum_b = 0.0f;
@@ -544,7 +591,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     l_a = l_a * corr_a + sum_a;
     l_b = l_b * corr_b + sum_b;
-    // Rescale O only when some row's maximum moved (multiplying by 1 changes nothing).
+  }
+
+  // O *= corr, skipped when no row of the warp moved its maximum (multiplying by 1 changes
+  // nothing).
+  __device__ void Rescale(float corr_a, float corr_b) {
     if (__any_sync(kFull, corr_a != 1.0f || corr_b != 1.0f)) {
 #pragma unroll
       for (std::uint32_t nd = 0; nd < D / 8; ++nd) {
@@ -554,94 +605,286 @@ __global__ void __launch_bounds__(kThreads, 1)
         o[nd][3] *= corr_b;
       }
     }
-    // O += P V.
-    if constexpr (kWgmma) {
-#if defined(KVDEPOT_HACK_PREFILL_WGMMA)
-      std::uint32_t pa[4][4];
-#pragma unroll
-      for (std::uint32_t kk = 0; kk < 4; ++kk) {
-        pa[kk][0] = PackHalf2(s[2 * kk][0], s[2 * kk][1]);
-        pa[kk][1] = PackHalf2(s[2 * kk][2], s[2 * kk][3]);
-        pa[kk][2] = PackHalf2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pa[kk][3] = PackHalf2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      }
-      FenceOperands(o);
-      WgmmaFence();
-#pragma unroll
-      for (std::uint32_t kk = 0; kk < 4; ++kk)
-        Wgmma(o, pa[kk], SwizzledDesc(v_base + kk * 32u), 1u);
-      WgmmaCommit();
-      // The next block's V (or the whole unquantized next tile) is unpacked while they run P V.
-      if (has_next) {
-        if (next.block >= 0) {
-          unpack_raw(raw, next_stage, false, true);
-        } else {
-          unpack_tail(next, next_stage);
-        }
-        FenceProxyAsync();
-      }
-      WgmmaWaitAll();
-      FenceOperands(o);
-      // P's registers are read by the wgmmas until they complete: keep them live (and unreused by
-      // the unpack above) until the wait.
-#pragma unroll
-      for (std::uint32_t kk = 0; kk < 4; ++kk) {
-#pragma unroll
-        for (std::uint32_t e = 0; e < 4; ++e) asm volatile("" : "+r"(pa[kk][e])::"memory");
-      }
-      if (!has_next) break;
-#endif
-    } else {
-#pragma unroll
-      for (std::uint32_t kk = 0; kk < 4; ++kk) {
-        const std::uint32_t a[4] = {PackHalf2(s[2 * kk][0], s[2 * kk][1]),
-                                    PackHalf2(s[2 * kk][2], s[2 * kk][3]),
-                                    PackHalf2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                    PackHalf2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-        for (std::uint32_t nd = 0; nd < D / 8; nd += 2) {
-          std::uint32_t b[4];
-          const std::uint32_t row = (nd + (lm >> 1)) * 8u + lr;
-          Ldsm4(b, v_base + VOff(row, (kk * 2u + (lm & 1u)) * 8u));
-          MmaF16(o[nd], a, b[0], b[1]);
-          MmaF16(o[nd + 1], a, b[2], b[3]);
-        }
-      }
+  }
 
-      if (!has_next) break;
-      if (next.block >= 0) {
-        unpack_raw(raw, next_stage, true, true);
-      } else {
-        unpack_tail(next, next_stage);
+  // Normalises O and writes it (and the log-sum-exp) for the rows that are real queries.
+  __device__ void Write(const HackAttentionParams& p, std::uint32_t tq) {
+#pragma unroll
+    for (std::uint32_t x = 1; x <= 2; x <<= 1) {
+      l_a += __shfl_xor_sync(kFull, l_a, x);
+      l_b += __shfl_xor_sync(kFull, l_b, x);
+    }
+    const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
+    float* oa = qa != ~0u ? p.out + (std::uint64_t{qa} * p.q_heads + qh_a) * D : nullptr;
+    float* ob = qb != ~0u ? p.out + (std::uint64_t{qb} * p.q_heads + qh_b) * D : nullptr;
+#pragma unroll
+    for (std::uint32_t nd = 0; nd < D / 8; ++nd) {
+      const std::uint32_t d = nd * 8u + 2u * tq;
+      if (oa) *reinterpret_cast<float2*>(oa + d) = make_float2(o[nd][0] * inv_a, o[nd][1] * inv_a);
+      if (ob) *reinterpret_cast<float2*>(ob + d) = make_float2(o[nd][2] * inv_b, o[nd][3] * inv_b);
+    }
+    if (p.lse != nullptr && tq == 0) {
+      constexpr float kLn2 = 0.69314718055994531f;
+      if (oa) p.lse[std::uint64_t{qa} * p.q_heads + qh_a] = (m_a + log2f(l_a)) * kLn2;
+      if (ob) p.lse[std::uint64_t{qb} * p.q_heads + qh_b] = (m_b + log2f(l_b)) * kLn2;
+    }
+  }
+};
+
+// P (the softmax's S registers) as fp16 A fragments of the P V product, one per 16 keys.
+__device__ __forceinline__ void PackP(const float (&s)[8][4], std::uint32_t (&pa)[4][4]) {
+#pragma unroll
+  for (std::uint32_t kk = 0; kk < 4; ++kk) {
+    pa[kk][0] = PackHalf2(s[2 * kk][0], s[2 * kk][1]);
+    pa[kk][1] = PackHalf2(s[2 * kk][2], s[2 * kk][3]);
+    pa[kk][2] = PackHalf2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    pa[kk][3] = PackHalf2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
+}
+
+// mma.sync kernel (head_dim 64, and head_dim 128 without sm_90a): 8 warps, each its 16 rows, every
+// thread loading and unpacking the next tile into the other of two stages after P V (one
+// __syncthreads per tile).
+template <int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    HackPrefillFp16Kernel(const __grid_constant__ HackAttentionParams p) {
+  using G = Fp16Geo<D>;
+  extern __shared__ __align__(128) std::uint8_t smem_raw[];
+  std::uint8_t* const smem = smem_raw + ((1024u - (SharedAddress(smem_raw) & 1023u)) & 1023u);
+  const std::uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+  const std::uint32_t tq = lane & 3u;
+  const CtaQueries cq(p);
+  const KvSource<D, kThreads> src(p, tid, blockIdx.y);
+  const std::uint32_t n_tiles = src.geo.Count(cq.max_key);
+  RowsState<D> rs(p, cq, warp, lane);
+
+  const std::uint32_t smem_base = SharedAddress(smem);
+  typename KvSource<D, kThreads>::Raw raw;
+  Tile tile = src.geo.At(0);
+  src.Fill(tile, smem);
+  // ldmatrix lane roles: matrix lane / 8, row lane % 8.
+  const std::uint32_t lm = lane >> 3, lr = lane & 7u;
+  __syncthreads();
+  for (std::uint32_t i = 0, stage = 0;; ++i, stage ^= 1u) {
+    const Tile next = src.geo.At(i + 1);
+    const bool has_next = i + 1 < n_tiles;
+    if (has_next && next.block >= 0) {
+      src.Load(static_cast<std::uint32_t>(next.block), raw, true, true);
+    }
+    const std::uint32_t k_base = smem_base + stage * G::kStageBytes;
+    const std::uint32_t v_base = k_base + G::kKBytes;
+    float s[8][4];
+#pragma unroll
+    for (std::uint32_t n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (std::uint32_t kc = 0; kc < D / 16; ++kc) {
+#pragma unroll
+      for (std::uint32_t nt = 0; nt < 8; nt += 2) {
+        std::uint32_t b[4];
+        const std::uint32_t row = (nt + (lm >> 1)) * 8u + lr;
+        Ldsm4(b, k_base + KOff<D>(row, (kc * 2u + (lm & 1u)) * 8u));
+        MmaF16(s[nt], rs.qf[kc], b[0], b[1]);
+        MmaF16(s[nt + 1], rs.qf[kc], b[2], b[3]);
       }
+    }
+    float corr_a, corr_b;
+    rs.Softmax(s, tile, cq.min_query, tq, corr_a, corr_b);
+    rs.Rescale(corr_a, corr_b);
+    std::uint32_t pa[4][4];
+    PackP(s, pa);
+#pragma unroll
+    for (std::uint32_t kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (std::uint32_t nd = 0; nd < D / 8; nd += 2) {
+        std::uint32_t b[4];
+        const std::uint32_t row = (nd + (lm >> 1)) * 8u + lr;
+        Ldsm4(b, v_base + VOff(row, (kk * 2u + (lm & 1u)) * 8u));
+        MmaF16(rs.o[nd], pa[kk], b[0], b[1]);
+        MmaF16(rs.o[nd + 1], pa[kk], b[2], b[3]);
+      }
+    }
+    if (!has_next) break;
+    std::uint8_t* const next_stage = smem + (stage ^ 1u) * G::kStageBytes;
+    if (next.block >= 0) {
+      src.Unpack(raw, next_stage, true, true);
+    } else {
+      src.UnpackTail(next, next_stage);
     }
     tile = next;
     __syncthreads();
   }
-
-  // ---- normalise and write ----
-#pragma unroll
-  for (std::uint32_t x = 1; x <= 2; x <<= 1) {
-    l_a += __shfl_xor_sync(kFull, l_a, x);
-    l_b += __shfl_xor_sync(kFull, l_b, x);
-  }
-  const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
-  float* oa = qa != ~0u ? p.out + (std::uint64_t{qa} * p.q_heads + qh_a) * D : nullptr;
-  float* ob = qb != ~0u ? p.out + (std::uint64_t{qb} * p.q_heads + qh_b) * D : nullptr;
-#pragma unroll
-  for (std::uint32_t nd = 0; nd < D / 8; ++nd) {
-    const std::uint32_t d = nd * 8u + 2u * tq;
-    if (oa) *reinterpret_cast<float2*>(oa + d) = make_float2(o[nd][0] * inv_a, o[nd][1] * inv_a);
-    if (ob) *reinterpret_cast<float2*>(ob + d) = make_float2(o[nd][2] * inv_b, o[nd][3] * inv_b);
-  }
-  if (p.lse != nullptr && tq == 0) {
-    constexpr float kLn2 = 0.69314718055994531f;
-    if (oa) p.lse[std::uint64_t{qa} * p.q_heads + qh_a] = (m_a + log2f(l_a)) * kLn2;
-    if (ob) p.lse[std::uint64_t{qb} * p.q_heads + qh_b] = (m_b + log2f(l_b)) * kLn2;
-  }
+  rs.Write(p, tq);
 }
 
-std::atomic<std::size_t> g_fp16_smem[2][kMaxDevices];
+// Warp-specialised kernel (head_dim 128 on sm_90a; FlashAttention-3's schedule): 3 warpgroups.
+// Warpgroup 0, the producer, loads each key tile's code words and (scale, min) pairs (or its
+// unquantized tokens) and unpacks them into a ring of kStages shared stages, signalling "full"
+// with an mbarrier per stage (its 128 threads arrive after a fence.proxy.async, so the consumers'
+// wgmmas see the generic stores); it waits for the stage's "empty" mbarrier (one arrival per
+// consumer warp) before refilling it. Warpgroups 1 and 2, the consumers, own 64 rows each and only
+// multiply and run the softmax: per tile i they issue S(i) = Q K(i)ᵀ and O += P(i−1) V(i−1) back to
+// back, wait for S(i) alone, run its softmax while P V runs, then wait for P V, release tile i−1's
+// stage and rescale O. The two consumers take turns to issue (named barriers 1 and 2, 256
+// threads: one syncs, the other arrives), so one's softmax runs while the other's products occupy
+// the tensor cores. Registers: setmaxnreg moves them from the producer (kProducerRegs) to the
+// consumers (kConsumerRegs): 128 · 88 + 256 · 208 = 384 · 168, what the launch allocates (with
+// fewer producer registers ptxas spills in the producer's unpack; the consumers fit in 208).
+constexpr std::uint32_t kWsThreads = 384;
+constexpr std::uint32_t kStages = 3;
+constexpr std::uint32_t kProducerRegs = 88;
+constexpr std::uint32_t kConsumerRegs = 208;
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536 / kWsThreads / 8 * 8 * kWsThreads);
+constexpr std::uint32_t kWsSmem = kStages * Fp16Geo<128>::kStageBytes + 1024;
+
+__global__ void __launch_bounds__(kWsThreads, 1)
+    HackPrefillFp16WsKernel(const __grid_constant__ HackAttentionParams p) {
+#if defined(KVDEPOT_HACK_PREFILL_WGMMA)
+  constexpr int D = 128;
+  using G = Fp16Geo<D>;
+  extern __shared__ __align__(128) std::uint8_t smem_raw[];
+  __shared__ std::uint64_t bars[2 * kStages];  // full[s], then empty[s]
+  std::uint8_t* const smem = smem_raw + ((1024u - (SharedAddress(smem_raw) & 1023u)) & 1023u);
+  const std::uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+  const std::uint32_t full0 = SharedAddress(&bars[0]), empty0 = SharedAddress(&bars[kStages]);
+  if (tid == 0) {
+    for (std::uint32_t s = 0; s < kStages; ++s) {
+      MbarInit(full0 + 8u * s, 128);
+      MbarInit(empty0 + 8u * s, 8);
+    }
+  }
+  __syncthreads();
+  const CtaQueries cq(p);
+  const std::uint32_t smem_base = SharedAddress(smem);
+
+  if (warp < 4) {  // ---- producer ----
+    SetMaxNReg<kProducerRegs, false>();
+    const KvSource<D, 128> src(p, tid, blockIdx.y);
+    const std::uint32_t n_tiles = src.geo.Count(cq.max_key);
+    typename KvSource<D, 128>::Raw raw;
+    Tile tile = src.geo.At(0);
+    if (tile.block >= 0) src.Load(static_cast<std::uint32_t>(tile.block), raw, true, true);
+    for (std::uint32_t i = 0; i < n_tiles; ++i) {
+      const std::uint32_t st = i % kStages;
+      const Tile next = src.geo.At(i + 1);
+      const bool load_next = i + 1 < n_tiles && next.block >= 0;
+      const std::uint32_t nb = static_cast<std::uint32_t>(next.block);
+      if (i >= kStages) MbarWait(empty0 + 8u * st, (i / kStages + 1u) & 1u);
+      std::uint8_t* const stage = smem + st * G::kStageBytes;
+      if (tile.block >= 0) {
+        // The next block's K words are loaded while this one's V is unpacked.
+        src.Unpack(raw, stage, true, false);
+        if (load_next) src.Load(nb, raw, true, false);
+        src.Unpack(raw, stage, false, true);
+        if (load_next) src.Load(nb, raw, false, true);
+      } else {
+        raw = {};  // dead here (no register kept live through the tail's unpack)
+        src.UnpackTail(tile, stage);
+        if (load_next) src.Load(nb, raw, true, true);
+      }
+      FenceProxyAsync();
+      MbarArrive(full0 + 8u * st);
+      tile = next;
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  SetMaxNReg<kConsumerRegs, true>();
+  const std::uint32_t wg = warp / 4u - 1u;  // 0 or 1
+  const std::uint32_t tq = lane & 3u;
+  const SeqGeometry geo = SeqGeometry::Of(SeqGeometry::LayoutOf<D>(p));
+  const std::uint32_t n_tiles = geo.Count(cq.max_key);
+  RowsState<D> rs(p, cq, warp - 4u, lane);
+  const std::uint32_t bar_mine = 1u + wg, bar_other = 2u - wg;
+  auto k_desc = [&](std::uint32_t st, std::uint32_t kc) {  // head_dim step kc: 32 bytes in panel
+    return SwizzledDesc(smem_base + st * G::kStageBytes + (kc >> 2) * (kP * 128u) +
+                        (kc & 3u) * 32u);
+  };
+  auto v_desc = [&](std::uint32_t st, std::uint32_t kk) {
+    return SwizzledDesc(smem_base + st * G::kStageBytes + G::kKBytes + kk * 32u);
+  };
+  if (wg == 1) NamedBarArrive(1, 256);  // consumer 0 issues first
+
+  float s[8][4];
+  std::uint32_t pa[4][4];
+  // Tile 0: S only.
+  MbarWait(full0, 0);
+  NamedBarSync(bar_mine, 256);
+  WgmmaFence();
+#pragma unroll
+  for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s, rs.qf[kc], k_desc(0, kc), kc);
+  WgmmaCommit();
+  if (wg == 0 || n_tiles > 1) NamedBarArrive(bar_other, 256);
+  WgmmaWait<0>();
+  FenceOperands(s);
+  {
+    float corr_a, corr_b;
+    rs.Softmax(s, geo.At(0), cq.min_query, tq, corr_a, corr_b);
+    PackP(s, pa);
+  }
+  for (std::uint32_t i = 1; i < n_tiles; ++i) {
+    const std::uint32_t st = i % kStages, prev = (i - 1u) % kStages;
+    MbarWait(full0 + 8u * st, (i / kStages) & 1u);
+    NamedBarSync(bar_mine, 256);
+    FenceOperands(rs.o);
+    WgmmaFence();
+#pragma unroll
+    for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s, rs.qf[kc], k_desc(st, kc), kc);
+    WgmmaCommit();
+#pragma unroll
+    for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[kk], v_desc(prev, kk), 1u);
+    WgmmaCommit();
+    if (wg == 0 || i + 1 < n_tiles) NamedBarArrive(bar_other, 256);
+    WgmmaWait<1>();
+    FenceOperands(s);
+    float corr_a, corr_b;
+    rs.Softmax(s, geo.At(i), cq.min_query, tq, corr_a, corr_b);
+    WgmmaWait<0>();
+    FenceOperands(rs.o);
+    KeepLive(pa);
+    if (lane == 0) MbarArrive(empty0 + 8u * prev);
+    rs.Rescale(corr_a, corr_b);
+    PackP(s, pa);
+  }
+  FenceOperands(rs.o);
+  WgmmaFence();
+#pragma unroll
+  for (std::uint32_t kk = 0; kk < 4; ++kk)
+    Wgmma(rs.o, pa[kk], v_desc((n_tiles - 1u) % kStages, kk), 1u);
+  WgmmaCommit();
+  WgmmaWait<0>();
+  FenceOperands(rs.o);
+  KeepLive(pa);
+  rs.Write(p, tq);
+#else
+  // Built without sm_90a SASS but launched on a compute-capability-9.0 device.
+  if (threadIdx.x == 0) atomicMin(p.error, static_cast<unsigned long long>(kErrArch));
+#endif
+}
+
+std::atomic<std::size_t> g_fp16_smem[3][kMaxDevices];
+std::atomic<int> g_compute_capability[kMaxDevices];  // major * 10 + minor; 0: not asked yet
+
+// Whether the current device runs the warp-specialised kernel: compute capability 9.0 (whose
+// sm_90a SASS the default build carries; a build without it reports kErrArch).
+cudaError_t UseWarpSpecialised(bool* use) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const bool cached = device >= 0 && device < kMaxDevices;
+  int cc = cached ? g_compute_capability[device].load(std::memory_order_relaxed) : 0;
+  if (cc == 0) {
+    int major = 0, minor = 0;
+    err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (err != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    if (err != cudaSuccess) return err;
+    cc = major * 10 + minor;
+    if (cached) g_compute_capability[device].store(cc, std::memory_order_relaxed);
+  }
+  *use = cc == 90;
+  return cudaSuccess;
+}
 
 }  // namespace
 
@@ -649,17 +892,24 @@ template <int HeadDim>
 cudaError_t LaunchHackPrefillFp16(const HackAttentionParams& params, cudaStream_t stream) {
   static_assert(HeadDim == 64 || HeadDim == 128);
   if (params.group == 0 || params.group > 8 || params.queries == 0) return cudaErrorInvalidValue;
-  const std::size_t smem = Fp16Geo<HeadDim>::kSmem;
-  cudaError_t err = ConfigureSharedMemory(HackPrefillFp16Kernel<HeadDim>, smem,
-                                          g_fp16_smem[HeadDim == 64 ? 0 : 1]);
+  bool ws = false;
+  if constexpr (HeadDim == 128) {
+    const cudaError_t err = UseWarpSpecialised(&ws);
+    if (err != cudaSuccess) return err;
+  }
+  const std::size_t smem = ws ? kWsSmem : Fp16Geo<HeadDim>::kSmem;
+  const cudaError_t err = ws ? ConfigureSharedMemory(HackPrefillFp16WsKernel, smem, g_fp16_smem[2])
+                             : ConfigureSharedMemory(HackPrefillFp16Kernel<HeadDim>, smem,
+                                                     g_fp16_smem[HeadDim == 64 ? 0 : 1]);
   if (err != cudaSuccess) return err;
   const std::uint32_t tokens_per_cta = kRows / params.group;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3((params.queries + tokens_per_cta - 1) / tokens_per_cta, params.kv_heads);
-  config.blockDim = dim3(kThreads);
+  config.blockDim = dim3(ws ? kWsThreads : kThreads);
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  return cudaLaunchKernelEx(&config, HackPrefillFp16Kernel<HeadDim>, params);
+  return ws ? cudaLaunchKernelEx(&config, HackPrefillFp16WsKernel, params)
+            : cudaLaunchKernelEx(&config, HackPrefillFp16Kernel<HeadDim>, params);
 }
 
 template cudaError_t LaunchHackPrefillFp16<64>(const HackAttentionParams&, cudaStream_t);

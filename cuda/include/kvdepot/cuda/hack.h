@@ -356,11 +356,14 @@ cudaError_t LaunchHackAttention(const HackAttentionParams& params, cudaStream_t 
 template <int HeadDim>
 std::size_t HackAttentionSharedBytes(std::uint32_t warps);
 
-// The dequantize-on-load prefill kernel (HackPrefillMath::kDequantFp16; grid: ceil(queries /
-// (128 / group)) x kv_heads CTAs of 256 threads, 2 x 64 x head_dim x 4 bytes of dynamic shared
-// memory). Reads q, out, lse, prefill_seq, the paged fields, error, scale_log2, layers, layer,
-// kv_heads, q_heads, group, tail_bf16, queries and first_position of `params`. Defined ONLY for
-// HeadDim in {64, 128}; prefer EnqueueHackPrefillAttention with args.math = kDequantFp16.
+// The dequantize-on-load prefill kernels (HackPrefillMath::kDequantFp16; grid: ceil(queries /
+// (128 / group)) x kv_heads CTAs. At head_dim 128 on a compute-capability-9.0 device: the
+// warp-specialised kernel, 384 threads, 3 x 32 KiB stages (+ 1 KiB alignment) of dynamic shared
+// memory, sm_90a SASS needed (a build without it reports through the error word); otherwise 256
+// threads, 2 x 64 x head_dim x 4 bytes (+ 1 KiB)). Reads q, out, lse, prefill_seq, the paged
+// fields, error, scale_log2, layers, layer, kv_heads, q_heads, group, tail_bf16, queries and
+// first_position of `params`. Defined ONLY for HeadDim in {64, 128}; prefer
+// EnqueueHackPrefillAttention with args.math = kDequantFp16.
 template <int HeadDim>
 cudaError_t LaunchHackPrefillFp16(const HackAttentionParams& params, cudaStream_t stream);
 

@@ -1256,10 +1256,10 @@ std::string ErrorMessage(unsigned long long key) {
     case kErrSection: return seq + ": codes / scales / sums pointer is null or not 16-byte aligned";
     case kErrTail: return seq + ": tail pointer is null or not 16-byte aligned";
     case kErrPage: return seq + ": block table entry is outside [0, num_pages)";
-    case kErrArch:
-      return seq +
-             ": the head_dim-128 fp16 prefill kernel needs sm_90a SASS on this device (a "
-             "build with CMAKE_CUDA_ARCHITECTURES including 90a)";
+    case kErrArch:  // not about a sequence: the build lacks the kernel this device runs
+      return "the head_dim-128 fp16 prefill kernel needs sm_90a SASS on this compute-capability-"
+             "9.0 device, and this build has none: rebuild with CMAKE_CUDA_ARCHITECTURES "
+             "including 90a-real (the default, cmake/KvdepotCuda.cmake)";
     default: return seq + ": unknown error " + std::to_string(kind);
   }
 }

@@ -632,6 +632,9 @@ __device__ __forceinline__ void StageTailRows(const HackAttentionParams& p, cons
   __syncwarp();
 }
 
+// Unquantized tokens a worker takes at a time (the kernel deals them round-robin).
+constexpr std::uint32_t kTailPiece = 8;
+
 // Unquantized tokens u in [u0, u1) (< 64 of them): exact q.k and p.v in float. `scratch` is the
 // warp's (idle) stage memory: 8 tail rows [8][D + 4] floats, then P [64][8] floats. The tail is
 // read 8 tokens at a time into shared memory, each lane then computes the scores of its row g
@@ -983,10 +986,16 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
       unit[1] = next < qe ? next : kNoUnit;
     }
   }
-  for (std::uint32_t u = max(ub, nb) + worker; u < ue; u += workers) {
-    const std::uint32_t u0 = (u - nb) * kP;
-    ProcessUnquantized<D, MTW>(p, lay, seq.tail, kvh, u0, min(u0 + kP, u_vis), wown, qsm, ws,
-                               half * MTW, row_limit);
+  // The split's unquantized tokens [t0, t1) are dealt to the workers in pieces of 8 (one round of
+  // StageTailRows: one memory round trip for K, one for V), round-robin: a decode step's tail (up
+  // to 63 tokens, 8 pieces) is spread over the workers instead of costing one worker eight K and
+  // eight V round trips in a row (docs/hack-gpu.md, "Unquantized units").
+  if (ue > nb) {
+    const std::uint32_t t0 = (max(ub, nb) - nb) * kP, t1 = min((ue - nb) * kP, u_vis);
+    for (std::uint32_t u0 = t0 + kTailPiece * worker; u0 < t1; u0 += kTailPiece * workers) {
+      ProcessUnquantized<D, MTW>(p, lay, seq.tail, kvh, u0, min(u0 + kTailPiece, t1), wown, qsm, ws,
+                                 half * MTW, row_limit);
+    }
   }
   ws.lsum = QuadSum(ws.lsum);
   if (issuer) {  // every issued copy has been waited for; the memory is reused below

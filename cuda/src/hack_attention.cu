@@ -632,6 +632,9 @@ __device__ __forceinline__ void StageTailRows(const HackAttentionParams& p, cons
   __syncwarp();
 }
 
+// Unquantized tokens a worker takes at a time (the kernel deals them round-robin).
+constexpr std::uint32_t kTailPiece = 8;
+
 // Unquantized tokens u in [u0, u1) (< 64 of them): exact q.k and p.v in float. `scratch` is the
 // warp's (idle) stage memory: 8 tail rows [8][D + 4] floats, then P [64][8] floats. The tail is
 // read 8 tokens at a time into shared memory, each lane then computes the scores of its row g
@@ -694,6 +697,42 @@ __device__ void ProcessUnquantized(const HackAttentionParams& p, const Layout& l
   __syncwarp();  // the caller reuses the stage memory
 }
 
+// A sequence descriptor checked against the call (the one check, before and after the dependency
+// wait): returns 0 and the sequence's layout in `lay`, or the error kind (kErrTokens, kErrSinks,
+// kErrSection, kErrTail) and a layout of no tokens. Section pointers are checked only for the
+// contiguous layout (paged blocks are located through the page table), the tail pointer only if the
+// sequence has unquantized tokens.
+template <int D>
+__device__ __forceinline__ std::uint32_t SeqLayout(const HackAttentionParams& p,
+                                                   const HackAttentionSeq& seq, Layout& lay) {
+  std::uint32_t bad = 0;
+  if (seq.tokens == 0 || seq.tokens > p.max_tokens) {
+    bad = kErrTokens;
+  } else if (seq.sinks > seq.tokens) {
+    bad = kErrSinks;
+  }
+  lay.layers = p.layers;
+  lay.tokens = bad == 0 ? seq.tokens : 0;
+  lay.heads = p.kv_heads;
+  lay.dim = D;
+  lay.partition = kP;
+  lay.sinks = bad == 0 ? seq.sinks : 0;
+  lay.orientation = hack::kOrientChannel;
+  if (bad == 0 && lay.blocks() > 0 && p.page_blocks == 0 &&
+      (seq.codes == nullptr || seq.scales == nullptr || seq.sums == nullptr ||
+       !Aligned16(seq.codes) || !Aligned16(seq.scales) || !Aligned16(seq.sums))) {
+    bad = kErrSection;
+  }
+  if (bad == 0 && lay.unquantized_tokens() > 0 && (seq.tail == nullptr || !Aligned16(seq.tail))) {
+    bad = kErrTail;
+  }
+  if (bad != 0) {
+    lay.tokens = 0;
+    lay.sinks = 0;
+  }
+  return bad;
+}
+
 // Before a decode kernel's dependency wait (warp 0, contiguous layout): reads the sequence's
 // descriptor as it stands (the kernel before this one may still be writing it) and, if it is
 // valid, locates block 0 (pre_block0, with the descriptor fields it came from in pre_seq;
@@ -710,16 +749,7 @@ __device__ __forceinline__ void PrefetchFirstBlocks(const HackAttentionParams& p
   const std::uint32_t lane = threadIdx.x & 31u;
   const HackAttentionSeq pre = p.seqs[seq_index];
   Layout pl;
-  pl.layers = p.layers;
-  pl.tokens = pre.tokens;
-  pl.heads = p.kv_heads;
-  pl.dim = D;
-  pl.partition = kP;
-  pl.sinks = pre.sinks;
-  const bool ok = pre.tokens != 0 && pre.tokens <= p.max_tokens && pre.sinks <= pre.tokens &&
-                  pl.blocks() > 0 && pre.codes != nullptr && pre.scales != nullptr &&
-                  pre.sums != nullptr && Aligned16(pre.codes) && Aligned16(pre.scales) &&
-                  Aligned16(pre.sums);
+  const bool ok = SeqLayout<D>(p, pre, pl) == 0 && pl.blocks() > 0;
   if (lane == 0) pre_seq = PreSeq{pre.codes, pre.scales, pre.sums, ok ? pre.tokens : 0u, pre.sinks};
   if (!ok) return;
   const BlockSrc b0 = LocateBlock<D>(p, pre, pl, seq_index, kvh, 0, false);
@@ -798,32 +828,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   const HackAttentionSeq seq = p.prefill ? p.prefill_seq : p.seqs[seq_index];
 
   // The sequence's layout; a bad descriptor gives no work and NaN outputs.
-  bool seq_ok = true;
-  std::uint32_t bad_kind = 0;
-  if (seq.tokens == 0 || seq.tokens > p.max_tokens) {
-    bad_kind = kErrTokens;
-  } else if (seq.sinks > seq.tokens) {
-    bad_kind = kErrSinks;
-  }
   Layout lay;
-  lay.layers = p.layers;
-  lay.tokens = bad_kind == 0 ? seq.tokens : 0;
-  lay.heads = p.kv_heads;
-  lay.dim = D;
-  lay.partition = kP;
-  lay.sinks = bad_kind == 0 ? seq.sinks : 0;
-  lay.orientation = hack::kOrientChannel;
-  if (bad_kind == 0 && lay.blocks() > 0 && p.page_blocks == 0 &&
-      (seq.codes == nullptr || seq.scales == nullptr || seq.sums == nullptr ||
-       !Aligned16(seq.codes) || !Aligned16(seq.scales) || !Aligned16(seq.sums))) {
-    bad_kind = kErrSection;
-  }
-  if (bad_kind == 0 && lay.unquantized_tokens() > 0 &&
-      (seq.tail == nullptr || !Aligned16(seq.tail))) {
-    bad_kind = kErrTail;
-  }
-  if (bad_kind != 0) {
-    seq_ok = false;
+  const std::uint32_t bad_kind = SeqLayout<D>(p, seq, lay);
+  const bool seq_ok = bad_kind == 0;
+  if (!seq_ok) {
     if (tid == 0 && kvh == 0 && split == 0) ReportError(p, seq_index, bad_kind);
   }
 
@@ -983,10 +991,16 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
       unit[1] = next < qe ? next : kNoUnit;
     }
   }
-  for (std::uint32_t u = max(ub, nb) + worker; u < ue; u += workers) {
-    const std::uint32_t u0 = (u - nb) * kP;
-    ProcessUnquantized<D, MTW>(p, lay, seq.tail, kvh, u0, min(u0 + kP, u_vis), wown, qsm, ws,
-                               half * MTW, row_limit);
+  // The split's unquantized tokens [t0, t1) are dealt to the workers in pieces of 8 (one round of
+  // StageTailRows: one memory round trip for K, one for V), round-robin: a decode step's tail (up
+  // to 63 tokens, 8 pieces) is spread over the workers instead of costing one worker eight K and
+  // eight V round trips in a row (docs/hack-gpu.md, "Unquantized units").
+  if (ue > nb) {
+    const std::uint32_t t0 = (max(ub, nb) - nb) * kP, t1 = min((ue - nb) * kP, u_vis);
+    for (std::uint32_t u0 = t0 + kTailPiece * worker; u0 < t1; u0 += kTailPiece * workers) {
+      ProcessUnquantized<D, MTW>(p, lay, seq.tail, kvh, u0, min(u0 + kTailPiece, t1), wown, qsm, ws,
+                                 half * MTW, row_limit);
+    }
   }
   ws.lsum = QuadSum(ws.lsum);
   if (issuer) {  // every issued copy has been waited for; the memory is reused below

@@ -699,9 +699,9 @@ __device__ void ProcessUnquantized(const HackAttentionParams& p, const Layout& l
 
 // A sequence descriptor checked against the call (the one check, before and after the dependency
 // wait): returns 0 and the sequence's layout in `lay`, or the error kind (kErrTokens, kErrSinks,
-// kErrSection, kErrTail) and a layout of no tokens. Section pointers are checked only for the
-// contiguous layout (paged blocks are located through the page table), the tail pointer only if the
-// sequence has unquantized tokens.
+// kErrSection, kErrTail); `lay` is meaningful only when 0 is returned. Section pointers are checked
+// only for the contiguous layout (paged blocks are located through the page table), the tail
+// pointer only if the sequence has unquantized tokens.
 template <int D>
 __device__ __forceinline__ std::uint32_t SeqLayout(const HackAttentionParams& p,
                                                    const HackAttentionSeq& seq, Layout& lay) {
@@ -725,10 +725,6 @@ __device__ __forceinline__ std::uint32_t SeqLayout(const HackAttentionParams& p,
   }
   if (bad == 0 && lay.unquantized_tokens() > 0 && (seq.tail == nullptr || !Aligned16(seq.tail))) {
     bad = kErrTail;
-  }
-  if (bad != 0) {
-    lay.tokens = 0;
-    lay.sinks = 0;
   }
   return bad;
 }

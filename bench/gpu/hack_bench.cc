@@ -284,10 +284,12 @@ HackKvCache Kv() {
   return kv;
 }
 
-// The launch configuration SizeGrid picks, for the table (mirrors hack_attention.cu).
+// The launch configuration SizeGrid picks for a decode call, for the table (mirrors
+// hack_attention.cu: ceil(tokens / 64) units; warps before the head_dim-128 kernel's twin
+// doubling).
 std::string DecodeConfig(std::uint32_t pairs, std::uint64_t tokens, int sms,
                          std::uint64_t max_warps) {
-  const std::uint64_t units = (tokens + 63) / 64 + 1;
+  const std::uint64_t units = (tokens + 63) / 64;
   std::uint64_t splits = 1;
   if (pairs < static_cast<std::uint64_t>(sms)) {
     splits = std::min<std::uint64_t>({16, sms / pairs, units});

@@ -1230,19 +1230,19 @@ Status CheckKv(const char* fn, const HackKvCache& kv, std::uint32_t q_heads, flo
   return Status::Ok();
 }
 
-// Splits, units per split and warps for `tiles` tiles whose keys are at most `max_positions`
-// (on average `mean_positions`: warps are sized for the average tile).
-void SizeGrid(const HackAttentionWorkspace& ws, std::uint64_t max_positions,
-              std::uint64_t mean_positions, std::uint32_t units_per_warp, std::uint32_t max_warps,
-              HackAttentionParams& params) {
+// Splits, units per split and warps for `tiles` tiles of at most `units` units (64-token blocks
+// and runs of up to 64 unquantized tokens) each, on average `mean_units` (warps are sized for the
+// average tile). The kernel takes a tile's units [split * units_per_split, + units_per_split), so
+// `units` must bound every tile's count.
+void SizeGrid(const HackAttentionWorkspace& ws, std::uint64_t units, std::uint64_t mean_units,
+              std::uint32_t units_per_warp, std::uint32_t max_warps, HackAttentionParams& params) {
   const std::uint64_t pairs = std::uint64_t{params.tiles} * params.kv_heads;
-  const std::uint64_t units = (max_positions + kP - 1) / kP + 1;
   const auto sms = static_cast<std::uint64_t>(std::max(ws.sm_count(), 1));
   std::uint64_t splits = 1;
   if (pairs < sms) splits = std::min<std::uint64_t>({kMaxSplits, sms / pairs, units});
   splits = std::max<std::uint64_t>(splits, 1);
   const std::uint64_t ups = (units + splits - 1) / splits;
-  const std::uint64_t mean_ups = ((mean_positions + kP - 1) / kP + 1 + splits - 1) / splits;
+  const std::uint64_t mean_ups = (mean_units + splits - 1) / splits;
   params.splits = static_cast<std::uint32_t>(splits);
   params.units_per_split = static_cast<std::uint32_t>(ups);
   params.warps = static_cast<std::uint32_t>(
@@ -1390,8 +1390,13 @@ Status EnqueueHackDecodeAttention(const HackKvCache& kv, const HackDecodeArgs& a
     return InvalidArgument(std::string(kFn) + ": unknown HackDecodeMath " +
                            std::to_string(static_cast<int>(args.math)));
   }
-  SizeGrid(workspace, args.max_tokens, args.max_tokens, kDecodeUnitsPerWarp,
-           fp16 ? kHackDecodeFp16MaxWarps : kMaxWarps, params);
+  // A sequence of T tokens has exactly ceil(T / 64) units: its B blocks, then its T - 64 B
+  // unquantized tokens (sinks and tail) in runs of up to 64. The grid is sized for that many; one
+  // more (as prefill needs) gave 4K tokens 5 units per split where 4 fill the 16 splits, and 32K
+  // tokens 33 blocks per 16-warp split, so one warp took a third block (docs/hack-gpu.md).
+  const std::uint64_t units = (std::uint64_t{args.max_tokens} + kP - 1) / kP;
+  SizeGrid(workspace, units, units, kDecodeUnitsPerWarp, fp16 ? kHackDecodeFp16MaxWarps : kMaxWarps,
+           params);
   // Few blocks per warp (4K tokens at batch 1: one): the call's time is one block's chain of work
   // on one warp, so twin warps split each block (head_dim 128; see Twin in the kernel).
   if (!fp16 && kv.head_dim == 128 && 2 * params.warps <= kMaxWarps) {
@@ -1470,9 +1475,11 @@ Status EnqueueHackPrefillAttention(const HackKvCache& kv, const HackPrefillArgs&
     return InvalidArgument(std::string(kFn) + ": unknown HackPrefillMath " +
                            std::to_string(static_cast<int>(args.math)));
   }
-  SizeGrid(workspace, std::uint64_t{args.first_position} + args.queries,
-           std::uint64_t{args.first_position} + (args.queries + 1) / 2, kPrefillUnitsPerWarp,
-           kPrefillMaxWarps, params);
+  // A query tile sees at most ceil(positions / 64) + 1 units: the block holding its last visible
+  // position may be visible in part, next to a unit of sinks.
+  SizeGrid(workspace, (std::uint64_t{args.first_position} + args.queries + kP - 1) / kP + 1,
+           (std::uint64_t{args.first_position} + (args.queries + 1) / 2 + kP - 1) / kP + 1,
+           kPrefillUnitsPerWarp, kPrefillMaxWarps, params);
   if (std::uint64_t{params.tiles} * params.kv_heads * params.splits > 0x7fffffffu) {
     return InvalidArgument(std::string(kFn) + ": too many queries for one launch");
   }

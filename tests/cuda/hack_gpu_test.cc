@@ -728,6 +728,10 @@ TEST(HackGpu, LongDecodeUsesSplitKv) {
   // About one block per warp (4K tokens, 2 KV heads, 16 splits): twin warps at head_dim 128.
   CheckDecodeBatch(128, 8, DType::kFloat16, {4096}, 0, 80);
   CheckDecodeBatch(128, 8, DType::kBFloat16, {4100}, 4, 81);
+  // Exactly ceil(T / 64) units with the last one unquantized (sinks and tail: 4 + 60, 64 + 0,
+  // 64 + 2 tokens): the grid's units per split, sized for that count, must reach it.
+  CheckDecodeBatch(128, 8, DType::kFloat16, {4096}, 4, 82);
+  CheckDecodeBatch(64, 4, DType::kBFloat16, {2048, 130}, 64, 83);
 }
 
 TEST(HackGpu, DecodeLseIsTheLogNormaliser) {

@@ -11,9 +11,10 @@
 // softmax scale in log2 units), their O accumulators and online-softmax state in registers. The
 // CTA walks the key tiles of its causal range in position order: each tile is 64 keys, either one
 // quantized HACK block or up to 64 unquantized sink / tail tokens, unpacked into a shared stage:
-// code pairs become fp16 with one shift+mask (LOP3) into the exponent field of 1024, one
-// subtraction of 1024 and one fp16 fused multiply-add with (scale, min) — min + code * scale
-// rounded once to fp16, the value DequantizeHack produces in fp16. Per tile each warp computes
+// code pairs become fp16 with one mask (LOP3; one shift per 16-code word) into the mantissas of
+// 1024, one fp16 fma by powers of two giving the code, and one fp16 fused multiply-add with
+// (scale, min) — min + code * scale rounded once to fp16, the value DequantizeHack produces in
+// fp16 (see DequantPair). Per tile each warp computes
 // S = Q Kᵀ (K [key][d]), causal mask, online softmax in fp32 base 2, O += P V (P from the S
 // accumulators as fp16 A fragments; V stored transposed [d][key]).
 //   - HackPrefillFp16WsKernel (head_dim 128 on sm_90a, compute capability 9.0): warp-specialised
@@ -241,11 +242,21 @@ __device__ __forceinline__ __half2 AsHalf2(std::uint32_t u) {
 __device__ __forceinline__ std::uint32_t AsU32(__half2 h) {
   return *reinterpret_cast<const std::uint32_t*>(&h);
 }
-// Code pair j of a 16-code word (codes j and j + 8), dequantized: min + code * scale, one rounding.
-__device__ __forceinline__ std::uint32_t DequantPair(std::uint32_t word, std::uint32_t j,
-                                                     __half2 scale, __half2 min) {
-  const std::uint32_t biased = ((word >> (2u * j)) & 0x00030003u) | 0x64006400u;  // 1024 + code
-  const __half2 code = __hsub2(AsHalf2(biased), AsHalf2(0x64006400u));
+// Code pair j (0..7, a compile-time constant once unrolled) of a 16-code word `word` (codes j and
+// j + 8), dequantized: min + code * scale, one rounding; `hi` must be word >> 10. The pair is
+// masked in place into the mantissas of two fp16 1024s — pairs 0..4 from `word` at bits 2 j, pairs
+// 5..7 from `hi` at bits 2 (j - 5), so never above bit 9 — giving 1024 + code * 4^k (k = j or
+// j - 5): one LOP3, no shift. The first fma, by 4^-k and -1024 * 4^-k, gives the code exactly (both
+// are powers of two: the product is exact and normal, the sum an integer 0..3), the second the
+// value.
+__device__ __forceinline__ std::uint32_t DequantPair(std::uint32_t word, std::uint32_t hi,
+                                                     std::uint32_t j, __half2 scale, __half2 min) {
+  const std::uint32_t k = j < 5u ? j : j - 5u;
+  const std::uint32_t biased = ((j < 5u ? word : hi) & (0x00030003u << (2u * k))) | 0x64006400u;
+  const std::uint32_t inv = (15u - 2u * k) << 10;              // fp16 4^-k
+  const std::uint32_t neg = 0x8000u | ((25u - 2u * k) << 10);  // fp16 -1024 * 4^-k
+  const __half2 code =
+      __hfma2(AsHalf2(biased), AsHalf2(inv | (inv << 16)), AsHalf2(neg | (neg << 16)));
   return AsU32(__hfma2(code, scale, min));
 }
 // An unquantized element (fp16 or bf16 bits) as fp16 bits (bf16: exact within fp16's normal range;
@@ -411,7 +422,7 @@ struct KvSource {
       for (std::uint32_t j = 0; j < 8; ++j) {
         const __half2 scale = AsHalf2(__byte_perm(ke[j], ke[j + 8], 0x5410));
         const __half2 mn = AsHalf2(__byte_perm(ke[j], ke[j + 8], 0x7632));
-        h[j] = DequantPair(raw.k[i], j, scale, mn);
+        h[j] = DequantPair(raw.k[i], raw.k[i] >> 10, j, scale, mn);
       }
       *reinterpret_cast<uint4*>(ks + KOff<D>(row, d0k)) = make_uint4(h[0], h[1], h[2], h[3]);
       *reinterpret_cast<uint4*>(ks + KOff<D>(row, d0k + 8)) = make_uint4(h[4], h[5], h[6], h[7]);
@@ -423,7 +434,8 @@ struct KvSource {
       const __half2 mn = AsHalf2(__byte_perm(raw.vs[i], 0, 0x3232));
       std::uint32_t h[8];
 #pragma unroll
-      for (std::uint32_t j = 0; j < 8; ++j) h[j] = DequantPair(raw.v[i], j, scale, mn);
+      for (std::uint32_t j = 0; j < 8; ++j)
+        h[j] = DequantPair(raw.v[i], raw.v[i] >> 10, j, scale, mn);
       *reinterpret_cast<uint4*>(vs + VOff(d, t0v)) = make_uint4(h[0], h[1], h[2], h[3]);
       *reinterpret_cast<uint4*>(vs + VOff(d, t0v + 8)) = make_uint4(h[4], h[5], h[6], h[7]);
     }

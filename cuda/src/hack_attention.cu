@@ -65,7 +65,6 @@ constexpr std::uint32_t kMaxWarps = 16;
 constexpr std::uint32_t kStages = 2;
 constexpr std::uint32_t kMaxSplits = 16;
 constexpr std::uint32_t kNoUnit = 0xffffffffu;
-constexpr unsigned long long kNoRow = ~0ull;  // s_out_row of a row outside the tile
 // Target units per warp when sizing the CTA. Decode: one, since a warp works through a unit
 // latency-bound (~11 us at batch 1 on the H200) and more warps per CTA cost little; prefill: four
 // (measured faster at 1K tokens, docs/benchmarks.md).
@@ -785,7 +784,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   __shared__ BlockSrc s_block0;  // contiguous layout: block 0's sources (ContiguousBlock)
   __shared__ float s_row_m[kRows];
   __shared__ float s_row_l[kRows];
-  __shared__ unsigned long long s_out_row[kRows];  // row r's output offset; kNoRow if not in tile
 
   const std::uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u;
   const std::uint32_t g = lane >> 2, tq = lane & 3u;
@@ -814,6 +812,29 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
       PrefetchFirstBlocks<D>(p, seq_index, kvh, split, kTwin ? W >> 1 : W, s_pre_seq, s_pre_block0);
     }
   }
+  // Per-warp shared memory: stages, V table, mbarriers. A twin uses its even warp's stages and
+  // mbarriers, each warp its own V table, and the odd warp's stages as the score exchange.
+  std::uint8_t* wown = smem + warp * G::kWarpBytes;
+  std::uint8_t* wbase = kTwin ? smem + (warp & ~1u) * G::kWarpBytes : wown;
+  float4* vtab = reinterpret_cast<float4*>(wown + kStages * G::kStageBytes);
+  const std::uint32_t bar0 = internal::SharedAddress(wbase + kStages * G::kStageBytes + G::kVTable);
+  const Twin tw{half, worker,
+                kTwin ? reinterpret_cast<float4*>(smem + (warp | 1u) * G::kWarpBytes) : nullptr};
+  float* qsm = reinterpret_cast<float*>(smem + W * G::kWarpBytes);
+  // kPrefetch kernels set up their shared memory before the wait (the mbarriers, s_bad_rows and
+  // warp 0's s_pre_*, published by one barrier there), so that after the wait each worker's
+  // issuer can issue its first copies as soon as it has the descriptor, with no barrier between.
+  // (In the head_dim-128 single-warp kernel the same makes ptxas spill at 128 registers: it keeps
+  // the barrier after the wait.)
+  if constexpr (kPrefetch) {
+    if (issuer) {
+      MbarInit(bar0);
+      MbarInit(bar0 + 8);
+      MbarInitFence();
+    }
+    if (tid == 0) s_bad_rows = 0;
+    __syncthreads();
+  }
   // Programmatic dependent launch (decode, see LaunchHackAttention): nothing in global memory is
   // read or written before the grid this one depends on has completed (its outputs, the
   // workspace's partials and counters), except warp 0's read of the descriptor and the prefetch
@@ -821,7 +842,29 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   // waiting here on the SMs this call frees.
   internal::GridDependencyWait();
   GridDependencyLaunchDependents();
+
+  // The tile's query rows go to shared memory first (zero for rows outside the tile), 16 bytes per
+  // cp.async (QIndex keeps 4 consecutive dims together): issued before the block copies, these
+  // loads do not queue behind them. They do not depend on the descriptor (a bad one zeroes them
+  // below), so kPrefetch kernels issue them while its load is in flight.
+  auto copy_queries = [&](std::uint32_t rows) {
+    const std::uint32_t q_first0 = tile * p.queries_per_tile;
+    for (std::uint32_t i = tid; i < kRows * D / 4; i += blockDim.x) {
+      const std::uint32_t r = i / (D / 4), d = i % (D / 4) * 4;
+      float* dst = qsm + QIndex(r, d);
+      if (r < rows) {
+        const std::uint32_t qi = q_first0 + r / p.group, h = kvh * p.group + r % p.group;
+        CpAsync16(internal::SharedAddress(dst), p.q + (std::uint64_t{qi} * p.q_heads + h) * D + d);
+      } else {
+        *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+    CpAsyncCommit();
+  };
   const HackAttentionSeq seq = p.prefill ? p.prefill_seq : p.seqs[seq_index];
+  if constexpr (kPrefetch) {
+    copy_queries(min(p.queries_per_tile, p.queries - tile * p.queries_per_tile) * p.group);
+  }
 
   // The sequence's layout; a bad descriptor gives no work and NaN outputs.
   Layout lay;
@@ -829,6 +872,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   const bool seq_ok = bad_kind == 0;
   if (!seq_ok) {
     if (tid == 0 && kvh == 0 && split == 0) ReportError(p, seq_index, bad_kind);
+    if constexpr (kPrefetch) {
+      if (tid == 0) atomicOr(&s_bad_rows, 0xffu);
+    }
   }
 
   // Rows: row r = query (tile * qpt + r / group), head kvh * group + r % group.
@@ -855,35 +901,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   const std::uint32_t ub = min(units, split * p.units_per_split);
   const std::uint32_t ue = min(units, ub + p.units_per_split);
 
-  // The tile's query rows go to shared memory first (zero for invalid rows), 16 bytes per cp.async
-  // (QIndex keeps 4 consecutive dims together): issued before the block copies, these loads do not
-  // queue behind them.
-  float* qsm = reinterpret_cast<float*>(smem + W * G::kWarpBytes);
-  const std::uint32_t rows = seq_ok ? q_count * p.group : 0;
-  for (std::uint32_t i = tid; i < kRows * D / 4; i += blockDim.x) {
-    const std::uint32_t r = i / (D / 4), d = i % (D / 4) * 4;
-    float* dst = qsm + QIndex(r, d);
-    if (r < rows) {
-      const std::uint32_t qi = q_first + r / p.group, h = kvh * p.group + r % p.group;
-      CpAsync16(internal::SharedAddress(dst), p.q + (std::uint64_t{qi} * p.q_heads + h) * D + d);
-    } else {
-      *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if constexpr (!kPrefetch) {
+    copy_queries(seq_ok ? q_count * p.group : 0);
+    if (issuer) {
+      MbarInit(bar0);
+      MbarInit(bar0 + 8);
+      MbarInitFence();
     }
-  }
-  CpAsyncCommit();
-
-  // Per-warp shared memory: stages, V table, mbarriers. A twin uses its even warp's stages and
-  // mbarriers, each warp its own V table, and the odd warp's stages as the score exchange.
-  std::uint8_t* wown = smem + warp * G::kWarpBytes;
-  std::uint8_t* wbase = kTwin ? smem + (warp & ~1u) * G::kWarpBytes : wown;
-  float4* vtab = reinterpret_cast<float4*>(wown + kStages * G::kStageBytes);
-  const std::uint32_t bar0 = internal::SharedAddress(wbase + kStages * G::kStageBytes + G::kVTable);
-  const Twin tw{half, worker,
-                kTwin ? reinterpret_cast<float4*>(smem + (warp | 1u) * G::kWarpBytes) : nullptr};
-  if (issuer) {
-    MbarInit(bar0);
-    MbarInit(bar0 + 8);
-    MbarInitFence();
   }
   // Quantized blocks [ub, qe) are dealt at run time: a worker starts with blocks
   // ub + worker + k workers (k < kStages) and claims the next unclaimed one (s_next) whenever it
@@ -892,35 +916,60 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   // warp's own stages).
   static_assert(kStages == 2, "the stage bookkeeping below is written for two stages");
   const std::uint32_t qe = min(ue, nb);
-  if (tid == 0) {
-    s_bad_rows = seq_ok ? 0u : 0xffu;
-    s_next = ub + kStages * workers;
-    if (p.page_blocks == 0 && qe > ub) {
-      // The descriptor is the one warp 0 read before the wait: block 0 was located then.
-      const bool same = kPrefetch && p.prefill == 0 && s_pre_seq.tokens == seq.tokens &&
-                        s_pre_seq.sinks == seq.sinks && s_pre_seq.codes == seq.codes &&
-                        s_pre_seq.scales == seq.scales && s_pre_seq.sums == seq.sums;
-      s_block0 = same ? s_pre_block0 : LocateBlock<D>(p, seq, lay, seq_index, kvh, 0, false);
-    }
-  }
-  __syncthreads();
-
   std::uint32_t unit[kStages];  // block in each stage, kNoUnit for none
 #pragma unroll
   for (std::uint32_t k = 0; k < kStages; ++k) {
     const std::uint32_t u = ub + worker + k * workers;
     unit[k] = u < qe ? u : kNoUnit;
-    if (u < qe) {
-      const BlockSrc src = p.page_blocks == 0
-                               ? ContiguousBlock<D>(s_block0, u)
-                               : LocateBlock<D>(p, seq, lay, seq_index, kvh, u, issuer);
-      if (issuer) IssueBlock<D>(src, wbase + k * G::kStageBytes, bar0 + 8 * k);
+  }
+  if constexpr (kPrefetch) {
+    // Each worker's issuer takes block 0's sources itself (located by warp 0 before the wait if
+    // the descriptor is the same) and issues its first copies at once; tid 0 (worker 0's issuer)
+    // also keeps them in s_block0 for the claims, which come after the barrier below.
+    if (tid == 0) s_next = ub + kStages * workers;
+    if (issuer && unit[0] != kNoUnit) {
+      BlockSrc b0{};
+      if (p.page_blocks == 0) {
+        const bool same = p.prefill == 0 && s_pre_seq.tokens == seq.tokens &&
+                          s_pre_seq.sinks == seq.sinks && s_pre_seq.codes == seq.codes &&
+                          s_pre_seq.scales == seq.scales && s_pre_seq.sums == seq.sums;
+        b0 = same ? s_pre_block0 : LocateBlock<D>(p, seq, lay, seq_index, kvh, 0, false);
+        if (tid == 0) s_block0 = b0;
+      }
+#pragma unroll
+      for (std::uint32_t k = 0; k < kStages; ++k) {
+        if (unit[k] != kNoUnit) {
+          const BlockSrc src = p.page_blocks == 0
+                                   ? ContiguousBlock<D>(b0, unit[k])
+                                   : LocateBlock<D>(p, seq, lay, seq_index, kvh, unit[k], true);
+          IssueBlock<D>(src, wbase + k * G::kStageBytes, bar0 + 8 * k);
+        }
+      }
+    }
+  } else {
+    if (tid == 0) {
+      s_bad_rows = seq_ok ? 0u : 0xffu;
+      s_next = ub + kStages * workers;
+      if (p.page_blocks == 0 && qe > ub) {
+        s_block0 = LocateBlock<D>(p, seq, lay, seq_index, kvh, 0, false);
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (std::uint32_t k = 0; k < kStages; ++k) {
+      if (unit[k] != kNoUnit) {
+        const BlockSrc src = p.page_blocks == 0
+                                 ? ContiguousBlock<D>(s_block0, unit[k])
+                                 : LocateBlock<D>(p, seq, lay, seq_index, kvh, unit[k], issuer);
+        if (issuer) IssueBlock<D>(src, wbase + k * G::kStageBytes, bar0 + 8 * k);
+      }
     }
   }
 
-  // Non-finite query rows are zeroed and flagged (their outputs become NaN).
+  // Non-finite query rows are zeroed and flagged (their outputs become NaN). Each thread checks
+  // the 16-byte pieces it copied itself (visible to it once its cp.async copies completed), so one
+  // barrier publishes the queries, the flags, s_next and s_block0.
   CpAsyncWaitAll();
-  __syncthreads();
   for (std::uint32_t i = tid; i < kRows * D / 4; i += blockDim.x) {
     const float4 v = *reinterpret_cast<const float4*>(qsm + QIndex(i / (D / 4), i % (D / 4) * 4));
     if (!(isfinite(v.x) && isfinite(v.y) && isfinite(v.z) && isfinite(v.w))) {
@@ -1004,19 +1053,19 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     MbarInval(bar0 + 8);
   }
 
-  // CTA merge of the workers (shared memory reused: every warp is done with its stages). Row g's
-  // thread computes the row's maximum, each worker's weight 2^(m_w - M) (0 for a worker that saw
-  // no key of the row) and the normaliser; then every thread sums four dims of a row at a time.
-  // The warps of a twin hold the same maxima and normalisers and write their halves of the dims.
-  __syncthreads();
-  float* mrg_m = reinterpret_cast<float*>(smem);  // [workers][8]: maxima, then weights
-  float* mrg_l = mrg_m + workers * kRows;         // [workers][8]
-  float* mrg_acc = mrg_l + workers * kRows;       // [workers][8][D], 16-byte aligned
+  // CTA merge of the workers. Each warp writes its accumulator [8][D] (a twin's warp: its half of
+  // the dims) into its own stages, which no other warp reads once it has left its block loop, and
+  // its row maxima and normalisers to s_wm / s_wl (a twin's even warp); one barrier, then every
+  // thread sums four dims of a row at a time over the workers, with the row's weights
+  // 2^(m_w - M) (0 for a worker that saw no key of the row) and normaliser computed by the thread
+  // itself (every thread of the row computes the same values, in the same order).
+  __shared__ float s_wm[kMaxWarps][kRows];
+  __shared__ float s_wl[kMaxWarps][kRows];
   if (tq == 0 && half == 0) {
-    mrg_m[worker * kRows + g] = ws.m;
-    mrg_l[worker * kRows + g] = ws.lsum;
+    s_wm[worker][g] = ws.m;
+    s_wl[worker][g] = ws.lsum;
   }
-  float* wacc = mrg_acc + worker * kRows * D;
+  float* wacc = reinterpret_cast<float*>(wown);
 #pragma unroll
   for (std::uint32_t mt = 0; mt < MTW; ++mt) {
     const std::uint32_t d0 = 16 * (half * MTW + mt) + g, d1 = d0 + 8;
@@ -1026,27 +1075,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     wacc[(2 * tq + 1) * D + d1] = ws.acc[mt][3];
   }
   __syncthreads();
-  if (tid < kRows) {
-    float M = -INFINITY;
-    for (std::uint32_t w = 0; w < workers; ++w) M = fmaxf(M, mrg_m[w * kRows + tid]);
-    float L = 0.0f;
-    for (std::uint32_t w = 0; w < workers; ++w) {
-      const float weight = M == -INFINITY ? 0.0f : Exp2(mrg_m[w * kRows + tid] - M);
-      mrg_m[w * kRows + tid] = weight;
-      L += mrg_l[w * kRows + tid] * weight;
-    }
-    s_row_m[tid] = M;
-    s_row_l[tid] = L;
-    const std::uint32_t qi = q_first + tid / p.group, h = kvh * p.group + tid % p.group;
-    s_out_row[tid] = tid < q_count * p.group ? (std::uint64_t{qi} * p.q_heads + h) * D : kNoRow;
-  }
-  __syncthreads();
 
   // Output dims d .. d + 3 of row r (a / L; NaN for a row with a non-finite query) and, with d = 0,
   // the row's log-sum-exp.
   auto write_out = [&](std::uint32_t r, std::uint32_t d, float4 a, float M, float L) {
-    const unsigned long long row = s_out_row[r];
-    if (row == kNoRow) return;
+    if (r >= q_count * p.group) return;  // not a row of the tile
+    const std::uint64_t row =
+        (std::uint64_t{q_first + r / p.group} * p.q_heads + kvh * p.group + r % p.group) * D;
     const bool nan = ((s_bad_rows >> r) & 1u) != 0;
     float* o = p.out + row + d;
     o[0] = nan ? NAN : a.x / L;
@@ -1070,28 +1105,39 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   float* part = p.partials + (std::uint64_t{pair} * p.splits + split) * kSlot;
   for (std::uint32_t i = tid; i < kRows * D / 4; i += blockDim.x) {
     const std::uint32_t r = i / (D / 4), d = i % (D / 4) * 4;
+    float M = -INFINITY;
+    for (std::uint32_t w = 0; w < workers; ++w) M = fmaxf(M, s_wm[w][r]);
+    float L = 0.0f;
     float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (std::uint32_t w = 0; w < workers; ++w) {
-      accumulate(a, mrg_m[w * kRows + r],
-                 *reinterpret_cast<const float4*>(mrg_acc + (w * kRows + r) * D + d));
+      const float weight = M == -INFINITY ? 0.0f : Exp2(s_wm[w][r] - M);
+      L += s_wl[w][r] * weight;
+      const std::uint32_t wp = kTwin ? 2 * w + (d >= D / 2 ? 1u : 0u) : w;  // the dims' warp
+      accumulate(a, weight,
+                 *reinterpret_cast<const float4*>(smem + wp * G::kWarpBytes + (r * D + d) * 4));
     }
     if (p.splits == 1) {
-      write_out(r, d, a, s_row_m[r], s_row_l[r]);
+      write_out(r, d, a, M, L);
     } else {
       __stcg(reinterpret_cast<float4*>(part + r * D + d), a);
+      if (d == 0) {
+        __stcg(part + kRows * D + r, M);
+        __stcg(part + kRows * D + kRows + r, L);
+      }
     }
   }
   if (p.splits == 1) return;
-  if (tid < kRows) {
-    __stcg(part + kRows * D + tid, s_row_m[tid]);
-    __stcg(part + kRows * D + kRows + tid, s_row_l[tid]);
-  }
-  __threadfence();
+  // Arrival: the CTA's partial stores happen before thread 0's fence and atomic (the barrier), and
+  // the last CTA's thread 0 fences again after its arrival, before the barrier that orders its
+  // threads' loads (the pattern of cooperative groups' grid sync).
   __syncthreads();
-  if (tid == 0) s_last = atomicAdd(p.counters + pair, 1u) == p.splits - 1 ? 1u : 0u;
+  if (tid == 0) {
+    __threadfence();
+    s_last = atomicAdd(p.counters + pair, 1u) == p.splits - 1 ? 1u : 0u;
+    if (s_last != 0) __threadfence();
+  }
   __syncthreads();
   if (s_last == 0) return;
-  __threadfence();
 
   // The last split to arrive merges all of them: row r's thread turns the splits' maxima into
   // weights as above, then the loads of one element's splits are independent, so many are in

@@ -384,6 +384,27 @@ __device__ __forceinline__ void IssueBlock(const BlockSrc& src, std::uint8_t* st
   BulkCopy(internal::SharedAddress(stage + G::kOffVSum), src.vsums, D, bar);
 }
 
+// A worker's first copies, issued by its issuer alone: block unit[k] into stage k for every stage
+// that has one (kNoUnit: none). block0 is block 0's sources, used for a contiguous layout; a paged
+// one is located per block, reporting a bad block-table entry.
+template <int D>
+__device__ __forceinline__ void IssueFirstBlocks(const HackAttentionParams& p,
+                                                 const HackAttentionSeq& seq, const Layout& lay,
+                                                 std::uint32_t seq_index, std::uint32_t kvh,
+                                                 const std::uint32_t (&unit)[kStages],
+                                                 const BlockSrc& block0, std::uint8_t* wbase,
+                                                 std::uint32_t bar0) {
+#pragma unroll
+  for (std::uint32_t k = 0; k < kStages; ++k) {
+    if (unit[k] != kNoUnit) {
+      const BlockSrc src = p.page_blocks == 0
+                               ? ContiguousBlock<D>(block0, unit[k])
+                               : LocateBlock<D>(p, seq, lay, seq_index, kvh, unit[k], true);
+      IssueBlock<D>(src, wbase + k * Geo<D>::kStageBytes, bar0 + 8 * k);
+    }
+  }
+}
+
 // Named barrier of the two warps of twin `twin` (ids 1.., 0 is __syncthreads).
 __device__ __forceinline__ void TwinSync(std::uint32_t twin) {
   asm volatile("bar.sync %0, 64;" ::"r"(twin + 1) : "memory");
@@ -936,15 +957,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
         b0 = same ? s_pre_block0 : LocateBlock<D>(p, seq, lay, seq_index, kvh, 0, false);
         if (tid == 0) s_block0 = b0;
       }
-#pragma unroll
-      for (std::uint32_t k = 0; k < kStages; ++k) {
-        if (unit[k] != kNoUnit) {
-          const BlockSrc src = p.page_blocks == 0
-                                   ? ContiguousBlock<D>(b0, unit[k])
-                                   : LocateBlock<D>(p, seq, lay, seq_index, kvh, unit[k], true);
-          IssueBlock<D>(src, wbase + k * G::kStageBytes, bar0 + 8 * k);
-        }
-      }
+      IssueFirstBlocks<D>(p, seq, lay, seq_index, kvh, unit, b0, wbase, bar0);
     }
   } else {
     if (tid == 0) {
@@ -955,15 +968,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
       }
     }
     __syncthreads();
-#pragma unroll
-    for (std::uint32_t k = 0; k < kStages; ++k) {
-      if (unit[k] != kNoUnit) {
-        const BlockSrc src = p.page_blocks == 0
-                                 ? ContiguousBlock<D>(s_block0, unit[k])
-                                 : LocateBlock<D>(p, seq, lay, seq_index, kvh, unit[k], issuer);
-        if (issuer) IssueBlock<D>(src, wbase + k * G::kStageBytes, bar0 + 8 * k);
-      }
-    }
+    if (issuer) IssueFirstBlocks<D>(p, seq, lay, seq_index, kvh, unit, s_block0, wbase, bar0);
   }
 
   // Non-finite query rows are zeroed and flagged (their outputs become NaN). Each thread checks

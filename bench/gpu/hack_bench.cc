@@ -14,7 +14,9 @@
 //    the call an engine makes after a prefix hit), reported against torch SDPA bf16 by
 //    bench/gpu/torch_sdpa.py; each with HACK's INT8 math ("prefill", "prefill-chunked") and with
 //    the dequantize-on-load fp16 path ("...-fp16"; --prefill-math picks), replayed from CUDA
-//    graphs;
+//    graphs; with --prefill-staged on, each fp16 shape also as a staged call (HackPrefillArgs::
+//    staging: the staging kernel then the attention kernel, "...-fp16-staged", its output checked
+//    bit for bit against the unstaged call's) and the staging kernel alone ("...-fp16-stage");
 //  * quantize and dequantize of Llama-3.1-8B and 70B-shaped chunks [32|80, 2, 256, 8, 128] fp16:
 //    one synchronous call per rep (launch to finish); "-stream": 8 calls enqueued back to back
 //    on one stream per rep (as an engine streams chunks; the launch of one call overlaps the
@@ -37,7 +39,7 @@
 //                           [--only decode|prefill|quantize|dequantize] [--lengths 4096,...]
 //                           [--batches 1,16] [--prefill-lengths 1024,...]
 //                           [--chunked 4096:28672,...] [--prefill-verify-max TOKENS]
-//                           [--prefill-math int8|fp16|both]
+//                           [--prefill-math int8|fp16|both] [--prefill-staged off|on]
 //                           [--decode-math int8|fp16|both] [--decode-rows all|graph]
 //                           [--codec-layers 32,80]
 // Exit status: 0 ok, 1 error or mismatch, 2 no GPU, 64 bad usage.
@@ -97,6 +99,7 @@ struct Options : bench::CommonOptions {
   // Prefill rows are checked against the CPU reference where the sequence has at most this many
   // tokens (0: none; the float64 reference of 4K new over 28K cached takes ~30 s of CPU).
   std::uint32_t prefill_verify_max = kVerifyMaxTokens;
+  bool prefill_staged = false;  // fp16 prefill also staged, and the staging alone
 };
 
 struct Row {
@@ -393,9 +396,13 @@ Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, std::uint32
 // on up to 64 queries where the sequence is <= kVerifyMaxTokens: kHomomorphicInt8 against
 // HackPrefillAttention (INT8 Q and P), kDequantFp16 against the same with exact Q and P (attention
 // over the dequantized KV), each within its tolerance (kvdepot/cuda/hack.h).
+// How a prefill row calls: unstaged, staged (the whole call: staging then attention), or only
+// the staging kernel (EnqueueHackPrefillStaging).
+enum class Staging { kNone, kWhole, kStageOnly };
+
 Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, HackPrefillMath math,
-                           const DeviceInfo& info, HackAttentionWorkspace& ws, cudaStream_t stream,
-                           const Options& opt) {
+                           Staging staging, const DeviceInfo& info, HackAttentionWorkspace& ws,
+                           cudaStream_t stream, const Options& opt) {
   const std::uint32_t tokens = prefix + queries;
   const HostSeq host = MakeHostSeq(tokens, 2000 + tokens);
   const int sets =
@@ -413,17 +420,34 @@ Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, HackPref
                            "upload q");
   const HackKvCache cache = Kv();
   const bool fp16 = math == HackPrefillMath::kDequantFp16;
+  auto args = [&](std::uint32_t c) {
+    HackPrefillArgs a;
+    a.seq = descs[c % descs.size()];
+    a.queries = queries;
+    a.first_position = prefix;
+    a.q_heads = kQHeads;
+    a.q = d_q.as<float>();
+    a.out = d_out.as<float>();
+    a.math = math;
+    return a;
+  };
+  // One scratch for every call of the graph (they run one after another on the stream).
+  DeviceBuffer scratch;
+  const std::uint64_t scratch_bytes = HackPrefillStagingBytes(cache, args(0));
+  if (staging != Staging::kNone) {
+    if (scratch_bytes == 0) return InvalidArgument("prefill: the call does not stage");
+    KVD_ASSIGN_OR_RETURN(scratch, DeviceBuffer::Allocate(scratch_bytes));
+  }
   auto enqueue = [&](std::uint32_t calls) -> Status {
     for (std::uint32_t c = 0; c < calls; ++c) {
-      HackPrefillArgs a;
-      a.seq = descs[c % descs.size()];
-      a.queries = queries;
-      a.first_position = prefix;
-      a.q_heads = kQHeads;
-      a.q = d_q.as<float>();
-      a.out = d_out.as<float>();
-      a.math = math;
-      KVD_RETURN_IF_ERROR(EnqueueHackPrefillAttention(cache, a, ws, stream));
+      HackPrefillArgs a = args(c);
+      if (staging != Staging::kNone) {
+        a.staging = scratch.data();
+        a.staging_bytes = scratch_bytes;
+      }
+      KVD_RETURN_IF_ERROR(staging == Staging::kStageOnly
+                              ? EnqueueHackPrefillStaging(cache, a, ws, stream)
+                              : EnqueueHackPrefillAttention(cache, a, ws, stream));
     }
     return Status::Ok();
   };
@@ -437,7 +461,22 @@ Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, HackPref
   KVD_RETURN_IF_ERROR(captured.Capture(stream, [&] { return enqueue(calls); }));
   KVD_ASSIGN_OR_RETURN(std::vector<double> us, bench::TimeGraph(opt, captured, stream, finish));
   for (double& u : us) u /= calls;
-  const bool verify = tokens <= opt.prefill_verify_max;
+  if (staging == Staging::kWhole) {  // the last replay's output against an unstaged call's
+    std::vector<float> staged(q.size()), unstaged(q.size());
+    const std::uint32_t last = (calls - 1u) % static_cast<std::uint32_t>(descs.size());
+    KVD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(staged.data(), d_out.data(), q.size() * 4, cudaMemcpyDeviceToHost), "download");
+    KVD_RETURN_IF_ERROR(EnqueueHackPrefillAttention(cache, args(last), ws, stream));
+    KVD_RETURN_IF_ERROR(finish());
+    KVD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(unstaged.data(), d_out.data(), q.size() * 4, cudaMemcpyDeviceToHost),
+        "download");
+    if (std::memcmp(staged.data(), unstaged.data(), q.size() * 4) != 0) {
+      return Internal("prefill " + std::to_string(tokens) +
+                      ": the staged output differs from the unstaged one");
+    }
+  }
+  const bool verify = tokens <= opt.prefill_verify_max && staging != Staging::kStageOnly;
   if (verify) {  // verify the first (up to) 64 queries
     std::vector<float> got(std::size_t{std::min(queries, 64u)} * kQHeads * kDim);
     KVD_CUDA_RETURN_IF_ERROR(
@@ -455,7 +494,10 @@ Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, HackPref
                    fp16 ? kHackDequantPrefillRelL2Tolerance : kHackAttentionRelL2Tolerance));
   }
   Row row;
-  row.op = std::string(prefix > 0 ? "prefill-chunked" : "prefill") + (fp16 ? "-fp16" : "");
+  row.op = std::string(prefix > 0 ? "prefill-chunked" : "prefill") + (fp16 ? "-fp16" : "") +
+           (staging == Staging::kWhole       ? "-staged"
+            : staging == Staging::kStageOnly ? "-stage"
+                                             : "");
   row.batch = 1;
   row.tokens = tokens;
   row.shape = "q64 kv8 d128 causal";
@@ -467,8 +509,13 @@ Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, HackPref
   const double pairs =
       static_cast<double>(queries) * prefix + static_cast<double>(queries) * (queries + 1) / 2;
   row.tops = 4.0 * kQHeads * kDim * pairs / (row.median_us * 1e6);
-  row.config = std::to_string(queries) + " queries over " + std::to_string(prefix) + " cached" +
-               (verify ? "" : ", unverified");
+  row.config =
+      std::to_string(queries) + " queries over " + std::to_string(prefix) + " cached" +
+      (staging == Staging::kStageOnly ? ", staging kernel only"
+       : verify                       ? ""
+                                      : ", unverified") +
+      (staging == Staging::kNone ? ""
+                                 : ", scratch " + std::to_string(scratch_bytes >> 20) + " MiB");
   return row;
 }
 
@@ -636,7 +683,7 @@ int Usage(const char* argv0) {
                "[--device N] [--only decode|prefill|quantize|dequantize] "
                "[--lengths 4096,32768,131072] [--batches 1,16] [--prefill-lengths 1024,4096] "
                "[--chunked NEW:PREFIX,...] [--prefill-verify-max TOKENS (default 32768)] "
-               "[--prefill-math int8|fp16|both] "
+               "[--prefill-math int8|fp16|both] [--prefill-staged off|on] "
                "[--decode-math int8|fp16|both] [--decode-rows all|graph] [--codec-layers 32,80]\n",
                argv0);
   return 64;
@@ -661,6 +708,10 @@ int Main(int argc, char** argv) {
     if (flag == "--prefill-math") {
       opt.prefill_math = v;
       return opt.prefill_math == "int8" || opt.prefill_math == "fp16" || opt.prefill_math == "both";
+    }
+    if (flag == "--prefill-staged") {
+      opt.prefill_staged = std::string_view(v) == "on";
+      return opt.prefill_staged || std::string_view(v) == "off";
     }
     if (flag == "--decode-math") {
       opt.decode_math = v;
@@ -749,13 +800,21 @@ int Main(int argc, char** argv) {
     if (opt.prefill_math != "int8") maths.push_back(HackPrefillMath::kDequantFp16);
     for (const HackPrefillMath math : maths) {
       const std::string name = math == HackPrefillMath::kDequantFp16 ? " fp16" : " int8";
-      for (std::uint32_t tokens : opt.prefill_lengths) {
-        report(MeasurePrefill(tokens, 0, math, *info, *ws, stream->get(), opt),
-               "prefill tokens " + std::to_string(tokens) + name);
+      std::vector<Staging> stagings = {Staging::kNone};
+      if (opt.prefill_staged && math == HackPrefillMath::kDequantFp16) {
+        stagings = {Staging::kNone, Staging::kWhole, Staging::kStageOnly};
       }
-      for (const auto& [queries, prefix] : opt.chunked) {
-        report(MeasurePrefill(queries, prefix, math, *info, *ws, stream->get(), opt),
-               "prefill " + std::to_string(queries) + " over " + std::to_string(prefix) + name);
+      std::vector<std::pair<std::uint32_t, std::uint32_t>> shapes;  // {new tokens, cached}
+      for (std::uint32_t tokens : opt.prefill_lengths) shapes.emplace_back(tokens, 0u);
+      shapes.insert(shapes.end(), opt.chunked.begin(), opt.chunked.end());
+      for (const auto& [queries, prefix] : shapes) {
+        for (const Staging staging : stagings) {
+          report(MeasurePrefill(queries, prefix, math, staging, *info, *ws, stream->get(), opt),
+                 "prefill " + std::to_string(queries) + " over " + std::to_string(prefix) + name +
+                     (staging == Staging::kWhole       ? " staged"
+                      : staging == Staging::kStageOnly ? " staging only"
+                                                       : ""));
+        }
       }
     }
   }

@@ -1466,12 +1466,17 @@ Status EnqueueHackDecodeAttention(const HackKvCache& kv, const HackDecodeArgs& a
   return Launch(params, kv.head_dim, stream, kFn);
 }
 
-Status EnqueueHackPrefillAttention(const HackKvCache& kv, const HackPrefillArgs& args,
-                                   HackAttentionWorkspace& workspace, cudaStream_t stream) {
-  constexpr const char* kFn = "hack GPU prefill attention";
+namespace {
+
+// Validates and enqueues a prefill call (`buffer`, `max_counters`: the workspace's), or with
+// staging_only only its staging kernel (EnqueueHackPrefillStaging).
+Status EnqueuePrefill(const HackKvCache& kv, const HackPrefillArgs& args,
+                      HackAttentionWorkspace& workspace, DeviceBuffer& buffer,
+                      std::uint32_t max_counters, cudaStream_t stream, bool staging_only) {
+  const char* const kFn = staging_only ? "hack GPU prefill staging" : "hack GPU prefill attention";
   HackAttentionParams params{};
   KVD_RETURN_IF_ERROR(CheckKv(kFn, kv, args.q_heads, args.softmax_scale, params));
-  if (workspace.device_.data() == nullptr) {
+  if (buffer.data() == nullptr) {
     return InvalidArgument(std::string(kFn) + ": workspace was not created");
   }
   const HackAttentionSeq& seq = args.seq;
@@ -1514,7 +1519,31 @@ Status EnqueueHackPrefillAttention(const HackKvCache& kv, const HackPrefillArgs&
   params.tiles = (args.queries + params.queries_per_tile - 1) / params.queries_per_tile;
   params.first_position = args.first_position;
   params.prefill = 1;
-  BindWorkspace(workspace, workspace.device_, workspace.max_counters_, params);
+  BindWorkspace(workspace, buffer, max_counters, params);
+  const std::uint64_t staging = HackPrefillStagingBytes(kv, args);
+  if (args.staging != nullptr && staging > 0) {
+    if (args.staging_bytes < staging) {
+      return InvalidArgument(std::string(kFn) + ": the staging scratch of " +
+                             std::to_string(args.staging_bytes) +
+                             " bytes is too small: this call needs " + std::to_string(staging) +
+                             " bytes (HackPrefillStagingBytes)");
+    }
+    if (!Aligned(args.staging, 16)) {
+      return InvalidArgument(std::string(kFn) + ": the staging scratch must be 16-byte aligned");
+    }
+    params.prefill_stages = static_cast<std::uint8_t*>(args.staging);
+    params.prefill_stage_tiles =
+        static_cast<std::uint32_t>(staging / (std::uint64_t{kv.kv_heads} * kHackPrefillStageBytes));
+  }
+  if (staging_only) {
+    if (params.prefill_stages == nullptr) {
+      return InvalidArgument(std::string(kFn) +
+                             ": the call does not stage (needs kDequantFp16, head_dim 128 and a "
+                             "staging scratch)");
+    }
+    KVD_CUDA_RETURN_IF_ERROR(LaunchHackPrefillFp16Staging(params, stream), kFn);
+    return Status::Ok();
+  }
   if (args.math == HackPrefillMath::kDequantFp16) {
     // Grid: ceil(queries / (128 / group)) x kv_heads, within CUDA's limits for any 32-bit count.
     const cudaError_t err = kv.head_dim == 64 ? LaunchHackPrefillFp16<64>(params, stream)
@@ -1535,6 +1564,20 @@ Status EnqueueHackPrefillAttention(const HackKvCache& kv, const HackPrefillArgs&
     return InvalidArgument(std::string(kFn) + ": too many queries for one launch");
   }
   return Launch(params, kv.head_dim, stream, kFn);
+}
+
+}  // namespace
+
+Status EnqueueHackPrefillStaging(const HackKvCache& kv, const HackPrefillArgs& args,
+                                 HackAttentionWorkspace& workspace, cudaStream_t stream) {
+  return EnqueuePrefill(kv, args, workspace, workspace.device_, workspace.max_counters_, stream,
+                        true);
+}
+
+Status EnqueueHackPrefillAttention(const HackKvCache& kv, const HackPrefillArgs& args,
+                                   HackAttentionWorkspace& workspace, cudaStream_t stream) {
+  return EnqueuePrefill(kv, args, workspace, workspace.device_, workspace.max_counters_, stream,
+                        false);
 }
 
 Status FinishHackAttention(HackAttentionWorkspace& workspace, cudaStream_t stream) {

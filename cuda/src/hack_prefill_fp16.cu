@@ -22,6 +22,8 @@
 //     stages signalled by mbarriers, two consumer warpgroups (64 rows each) multiply on wgmma
 //     (m64n64k16 for S, m64n128k16 for P V, A from registers, B read by the tensor cores from
 //     shared memory through 128-byte-swizzle descriptors), taking turns on the tensor cores.
+//     Staged (HackPrefillArgs::staging): HackPrefillFp16StageKernel first writes every tile's stage
+//     image once per call to a global scratch, and the producer only bulk-copies them (TMA).
 //   - HackPrefillFp16Kernel (head_dim 64, and other targets): 8 warps on mma.sync m16n8k16 with
 //     ldmatrix B fragments; every thread loads the next tile's words before this tile's math and
 //     unpacks them into the other of two stages after it (one __syncthreads per tile).
@@ -158,6 +160,22 @@ __device__ __forceinline__ void MbarWait(std::uint32_t bar, std::uint32_t parity
   } while (done == 0);
   __syncwarp();  // reconverged for the .aligned instructions that follow
 }
+// Arrives at mbarrier `bar` and adds `bytes` to the transaction count its phase waits for.
+__device__ __forceinline__ void MbarArriveExpectTx(std::uint32_t bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+// Bulk asynchronous copy (TMA, 1-D) of `bytes` (a multiple of 16) from global `src` to shared `dst`
+// (both 16-byte aligned), completing `bytes` transactions on mbarrier `bar`.
+__device__ __forceinline__ void BulkCopyToShared(std::uint32_t dst, const void* src,
+                                                 std::uint32_t bytes, std::uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
 // Named barrier `id` (1..15) over `count` threads: wait for it, or only arrive at it.
 __device__ __forceinline__ void NamedBarSync(std::uint32_t id, std::uint32_t count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
@@ -273,6 +291,10 @@ struct Tile {
   std::int32_t block;  // -1: unquantized (sinks or tail)
 };
 
+__host__ __device__ inline std::uint32_t Min(std::uint32_t a, std::uint32_t b) {
+  return a < b ? a : b;
+}
+
 struct SeqGeometry {
   std::uint32_t sinks, blocks, tail_begin, tokens, sink_tiles;
   // The sequence's layout at head_dim D, and its tiles.
@@ -287,15 +309,15 @@ struct SeqGeometry {
     lay.sinks = p.prefill_seq.sinks;
     return lay;
   }
-  static __device__ SeqGeometry Of(const hack::Layout& lay) {
+  static __host__ __device__ SeqGeometry Of(const hack::Layout& lay) {
     return {lay.sinks, lay.blocks(), lay.tail_begin(), lay.tokens, (lay.sinks + kP - 1) / kP};
   }
   // Number of tiles that start at or before `max_key` (tiles start in increasing position order;
   // tile 0 starts at 0, so at least 1).
-  __device__ std::uint32_t Count(std::uint32_t max_key) const {
-    const std::uint32_t last = min(max_key, tokens - 1u);
-    std::uint32_t n = min(sink_tiles, last / kP + 1u);
-    if (last >= sinks && blocks > 0) n += min(blocks, (last - sinks) / kP + 1u);
+  __host__ __device__ std::uint32_t Count(std::uint32_t max_key) const {
+    const std::uint32_t last = Min(max_key, tokens - 1u);
+    std::uint32_t n = Min(sink_tiles, last / kP + 1u);
+    if (last >= sinks && blocks > 0) n += Min(blocks, (last - sinks) / kP + 1u);
     if (last >= tail_begin) n += (last - tail_begin) / kP + 1u;
     return n;
   }
@@ -747,7 +769,9 @@ constexpr std::uint32_t kProducerRegs = 88;
 constexpr std::uint32_t kConsumerRegs = 208;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536 / kWsThreads / 8 * 8 * kWsThreads);
 constexpr std::uint32_t kWsSmem = kStages * Fp16Geo<128>::kStageBytes + 1024;
+static_assert(Fp16Geo<128>::kStageBytes == kHackPrefillStageBytes);
 
+template <bool kStaged>
 __global__ void __launch_bounds__(kWsThreads, 1)
     HackPrefillFp16WsKernel(const __grid_constant__ HackAttentionParams p) {
 #if defined(KVDEPOT_HACK_PREFILL_WGMMA)
@@ -760,8 +784,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const std::uint32_t full0 = SharedAddress(&bars[0]), empty0 = SharedAddress(&bars[kStages]);
   if (tid == 0) {
     for (std::uint32_t s = 0; s < kStages; ++s) {
-      MbarInit(full0 + 8u * s, 128);
+      MbarInit(full0 + 8u * s, kStaged ? 1u : 128u);
       MbarInit(empty0 + 8u * s, 8);
+    }
+    if constexpr (kStaged) {  // the inits visible to the bulk copies (async proxy)
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      FenceProxyAsync();
     }
   }
   __syncthreads();
@@ -770,6 +798,29 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   if (warp < 4) {  // ---- producer ----
     SetMaxNReg<kProducerRegs, false>();
+    if constexpr (kStaged) {
+      // Staged: lane 0 of warp 0 copies each tile's image (written by HackPrefillFp16StageKernel)
+      // into its stage with one bulk copy, which completes the stage's full barrier (count 1: the
+      // arrival with the expected bytes, then the copy's transactions). The copy writes through
+      // the async proxy, as the wgmmas read: no proxy fence.
+      if (warp == 0) {
+        const std::uint32_t n_tiles =
+            SeqGeometry::Of(SeqGeometry::LayoutOf<D>(p)).Count(cq.max_key);
+        const std::uint8_t* const images =
+            p.prefill_stages + std::uint64_t{blockIdx.y} * p.prefill_stage_tiles * G::kStageBytes;
+        for (std::uint32_t i = 0; i < n_tiles; ++i) {
+          const std::uint32_t st = i % kStages;
+          if (i >= kStages) MbarWait(empty0 + 8u * st, (i / kStages + 1u) & 1u);
+          if (lane == 0) {
+            MbarArriveExpectTx(full0 + 8u * st, G::kStageBytes);
+            BulkCopyToShared(smem_base + st * G::kStageBytes,
+                             images + std::uint64_t{i} * G::kStageBytes, G::kStageBytes,
+                             full0 + 8u * st);
+          }
+        }
+      }
+      return;
+    }
     const KvSource<D, 128> src(p, tid, blockIdx.y);
     const std::uint32_t n_tiles = src.geo.Count(cq.max_key);
     typename KvSource<D, 128>::Raw raw;
@@ -874,7 +925,28 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #endif
 }
 
-std::atomic<std::size_t> g_fp16_smem[3][kMaxDevices];
+// Staging kernel ("dequantize once", head_dim 128): CTA (x, y) fills key tile x of KV head y —
+// the stage image the warp-specialised kernel's producer builds, by the same code (KvSource<128,
+// 128>::Fill: same loads, unpack, swizzle and permutations, so the same bits) — in shared memory,
+// then copies it to image y * prefill_stage_tiles + x of the scratch (32 KiB each, byte for byte:
+// the swizzle depends only on offsets inside the stage).
+__global__ void __launch_bounds__(128)
+    HackPrefillFp16StageKernel(const __grid_constant__ HackAttentionParams p) {
+  constexpr int D = 128;
+  using G = Fp16Geo<D>;
+  extern __shared__ __align__(128) std::uint8_t smem_raw[];
+  const KvSource<D, 128> src(p, threadIdx.x, blockIdx.y);
+  src.Fill(src.geo.At(blockIdx.x), smem_raw);
+  __syncthreads();
+  auto* const dst = reinterpret_cast<uint4*>(
+      p.prefill_stages +
+      (std::uint64_t{blockIdx.y} * p.prefill_stage_tiles + blockIdx.x) * G::kStageBytes);
+  const auto* const from = reinterpret_cast<const uint4*>(smem_raw);
+#pragma unroll 4
+  for (std::uint32_t i = threadIdx.x; i < G::kStageBytes / 16u; i += 128u) dst[i] = from[i];
+}
+
+std::atomic<std::size_t> g_fp16_smem[4][kMaxDevices];
 std::atomic<int> g_compute_capability[kMaxDevices];  // major * 10 + minor; 0: not asked yet
 
 // Whether the current device runs the warp-specialised kernel: compute capability 9.0 (whose
@@ -909,10 +981,17 @@ cudaError_t LaunchHackPrefillFp16(const HackAttentionParams& params, cudaStream_
     const cudaError_t err = UseWarpSpecialised(&ws);
     if (err != cudaSuccess) return err;
   }
+  const bool staged = ws && params.prefill_stages != nullptr;
+  if (staged) {
+    const cudaError_t err = LaunchHackPrefillFp16Staging(params, stream);
+    if (err != cudaSuccess) return err;
+  }
   const std::size_t smem = ws ? kWsSmem : Fp16Geo<HeadDim>::kSmem;
-  const cudaError_t err = ws ? ConfigureSharedMemory(HackPrefillFp16WsKernel, smem, g_fp16_smem[2])
-                             : ConfigureSharedMemory(HackPrefillFp16Kernel<HeadDim>, smem,
-                                                     g_fp16_smem[HeadDim == 64 ? 0 : 1]);
+  const cudaError_t err =
+      staged ? ConfigureSharedMemory(HackPrefillFp16WsKernel<true>, smem, g_fp16_smem[3])
+      : ws   ? ConfigureSharedMemory(HackPrefillFp16WsKernel<false>, smem, g_fp16_smem[2])
+             : ConfigureSharedMemory(HackPrefillFp16Kernel<HeadDim>, smem,
+                                     g_fp16_smem[HeadDim == 64 ? 0 : 1]);
   if (err != cudaSuccess) return err;
   const std::uint32_t tokens_per_cta = kRows / params.group;
   cudaLaunchConfig_t config{};
@@ -920,8 +999,39 @@ cudaError_t LaunchHackPrefillFp16(const HackAttentionParams& params, cudaStream_
   config.blockDim = dim3(ws ? kWsThreads : kThreads);
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  return ws ? cudaLaunchKernelEx(&config, HackPrefillFp16WsKernel, params)
-            : cudaLaunchKernelEx(&config, HackPrefillFp16Kernel<HeadDim>, params);
+  return staged ? cudaLaunchKernelEx(&config, HackPrefillFp16WsKernel<true>, params)
+         : ws   ? cudaLaunchKernelEx(&config, HackPrefillFp16WsKernel<false>, params)
+                : cudaLaunchKernelEx(&config, HackPrefillFp16Kernel<HeadDim>, params);
+}
+
+cudaError_t LaunchHackPrefillFp16Staging(const HackAttentionParams& params, cudaStream_t stream) {
+  if (params.prefill_stages == nullptr || params.prefill_stage_tiles == 0 || params.kv_heads == 0) {
+    return cudaErrorInvalidValue;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(params.prefill_stage_tiles, params.kv_heads);
+  config.blockDim = dim3(128);
+  config.dynamicSmemBytes = Fp16Geo<128>::kStageBytes;
+  config.stream = stream;
+  return cudaLaunchKernelEx(&config, HackPrefillFp16StageKernel, params);
+}
+
+std::uint64_t HackPrefillStagingBytes(const HackKvCache& kv, const HackPrefillArgs& args) {
+  if (args.math != HackPrefillMath::kDequantFp16 || kv.head_dim != 128 || args.queries == 0 ||
+      args.seq.tokens == 0 || args.seq.sinks > args.seq.tokens) {
+    return 0;
+  }
+  hack::Layout lay;
+  lay.layers = kv.layers;
+  lay.tokens = args.seq.tokens;
+  lay.heads = kv.kv_heads;
+  lay.dim = kv.head_dim;
+  lay.partition = kP;
+  lay.sinks = args.seq.sinks;
+  const std::uint64_t last = std::uint64_t{args.first_position} + args.queries - 1u;
+  const std::uint32_t tiles = SeqGeometry::Of(lay).Count(
+      static_cast<std::uint32_t>(last < lay.tokens ? last : lay.tokens - 1u));
+  return std::uint64_t{kv.kv_heads} * tiles * kHackPrefillStageBytes;
 }
 
 template cudaError_t LaunchHackPrefillFp16<64>(const HackAttentionParams&, cudaStream_t);

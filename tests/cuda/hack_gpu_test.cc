@@ -3,7 +3,8 @@
 // tolerance of the float64 homomorphic references (kvdepot::HackDecodeAttentionBatch /
 // HackPrefillAttention with INT8 Q and P), paged == contiguous, NaN queries, argument errors;
 // batched quantize chunk by chunk; the fp16 prefill path within its tolerance of attention over the
-// dequantized KV (kvdepot::PrefillAttention over DequantizeHack).
+// dequantized KV (kvdepot::PrefillAttention over DequantizeHack), and staged (HackPrefillArgs::
+// staging) equal to unstaged bit for bit.
 #include "kvdepot/cuda/hack.h"
 
 #include <gtest/gtest.h>
@@ -178,6 +179,36 @@ TEST(NoDeviceHackGpu, ArgumentErrorsBeforeTouchingTheDevice) {
   EXPECT_EQ(code(), StatusCode::kInvalidArgument);  // workspace not created, no sequences
   kv.page_blocks = 4;                               // paged without a pool
   EXPECT_EQ(code(), StatusCode::kInvalidArgument);
+}
+
+// The staging scratch's size: kv_heads x the call's key tiles x 32 KiB, at head_dim 128 with
+// kDequantFp16 only.
+TEST(NoDeviceHackGpu, PrefillStagingBytesCountTheCallsKeyTiles) {
+  HackKvCache kv;
+  kv.layers = 2;
+  kv.kv_heads = 2;
+  kv.head_dim = 128;
+  HackPrefillArgs a;
+  a.math = HackPrefillMath::kDequantFp16;
+  a.seq.tokens = 1000;
+  a.seq.sinks = 4;
+  a.first_position = 900;
+  a.queries = 100;
+  // 1 sink tile, 15 blocks (positions 4..963), 1 tail tile (964..999).
+  EXPECT_EQ(HackPrefillStagingBytes(kv, a), 2u * 17u * kHackPrefillStageBytes);
+  a.first_position = 0;
+  a.queries = 68;  // keys 0..67: the sink tile and block 0
+  EXPECT_EQ(HackPrefillStagingBytes(kv, a), 2u * 2u * kHackPrefillStageBytes);
+  a.seq.sinks = 0;
+  a.seq.tokens = 4096;
+  a.queries = 4096;
+  kv.kv_heads = 8;
+  EXPECT_EQ(HackPrefillStagingBytes(kv, a), std::uint64_t{16} << 20);  // the 4K prompt
+  a.math = HackPrefillMath::kHomomorphicInt8;
+  EXPECT_EQ(HackPrefillStagingBytes(kv, a), 0u);
+  a.math = HackPrefillMath::kDequantFp16;
+  kv.head_dim = 64;
+  EXPECT_EQ(HackPrefillStagingBytes(kv, a), 0u);
 }
 
 // ---- quantize / dequantize ----
@@ -992,9 +1023,10 @@ TEST(HackGpu, ChunkedPrefillOverACachedPrefixMatchesTheCpuReference) {
 // ---- the dequantize-on-load prefill (HackPrefillMath::kDequantFp16) ----
 
 // Runs the fp16 prefill of `queries` (fp32 [n][q_heads][dim]) from `first_position`; out and lse.
+// With `staged`, through a staging scratch of HackPrefillStagingBytes (+ 16) bytes.
 GpuResult RunPrefillFp16(const HackKvCache& kv, const HackAttentionSeq& seq,
                          std::uint32_t first_position, const std::vector<float>& q,
-                         std::uint32_t q_heads, HackAttentionWorkspace& ws) {
+                         std::uint32_t q_heads, HackAttentionWorkspace& ws, bool staged = false) {
   GpuResult r;
   const std::size_t n = q.size() / (std::size_t{q_heads} * kv.head_dim);
   DeviceBuffer d_q = Dev(q.data(), q.size());
@@ -1009,6 +1041,12 @@ GpuResult RunPrefillFp16(const HackKvCache& kv, const HackAttentionSeq& seq,
   a.out = d_out.as<float>();
   a.lse = d_lse.as<float>();
   a.math = HackPrefillMath::kDequantFp16;
+  DeviceBuffer scratch;
+  if (staged) {
+    a.staging_bytes = HackPrefillStagingBytes(kv, a) + 16;
+    scratch = DevAlloc(a.staging_bytes);
+    a.staging = scratch.data();
+  }
   r.status = EnqueueHackPrefillAttention(kv, a, ws, nullptr);
   if (r.status.ok()) r.status = FinishHackAttention(ws, nullptr);
   r.out.resize(q.size());
@@ -1043,16 +1081,22 @@ void ExpectCloseFp16(const std::vector<double>& ref, const std::vector<float>& g
   std::printf("[ info ] %s: rel L2 %.3g, worst (query, head) %.3g\n", label.c_str(), rel, worst);
 }
 
-// The fp16 path against attention over the dequantized KV (PrefillAttention over DequantizeHack
-// to fp32), on the chunked-prefill shapes: T_new in {1, 17, 255} x T_prefix in {0, 1, 64, 1000},
-// both head_dims, fp16 and bf16 KV, 2 KV heads with GQA groups 8 and 3 (3: CTAs of 42 tokens),
-// 4 sinks on every other sequence (an unquantized tile before the blocks); the lse is the log of
-// the normaliser (finite).
-TEST(HackGpu, DequantFp16PrefillMatchesAttentionOverTheDequantizedKv) {
-  KVD_REQUIRE_GPU();
-  std::uint64_t seed = 12000;
-  auto ws = HackAttentionWorkspace::Create();
-  ASSERT_TRUE(ws.ok()) << ws.status().ToString();
+// One shape of the fp16-prefill tests: a sequence of prefix + fresh tokens (2 layers, 2 KV heads)
+// whose layer `layer` is attended, its container on the device, and `fresh` random queries.
+struct Fp16PrefillCase {
+  std::uint32_t dim, prefix, fresh, q_heads, layer;
+  GpuSeq s;
+  HackKvCache kv;
+  std::vector<float> q;
+  std::string label;
+};
+
+// Calls fn(c) for each chunked-prefill shape: T_new in {1, 17, 255} x T_prefix in {0, 1, 64, 1000},
+// both head_dims, fp16 and bf16 KV, 2 KV heads with GQA groups 8 and 3 (3: CTAs of 42 tokens), 4
+// sinks on every other sequence (an unquantized tile before the blocks); seeds from `seed` on.
+// Stops at the first fatal failure.
+template <typename Fn>
+void ForEachFp16PrefillCase(std::uint64_t seed, Fn&& fn) {
   for (std::uint32_t dim : {64u, 128u}) {
     for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
       for (std::uint32_t prefix : {0u, 1u, 64u, 1000u}) {
@@ -1063,29 +1107,50 @@ TEST(HackGpu, DequantFp16PrefillMatchesAttentionOverTheDequantizedKv) {
           HackOptions o;
           o.sinks = seed % 4 < 2 ? 4 : 0;
           ++seed;
-          const GpuSeq s = MakeSeq(t, o);
-          const std::vector<float> q = RandomQueries(std::size_t{fresh} * q_heads * dim, seed * 7);
-          AttentionOptions ao;
-          ao.q_heads = q_heads;
-          const KvTensor deq = DequantizeHack(s.chunk, DType::kFloat32);
-          Result<AttentionResult> ref = PrefillAttention(deq.view(), layer, q, prefix, ao);
-          ASSERT_TRUE(ref.ok()) << ref.status().ToString();
-          const GpuResult got =
-              RunPrefillFp16(KvFor(t, dtype, layer), s.desc, prefix, q, q_heads, *ws);
-          ASSERT_TRUE(got.status.ok()) << got.status.ToString();
-          ExpectCloseFp16(ref->out, got.out, dim,
-                          "fp16 prefill d" + std::to_string(dim) + " " +
-                              std::string(DTypeName(dtype)) + " g" + std::to_string(group) +
-                              " sinks " + std::to_string(o.sinks) + " prefix " +
-                              std::to_string(prefix) + " new " + std::to_string(fresh));
-          for (float v : got.lse) ASSERT_TRUE(std::isfinite(v));
+          Fp16PrefillCase c{dim,
+                            prefix,
+                            fresh,
+                            q_heads,
+                            layer,
+                            MakeSeq(t, o),
+                            KvFor(t, dtype, layer),
+                            RandomQueries(std::size_t{fresh} * q_heads * dim, seed * 7),
+                            "d"};
+          c.label += std::to_string(dim);  // by +=: GCC 12 -O3 -Wrestrict false positive
+          c.label += ' ';
+          c.label += DTypeName(dtype);
+          c.label += " g" + std::to_string(group) + " sinks " + std::to_string(o.sinks) +
+                     " prefix " + std::to_string(prefix) + " new " + std::to_string(fresh);
+          fn(c);
+          if (::testing::Test::HasFatalFailure()) return;
         }
       }
     }
   }
 }
 
-// Paged KV (pages at shuffled pool positions) gives the same bits as the contiguous chunk.
+// The fp16 path against attention over the dequantized KV (PrefillAttention over DequantizeHack
+// to fp32), on the chunked-prefill shapes (ForEachFp16PrefillCase); the lse is the log of the
+// normaliser (finite).
+TEST(HackGpu, DequantFp16PrefillMatchesAttentionOverTheDequantizedKv) {
+  KVD_REQUIRE_GPU();
+  auto ws = HackAttentionWorkspace::Create();
+  ASSERT_TRUE(ws.ok()) << ws.status().ToString();
+  ForEachFp16PrefillCase(12000, [&](const Fp16PrefillCase& c) {
+    AttentionOptions ao;
+    ao.q_heads = c.q_heads;
+    const KvTensor deq = DequantizeHack(c.s.chunk, DType::kFloat32);
+    Result<AttentionResult> ref = PrefillAttention(deq.view(), c.layer, c.q, c.prefix, ao);
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+    const GpuResult got = RunPrefillFp16(c.kv, c.s.desc, c.prefix, c.q, c.q_heads, *ws);
+    ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+    ExpectCloseFp16(ref->out, got.out, c.dim, "fp16 prefill " + c.label);
+    for (float v : got.lse) ASSERT_TRUE(std::isfinite(v));
+  });
+}
+
+// Paged KV (pages at shuffled pool positions) gives the same bits as the contiguous chunk, staged
+// (HackPrefillArgs::staging) or not.
 TEST(HackGpu, DequantFp16PrefillPagedEqualsContiguous) {
   KVD_REQUIRE_GPU();
   auto ws = HackAttentionWorkspace::Create();
@@ -1137,7 +1202,75 @@ TEST(HackGpu, DequantFp16PrefillPagedEqualsContiguous) {
     const GpuResult got = RunPrefillFp16(kv, paged, T - fresh, q, q_heads, *ws);
     ASSERT_TRUE(got.status.ok()) << got.status.ToString();
     EXPECT_EQ(std::memcmp(got.out.data(), want.out.data(), got.out.size() * 4), 0) << "d" << dim;
+    const GpuResult staged = RunPrefillFp16(kv, paged, T - fresh, q, q_heads, *ws, true);
+    ASSERT_TRUE(staged.status.ok()) << staged.status.ToString();
+    EXPECT_EQ(std::memcmp(staged.out.data(), want.out.data(), staged.out.size() * 4), 0)
+        << "staged d" << dim;
   }
+}
+
+// Staged (the staging kernel, then the warp-specialised kernel copying its images) gives the same
+// bits as unstaged on the chunked-prefill shapes (ForEachFp16PrefillCase); head_dim 64 ignores the
+// scratch.
+TEST(HackGpu, DequantFp16PrefillStagedEqualsUnstaged) {
+  KVD_REQUIRE_GPU();
+  auto ws = HackAttentionWorkspace::Create();
+  ASSERT_TRUE(ws.ok()) << ws.status().ToString();
+  ForEachFp16PrefillCase(12000, [&](const Fp16PrefillCase& c) {
+    const GpuResult want = RunPrefillFp16(c.kv, c.s.desc, c.prefix, c.q, c.q_heads, *ws);
+    ASSERT_TRUE(want.status.ok()) << want.status.ToString();
+    const GpuResult got = RunPrefillFp16(c.kv, c.s.desc, c.prefix, c.q, c.q_heads, *ws, true);
+    ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+    EXPECT_EQ(std::memcmp(got.out.data(), want.out.data(), got.out.size() * 4), 0) << c.label;
+    EXPECT_EQ(std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * 4), 0) << c.label;
+  });
+}
+
+// A staging scratch smaller than HackPrefillStagingBytes, or misaligned, is an error that names
+// the sizes; the staging alone needs a scratch.
+TEST(HackGpu, DequantFp16PrefillStagingScratchErrors) {
+  KVD_REQUIRE_GPU();
+  auto ws = HackAttentionWorkspace::Create();
+  ASSERT_TRUE(ws.ok()) << ws.status().ToString();
+  const std::uint32_t dim = 128, layers = 2, layer = 1, kv_heads = 2, group = 8;
+  const std::uint32_t q_heads = kv_heads * group, T = 1000, fresh = 300;
+  const KvTensor t = Synth({layers, T, kv_heads, dim}, DType::kBFloat16, 901);
+  HackOptions o;
+  o.sinks = 4;
+  const GpuSeq s = MakeSeq(t, o);
+  const std::vector<float> q = RandomQueries(std::size_t{fresh} * q_heads * dim, 77);
+  const HackKvCache kv = KvFor(t, DType::kBFloat16, layer);
+  // Too small by 16 bytes, and misaligned: errors, nothing launched.
+  DeviceBuffer d_q = Dev(q.data(), q.size());
+  DeviceBuffer d_out = DevAlloc(q.size() * 4);
+  HackPrefillArgs a;
+  a.seq = s.desc;
+  a.queries = fresh;
+  a.first_position = T - fresh;
+  a.q_heads = q_heads;
+  a.q = d_q.as<float>();
+  a.out = d_out.as<float>();
+  a.math = HackPrefillMath::kDequantFp16;
+  const std::uint64_t need = HackPrefillStagingBytes(kv, a);
+  ASSERT_EQ(need, std::uint64_t{kv_heads} * 17u * kHackPrefillStageBytes);
+  DeviceBuffer scratch = DevAlloc(need + 16);
+  a.staging = scratch.data();
+  a.staging_bytes = need - 16;
+  const Status small = EnqueueHackPrefillAttention(kv, a, *ws, nullptr);
+  EXPECT_EQ(small.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(small.message().find("staging scratch of " + std::to_string(need - 16) +
+                                 " bytes is too small: this call needs " + std::to_string(need) +
+                                 " bytes"),
+            std::string::npos)
+      << small.ToString();
+  EXPECT_EQ(EnqueueHackPrefillStaging(kv, a, *ws, nullptr).code(), StatusCode::kInvalidArgument);
+  a.staging = scratch.as<std::uint8_t>() + 8;
+  a.staging_bytes = need;
+  EXPECT_EQ(EnqueueHackPrefillAttention(kv, a, *ws, nullptr).code(), StatusCode::kInvalidArgument);
+  // Without a scratch the staging alone is refused (the call does not stage).
+  a.staging = nullptr;
+  EXPECT_EQ(EnqueueHackPrefillStaging(kv, a, *ws, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(FinishHackAttention(*ws, nullptr).ok());
 }
 
 // ---- the dequantize-on-load decode (HackDecodeMath::kDequantFp16) ----

@@ -305,7 +305,30 @@ struct HackPrefillArgs {
   float* out = nullptr;  // [queries][q_heads][head_dim]
   float* lse = nullptr;  // [queries][q_heads] or null
   HackPrefillMath math = HackPrefillMath::kHomomorphicInt8;
+  // Staging scratch ("dequantize once"; docs/hack-gpu.md, "Prefill attention: the fp16 path",
+  // staged path): device memory, 16-byte aligned, of staging_bytes bytes, or null. Used only where
+  // HackPrefillStagingBytes(kv, args) > 0 (kDequantFp16 at head_dim 128), and then staging_bytes
+  // must be at least that (kInvalidArgument naming both sizes otherwise; never a silent fallback).
+  // With it, on a compute-capability-9.0 device, the call runs two kernels on `stream`: one that
+  // unpacks every key tile of the call once per KV head into the scratch (the fp16 stage images
+  // the warp-specialised kernel's producer builds in shared memory, bit for bit), then the
+  // warp-specialised kernel whose producer only copies each image into its shared stage (one bulk
+  // asynchronous copy per tile) instead of unpacking it in every CTA that reads it: the same
+  // outputs, bit for bit, as without it. Elsewhere (head_dim 64, kHomomorphicInt8, or a device
+  // whose kernel is not the warp-specialised one) it is ignored. The scratch is written and read
+  // by this call only (stream-ordered): one scratch may serve every call on one stream.
+  void* staging = nullptr;
+  std::uint64_t staging_bytes = 0;
 };
+
+// Bytes of the staging scratch (HackPrefillArgs::staging) the call `args` on `kv` needs: kv_heads x
+// the key tiles of positions 0 .. first_position + queries - 1 (64 keys each: the sink tiles, the
+// quantized blocks, the tail's runs) x 32 KiB (a 64-key fp16 K tile and its Vᵀ) for kDequantFp16
+// at head_dim 128; 0 where the call does not stage (kHomomorphicInt8, head_dim 64, queries 0).
+// Host only, device-independent, touches no device: an engine sizes one scratch for its longest
+// call (4K prompt, 8 KV heads: 16 MiB; 32K tokens: 128 MiB).
+std::uint64_t HackPrefillStagingBytes(const HackKvCache& kv, const HackPrefillArgs& args);
+inline constexpr std::uint64_t kHackPrefillStageBytes = 32768;  // one staged tile (head_dim 128)
 
 // Kernel parameters, passed by value (built by the Enqueue functions).
 struct HackAttentionParams {
@@ -346,6 +369,8 @@ struct HackAttentionParams {
   std::uint32_t warps;             // warps per CTA, 1..16
   std::uint32_t twin_warps;        // 1: two warps per block, each half of head_dim (decode, 128;
                                    // warps is then even)
+  std::uint8_t* prefill_stages;  // fp16 prefill staging scratch (HackPrefillArgs::staging) or null
+  std::uint32_t prefill_stage_tiles;  // its key tiles per KV head (images of 32 KiB each)
 };
 
 // Enqueues the attention kernel (grid: tiles * kv_heads * splits CTAs of `warps` warps; dynamic
@@ -362,10 +387,16 @@ std::size_t HackAttentionSharedBytes(std::uint32_t warps);
 // memory, sm_90a SASS needed (a build without it reports through the error word); otherwise 256
 // threads, 2 x 64 x head_dim x 4 bytes (+ 1 KiB)). Reads q, out, lse, prefill_seq, the paged
 // fields, error, scale_log2, layers, layer, kv_heads, q_heads, group, tail_bf16, queries and
-// first_position of `params`. Defined ONLY for HeadDim in {64, 128}; prefer
-// EnqueueHackPrefillAttention with args.math = kDequantFp16.
+// first_position of `params`, and prefill_stages / prefill_stage_tiles: when prefill_stages is
+// non-null and the warp-specialised kernel runs, the staging kernel (grid prefill_stage_tiles x
+// kv_heads CTAs of 128 threads, 32 KiB of dynamic shared memory) runs first and the
+// warp-specialised kernel copies its images (prefill_stage_tiles must be the call's tile count, as
+// HackPrefillStagingBytes counts them; the scratch that many 32 KiB images per KV head). Defined
+// ONLY for HeadDim in {64, 128}; prefer EnqueueHackPrefillAttention with args.math = kDequantFp16.
 template <int HeadDim>
 cudaError_t LaunchHackPrefillFp16(const HackAttentionParams& params, cudaStream_t stream);
+// The staging kernel alone (what LaunchHackPrefillFp16 runs first with prefill_stages set).
+cudaError_t LaunchHackPrefillFp16Staging(const HackAttentionParams& params, cudaStream_t stream);
 
 // The dequantize-on-load decode kernel (HackDecodeMath::kDequantFp16; grid: tiles * kv_heads *
 // splits CTAs of `warps` (1..kHackDecodeFp16MaxWarps) warps, sized as for the homomorphic decode
@@ -388,6 +419,8 @@ class HackAttentionWorkspace {
                                            HackAttentionWorkspace&, cudaStream_t);
   friend Status EnqueueHackPrefillAttention(const HackKvCache&, const HackPrefillArgs&,
                                             HackAttentionWorkspace&, cudaStream_t);
+  friend Status EnqueueHackPrefillStaging(const HackKvCache&, const HackPrefillArgs&,
+                                          HackAttentionWorkspace&, cudaStream_t);
   friend Status FinishHackAttention(HackAttentionWorkspace&, cudaStream_t);
   int sm_count_ = 0;
   std::uint32_t max_counters_ = 0;
@@ -403,9 +436,17 @@ class HackAttentionWorkspace {
 Status EnqueueHackDecodeAttention(const HackKvCache& kv, const HackDecodeArgs& args,
                                   HackAttentionWorkspace& workspace, cudaStream_t stream);
 
-// The same for causal prefill over one sequence (its descriptor is validated on the host).
+// The same for causal prefill over one sequence (its descriptor is validated on the host). With
+// args.staging (kDequantFp16, head_dim 128): see HackPrefillArgs::staging.
 Status EnqueueHackPrefillAttention(const HackKvCache& kv, const HackPrefillArgs& args,
                                    HackAttentionWorkspace& workspace, cudaStream_t stream);
+
+// Only the first of a staged call's two kernels: validates as EnqueueHackPrefillAttention (args
+// must carry a large enough staging scratch; kInvalidArgument when the call does not stage) and
+// enqueues the staging kernel, which fills the scratch (on any device; only a compute-capability-
+// 9.0 device's attention kernel reads it). For benchmarks timing the staging alone.
+Status EnqueueHackPrefillStaging(const HackKvCache& kv, const HackPrefillArgs& args,
+                                 HackAttentionWorkspace& workspace, cudaStream_t stream);
 
 // Synchronises `stream` and reports descriptor errors found by the kernels since the last Finish
 // (kInvalidArgument naming the sequence and what is wrong), or a CUDA error.

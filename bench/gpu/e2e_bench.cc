@@ -11,7 +11,9 @@
 //    not share), release; quantize the --new new tokens' KV into the next pages (the kernel's
 //    contract: full 64-token blocks are quantized, only an unfinished last block stays in the tail;
 //    --new is a multiple of 256, so there is none); prefill them over the whole sequence with
-//    HackPrefillMath::kDequantFp16 for every layer. Time to first token = all of that.
+//    HackPrefillMath::kDequantFp16 for every layer, with a staging scratch (the staged path: each
+//    layer's KV tiles unpacked once per call, docs/hack-gpu.md) unless --prefill-staged off. Time
+//    to first token = all of that.
 //  * then --decode decode steps, each over every layer with the default decode math: step s
 //    attends to P + new + s + 1 tokens (its unfinished block in the tail; at s = 63 the block is
 //    complete and quantized into a page); the steps' launches are captured into one CUDA graph
@@ -26,6 +28,7 @@
 //
 //   kvdepot_e2e_bench --addr unix:PATH [--prefixes 8192,32768] [--new 1024] [--decode 64]
 //                     [--layers 32] [--q-heads 32] [--kv-heads 8] [--head-dim 128] [--reps 5]
+//                     [--prefill-staged on|off]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -54,6 +57,7 @@ struct Options {
   std::string addr;
   std::vector<std::uint32_t> prefixes{8192, 32768};
   std::uint32_t new_tokens = 1024, decode = 64, q_heads = 32, reps = 5;
+  bool prefill_staged = true;  // pass HackPrefillArgs::staging (one scratch for every layer)
   KvShape shape{32, kChunkTokens, 8, 128};
 };
 
@@ -137,6 +141,13 @@ int main(int argc, char** argv) {
       o.shape.head_dim = v;
     } else if (a == "--reps") {
       o.reps = v;
+    } else if (a == "--prefill-staged") {
+      const std::string on = argv[i + 1];
+      if (on != "on" && on != "off") {
+        std::fprintf(stderr, "--prefill-staged: on or off\n");
+        return 1;
+      }
+      o.prefill_staged = on == "on";
     } else {
       std::fprintf(stderr, "kvdepot_e2e_bench: unknown argument %s\n", a.c_str());
       return 1;
@@ -333,6 +344,9 @@ int main(int argc, char** argv) {
         check(cuda::FinishQuantizeHackBatch(shape, err, stream));
       }
     };
+    // One staging scratch serves every layer's prefill (the calls run one after another on
+    // `stream`); sized for this prefix, as an engine sizes one for its longest call.
+    cuda::DeviceBuffer staging;
     auto prefill_args = [&](std::uint32_t layer) {
       cuda::HackPrefillArgs a;
       a.seq.tokens = total;
@@ -342,8 +356,17 @@ int main(int argc, char** argv) {
       a.q = q->as<float>();
       a.out = out->as<float>() + layer * q_elems;
       a.math = cuda::HackPrefillMath::kDequantFp16;
+      a.staging = staging.data();
+      a.staging_bytes = staging.size();
       return a;
     };
+    const std::uint64_t staging_bytes =
+        o.prefill_staged ? cuda::HackPrefillStagingBytes(kv, prefill_args(0)) : 0;
+    if (staging_bytes > 0) {
+      auto buffer = cuda::DeviceBuffer::Allocate(staging_bytes);
+      if (!buffer.ok()) return Fail("alloc staging scratch", buffer.status());
+      staging = std::move(*buffer);
+    }
     auto prefill_all = [&] {
       for (std::uint32_t l = 0; l < shape.layers; ++l) {
         kv.layer = l;
@@ -559,16 +582,17 @@ int main(int argc, char** argv) {
         "\"layers\": %u, \"q_heads\": %u, \"kv_heads\": %u, \"head_dim\": %u, "
         "\"hack_chunk_bytes\": %zu, \"raw_chunk_bytes\": %zu, "
         "\"hack_fetch_ms\": %.3f, \"hack_lease_ms\": %.3f, \"hack_quantize_new_ms\": %.3f, "
-        "\"hack_prefill_ms\": %.3f, \"hack_ttft_ms\": %.3f, \"hack_decode_token_us_graph\": %.1f, "
+        "\"hack_prefill_ms\": %.3f, \"hack_prefill_staging_bytes\": %llu, \"hack_ttft_ms\": %.3f, "
+        "\"hack_decode_token_us_graph\": %.1f, "
         "\"hack_decode_token_us_stream\": %.1f, \"bf16_fetch_ms\": %.3f, "
         "\"check_max_rel_diff\": %.3g, \"raw_chunks_mismatching\": %d, "
         "\"leased_gpu_total\": %llu, \"leased_host_total\": %llu, \"raw_leased_gpu\": %llu, "
         "\"ok\": %s}\n",
         prefix, o.new_tokens, o.decode, shape.layers, o.q_heads, shape.kv_heads, shape.head_dim,
         hack_containers[0].size(), raw_containers[0].size(), fetch_s * 1e3, lease_s * 1e3,
-        quant_s * 1e3, prefill_s * 1e3, ttft_s * 1e3, decode_graph_s * 1e6 / o.decode,
-        decode_stream_s * 1e6 / o.decode, raw_fetch_s * 1e3, max_rel, raw_mismatch,
-        static_cast<unsigned long long>(st.leased_gpu),
+        quant_s * 1e3, prefill_s * 1e3, static_cast<unsigned long long>(staging_bytes),
+        ttft_s * 1e3, decode_graph_s * 1e6 / o.decode, decode_stream_s * 1e6 / o.decode,
+        raw_fetch_s * 1e3, max_rel, raw_mismatch, static_cast<unsigned long long>(st.leased_gpu),
         static_cast<unsigned long long>(st.leased_host),
         static_cast<unsigned long long>(raw_from_gpu), ok ? "true" : "false");
     std::fflush(stdout);

@@ -1150,7 +1150,7 @@ TEST(HackGpu, DequantFp16PrefillMatchesAttentionOverTheDequantizedKv) {
 }
 
 // Paged KV (pages at shuffled pool positions) gives the same bits as the contiguous chunk, staged
-// (HackPrefillArgs::staging) or not.
+// (HackPrefillArgs::staging) or not, and a block-table entry outside the pool is reported.
 TEST(HackGpu, DequantFp16PrefillPagedEqualsContiguous) {
   KVD_REQUIRE_GPU();
   auto ws = HackAttentionWorkspace::Create();
@@ -1206,6 +1206,19 @@ TEST(HackGpu, DequantFp16PrefillPagedEqualsContiguous) {
     ASSERT_TRUE(staged.status.ok()) << staged.status.ToString();
     EXPECT_EQ(std::memcmp(staged.out.data(), want.out.data(), staged.out.size() * 4), 0)
         << "staged d" << dim;
+
+    // A table entry outside the pool is reported, staged (by the staging kernel) or not.
+    std::vector<std::int32_t> bad_table = table;
+    bad_table[1] = static_cast<std::int32_t>(num_pages);
+    DeviceBuffer d_bad = Dev(bad_table.data(), bad_table.size());
+    kv.block_tables = d_bad.as<std::int32_t>();
+    for (const bool staging : {false, true}) {
+      const GpuResult bad = RunPrefillFp16(kv, paged, T - fresh, q, q_heads, *ws, staging);
+      EXPECT_EQ(bad.status.code(), StatusCode::kInvalidArgument)
+          << "d" << dim << " staged " << staging << ": " << bad.status.ToString();
+      EXPECT_NE(bad.status.message().find("block table entry is outside"), std::string::npos)
+          << bad.status.ToString();
+    }
   }
 }
 

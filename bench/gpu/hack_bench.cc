@@ -16,7 +16,8 @@
 //    the dequantize-on-load fp16 path ("...-fp16"; --prefill-math picks), replayed from CUDA
 //    graphs; with --prefill-staged on, each fp16 shape also as a staged call (HackPrefillArgs::
 //    staging: the staging kernel then the attention kernel, "...-fp16-staged", its output checked
-//    bit for bit against the unstaged call's) and the staging kernel alone ("...-fp16-stage");
+//    against the unstaged call's within kHackDequantPrefillRelL2Tolerance) and the staging kernel
+//    alone ("...-fp16-stage");
 //  * quantize and dequantize of Llama-3.1-8B and 70B-shaped chunks [32|80, 2, 256, 8, 128] fp16:
 //    one synchronous call per rep (launch to finish); "-stream": 8 calls enqueued back to back
 //    on one stream per rep (as an engine streams chunks; the launch of one call overlaps the
@@ -461,7 +462,9 @@ Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, HackPref
   KVD_RETURN_IF_ERROR(captured.Capture(stream, [&] { return enqueue(calls); }));
   KVD_ASSIGN_OR_RETURN(std::vector<double> us, bench::TimeGraph(opt, captured, stream, finish));
   for (double& u : us) u /= calls;
-  if (staging == Staging::kWhole) {  // the last replay's output against an unstaged call's
+  // The last replay's output against an unstaged call's: the staged kernel takes 128 keys per
+  // softmax step (the unstaged one 64), so not the same bits; within the fp16 path's tolerance.
+  if (staging == Staging::kWhole) {
     std::vector<float> staged(q.size()), unstaged(q.size());
     const std::uint32_t last = (calls - 1u) % static_cast<std::uint32_t>(descs.size());
     KVD_CUDA_RETURN_IF_ERROR(
@@ -471,10 +474,9 @@ Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, HackPref
     KVD_CUDA_RETURN_IF_ERROR(
         cudaMemcpy(unstaged.data(), d_out.data(), q.size() * 4, cudaMemcpyDeviceToHost),
         "download");
-    if (std::memcmp(staged.data(), unstaged.data(), q.size() * 4) != 0) {
-      return Internal("prefill " + std::to_string(tokens) +
-                      ": the staged output differs from the unstaged one");
-    }
+    KVD_RETURN_IF_ERROR(CheckClose(std::vector<double>(unstaged.begin(), unstaged.end()), staged,
+                                   "prefill " + std::to_string(tokens) + " staged against unstaged",
+                                   kHackDequantPrefillRelL2Tolerance));
   }
   const bool verify = tokens <= opt.prefill_verify_max && staging != Staging::kStageOnly;
   if (verify) {  // verify the first (up to) 64 queries

@@ -132,9 +132,10 @@ __device__ __forceinline__ void WgmmaWait() {
 }
 // Keeps A-operand registers live (and unreused) until this point: the wgmmas read them until the
 // wait before it.
-__device__ __forceinline__ void KeepLive(std::uint32_t (&a)[4][4]) {
+template <int N>
+__device__ __forceinline__ void KeepLive(std::uint32_t (&a)[N][4]) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < N; ++i) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[i][e])::"memory");
   }
@@ -577,27 +578,34 @@ struct RowsState {
     l_a = l_b = 0.0f;
   }
 
-  // Masks S (key offsets past the tile's count, or past a row's position) and turns it into P in
+  // Masks S (key offsets past a tile's count, or past a row's position) and turns it into P in
   // place (base 2; scores already scaled), updating the running maximum and sum; returns the
-  // factors O must be multiplied by (corr_a, corr_b) before P V is added.
-  __device__ void Softmax(float (&s)[8][4], const Tile& tile, std::uint32_t min_query,
+  // factors O must be multiplied by (corr_a, corr_b) before P V is added. S holds kN / 8 key tiles
+  // side by side: columns 64 h .. 64 h + 63 (s[8 h .. 8 h + 7]) are tiles[h]; one maximum, one
+  // sum and one correction for all of them.
+  template <std::uint32_t kN>
+  __device__ void Softmax(float (&s)[kN][4], const Tile* tiles, std::uint32_t min_query,
                           std::uint32_t tq, float& corr_a, float& corr_b) {
-    if (tile.count < kP || tile.start + kP - 1u > min_query) {
 #pragma unroll
-      for (std::uint32_t nt = 0; nt < 8; ++nt) {
+    for (std::uint32_t h = 0; h < kN / 8u; ++h) {
+      const Tile& tile = tiles[h];
+      if (tile.count < kP || tile.start + kP - 1u > min_query) {
 #pragma unroll
-        for (std::uint32_t e = 0; e < 2; ++e) {
-          const std::uint32_t off = (nt >> 1) * 16u + (nt & 1u) * 4u + tq + 8u * e;
-          const std::uint32_t kp = tile.start + off;
-          const bool valid = off < tile.count;
-          if (!valid || kp > pos_a) s[nt][e] = -INFINITY;
-          if (!valid || kp > pos_b) s[nt][2 + e] = -INFINITY;
+        for (std::uint32_t nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (std::uint32_t e = 0; e < 2; ++e) {
+            const std::uint32_t off = (nt >> 1) * 16u + (nt & 1u) * 4u + tq + 8u * e;
+            const std::uint32_t kp = tile.start + off;
+            const bool valid = off < tile.count;
+            if (!valid || kp > pos_a) s[8u * h + nt][e] = -INFINITY;
+            if (!valid || kp > pos_b) s[8u * h + nt][2 + e] = -INFINITY;
+          }
         }
       }
     }
     float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
-    for (std::uint32_t nt = 0; nt < 8; ++nt) {
+    for (std::uint32_t nt = 0; nt < kN; ++nt) {
       mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
       mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
     }
@@ -615,7 +623,7 @@ struct RowsState {
     m_b = new_b;
     float sum_a = 0.0f, sum_b = 0.0f;
 #pragma unroll
-    for (std::uint32_t nt = 0; nt < 8; ++nt) {
+    for (std::uint32_t nt = 0; nt < kN; ++nt) {
       s[nt][0] = Exp2(s[nt][0] - base_a);
       s[nt][1] = Exp2(s[nt][1] - base_a);
       s[nt][2] = Exp2(s[nt][2] - base_b);
@@ -666,9 +674,10 @@ struct RowsState {
 };
 
 // P (the softmax's S registers) as fp16 A fragments of the P V product, one per 16 keys.
-__device__ __forceinline__ void PackP(const float (&s)[8][4], std::uint32_t (&pa)[4][4]) {
+template <std::uint32_t kN>
+__device__ __forceinline__ void PackP(const float (&s)[kN][4], std::uint32_t (&pa)[kN / 2][4]) {
 #pragma unroll
-  for (std::uint32_t kk = 0; kk < 4; ++kk) {
+  for (std::uint32_t kk = 0; kk < kN / 2u; ++kk) {
     pa[kk][0] = PackHalf2(s[2 * kk][0], s[2 * kk][1]);
     pa[kk][1] = PackHalf2(s[2 * kk][2], s[2 * kk][3]);
     pa[kk][2] = PackHalf2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
@@ -722,7 +731,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     float corr_a, corr_b;
-    rs.Softmax(s, tile, cq.min_query, tq, corr_a, corr_b);
+    rs.Softmax(s, &tile, cq.min_query, tq, corr_a, corr_b);
     rs.Rescale(corr_a, corr_b);
     std::uint32_t pa[4][4];
     PackP(s, pa);
@@ -760,15 +769,30 @@ __global__ void __launch_bounds__(kThreads, 1)
 // back, wait for S(i) alone, run its softmax while P V runs, then wait for P V, release tile i−1's
 // stage and rescale O. The two consumers take turns to issue (named barriers 1 and 2, 256
 // threads: one syncs, the other arrives), so one's softmax runs while the other's products occupy
-// the tensor cores. Registers: setmaxnreg moves them from the producer (kProducerRegs) to the
-// consumers (kConsumerRegs): 128 · 88 + 256 · 208 = 384 · 168, what the launch allocates (with
-// fewer producer registers ptxas spills in the producer's unpack; the consumers fit in 208).
+// the tensor cores. Registers: setmaxnreg moves them from the producer to the consumers: 128 · 88
+// + 256 · 208 = 384 · 168, what the launch allocates (with fewer producer registers ptxas spills in
+// the producer's unpack; the consumers fit in 208).
+// Staged (kStaged): the producer is one lane issuing one bulk copy per tile, so it keeps 24
+// registers and the consumers get 240 (128 · 24 + 256 · 240 = 384 · 168): enough for a 128-key
+// iteration with Q still in registers. Per iteration j a consumer takes tiles 2 j and 2 j + 1 (two
+// stages): S of both (two m64n64k16 sets into one 64 x 128 accumulator) and O += P V of the
+// previous pair (eight m64n128k16 k-steps, four per stage), one softmax (one maximum, one
+// correction, at most one O rescale) per 128 keys, one ping-pong turn per pair, both stages
+// released after the pair's P V. An odd tile count's last pair reads its one tile's stage twice and
+// masks the second half whole (P = 0 there). The ring has 6 stages: a consumer holds 4 (the pair
+// whose S it issues, the pair whose P V runs).
 constexpr std::uint32_t kWsThreads = 384;
-constexpr std::uint32_t kStages = 3;
-constexpr std::uint32_t kProducerRegs = 88;
-constexpr std::uint32_t kConsumerRegs = 208;
-static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536 / kWsThreads / 8 * 8 * kWsThreads);
-constexpr std::uint32_t kWsSmem = kStages * Fp16Geo<128>::kStageBytes + 1024;
+template <bool kStaged>
+struct WsConfig {
+  static constexpr std::uint32_t kStages = kStaged ? 6 : 3;
+  static constexpr std::uint32_t kProducerRegs = kStaged ? 24 : 88;
+  static constexpr std::uint32_t kConsumerRegs = kStaged ? 240 : 208;
+  // setmaxnreg.inc waits until the registers are free: the split must be exactly what a 384-thread
+  // launch of __launch_bounds__(384, 1) allocates.
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs == 168 * kWsThreads);
+  static constexpr std::uint32_t kSmem = kStages * Fp16Geo<128>::kStageBytes + 1024;
+  static_assert(kSmem <= 227u * 1024u - 2u * 8u * kStages);
+};
 static_assert(Fp16Geo<128>::kStageBytes == kHackPrefillStageBytes);
 
 template <bool kStaged>
@@ -777,6 +801,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #if defined(KVDEPOT_HACK_PREFILL_WGMMA)
   constexpr int D = 128;
   using G = Fp16Geo<D>;
+  using Cfg = WsConfig<kStaged>;
+  constexpr std::uint32_t kStages = Cfg::kStages;
   extern __shared__ __align__(128) std::uint8_t smem_raw[];
   __shared__ std::uint64_t bars[2 * kStages];  // full[s], then empty[s]
   std::uint8_t* const smem = smem_raw + ((1024u - (SharedAddress(smem_raw) & 1023u)) & 1023u);
@@ -797,7 +823,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const std::uint32_t smem_base = SharedAddress(smem);
 
   if (warp < 4) {  // ---- producer ----
-    SetMaxNReg<kProducerRegs, false>();
+    SetMaxNReg<Cfg::kProducerRegs, false>();
     if constexpr (kStaged) {
       // Staged: lane 0 of warp 0 copies each tile's image (written by HackPrefillFp16StageKernel)
       // into its stage with one bulk copy, which completes the stage's full barrier (count 1: the
@@ -852,7 +878,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
 
   // ---- consumers ----
-  SetMaxNReg<kConsumerRegs, true>();
+  SetMaxNReg<Cfg::kConsumerRegs, true>();
   const std::uint32_t wg = warp / 4u - 1u;  // 0 or 1
   const std::uint32_t tq = lane & 3u;
   const SeqGeometry geo = SeqGeometry::Of(SeqGeometry::LayoutOf<D>(p));
@@ -868,6 +894,93 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   };
   if (wg == 1) NamedBarArrive(1, 256);  // consumer 0 issues first
 
+  if constexpr (kStaged) {  // 128 keys (a pair of tiles) per iteration
+    const std::uint32_t n_pairs = (n_tiles + 1u) / 2u;
+    // Stage of pair j's second half: tile 2 j + 1's, or tile 2 j's again (masked) past the end.
+    auto stage_b = [&](std::uint32_t j) {
+      return (2u * j + 1u < n_tiles ? 2u * j + 1u : 2u * j) % kStages;
+    };
+    auto wait_pair = [&](std::uint32_t j) {
+      MbarWait(full0 + 8u * ((2u * j) % kStages), ((2u * j) / kStages) & 1u);
+      if (2u * j + 1u < n_tiles) {
+        MbarWait(full0 + 8u * ((2u * j + 1u) % kStages), ((2u * j + 1u) / kStages) & 1u);
+      }
+    };
+    auto softmax_pair = [&](float(&sp)[16][4], std::uint32_t j, float& ca, float& cb) {
+      const Tile tiles[2] = {geo.At(2u * j),
+                             2u * j + 1u < n_tiles ? geo.At(2u * j + 1u) : Tile{0, 0, -1}};
+      rs.Softmax(sp, tiles, cq.min_query, tq, ca, cb);
+    };
+    float s[16][4];
+    std::uint32_t pa[8][4];
+    auto& s_lo = reinterpret_cast<float(&)[8][4]>(s[0]);
+    auto& s_hi = reinterpret_cast<float(&)[8][4]>(s[8]);
+    // Pair 0: S only.
+    wait_pair(0);
+    NamedBarSync(bar_mine, 256);
+    WgmmaFence();
+#pragma unroll
+    for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s_lo, rs.qf[kc], k_desc(0, kc), kc);
+#pragma unroll
+    for (std::uint32_t kc = 0; kc < D / 16; ++kc) {
+      Wgmma(s_hi, rs.qf[kc], k_desc(stage_b(0), kc), kc);
+    }
+    WgmmaCommit();
+    if (wg == 0 || n_pairs > 1) NamedBarArrive(bar_other, 256);
+    WgmmaWait<0>();
+    FenceOperands(s);
+    {
+      float corr_a, corr_b;
+      softmax_pair(s, 0, corr_a, corr_b);
+      PackP(s, pa);
+    }
+    for (std::uint32_t j = 1; j < n_pairs; ++j) {
+      // The previous pair is whole (only the last can be odd).
+      const std::uint32_t sa = (2u * j) % kStages, sb = stage_b(j);
+      const std::uint32_t pa0 = (2u * j - 2u) % kStages, pa1 = (2u * j - 1u) % kStages;
+      wait_pair(j);
+      NamedBarSync(bar_mine, 256);
+      FenceOperands(rs.o);
+      WgmmaFence();
+#pragma unroll
+      for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s_lo, rs.qf[kc], k_desc(sa, kc), kc);
+#pragma unroll
+      for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s_hi, rs.qf[kc], k_desc(sb, kc), kc);
+      WgmmaCommit();
+#pragma unroll
+      for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[kk], v_desc(pa0, kk), 1u);
+#pragma unroll
+      for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[4 + kk], v_desc(pa1, kk), 1u);
+      WgmmaCommit();
+      if (wg == 0 || j + 1 < n_pairs) NamedBarArrive(bar_other, 256);
+      WgmmaWait<1>();
+      FenceOperands(s);
+      float corr_a, corr_b;
+      softmax_pair(s, j, corr_a, corr_b);
+      WgmmaWait<0>();
+      FenceOperands(rs.o);
+      KeepLive(pa);
+      if (lane == 0) {
+        MbarArrive(empty0 + 8u * pa0);
+        MbarArrive(empty0 + 8u * pa1);
+      }
+      rs.Rescale(corr_a, corr_b);
+      PackP(s, pa);
+    }
+    const std::uint32_t la = (2u * (n_pairs - 1u)) % kStages, lb = stage_b(n_pairs - 1u);
+    FenceOperands(rs.o);
+    WgmmaFence();
+#pragma unroll
+    for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[kk], v_desc(la, kk), 1u);
+#pragma unroll
+    for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[4 + kk], v_desc(lb, kk), 1u);
+    WgmmaCommit();
+    WgmmaWait<0>();
+    FenceOperands(rs.o);
+    KeepLive(pa);
+    rs.Write(p, tq);
+    return;
+  }
   float s[8][4];
   std::uint32_t pa[4][4];
   // Tile 0: S only.
@@ -882,7 +995,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   FenceOperands(s);
   {
     float corr_a, corr_b;
-    rs.Softmax(s, geo.At(0), cq.min_query, tq, corr_a, corr_b);
+    const Tile tile = geo.At(0);
+    rs.Softmax(s, &tile, cq.min_query, tq, corr_a, corr_b);
     PackP(s, pa);
   }
   for (std::uint32_t i = 1; i < n_tiles; ++i) {
@@ -901,7 +1015,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     WgmmaWait<1>();
     FenceOperands(s);
     float corr_a, corr_b;
-    rs.Softmax(s, geo.At(i), cq.min_query, tq, corr_a, corr_b);
+    const Tile tile = geo.At(i);
+    rs.Softmax(s, &tile, cq.min_query, tq, corr_a, corr_b);
     WgmmaWait<0>();
     FenceOperands(rs.o);
     KeepLive(pa);
@@ -986,7 +1101,9 @@ cudaError_t LaunchHackPrefillFp16(const HackAttentionParams& params, cudaStream_
     const cudaError_t err = LaunchHackPrefillFp16Staging(params, stream);
     if (err != cudaSuccess) return err;
   }
-  const std::size_t smem = ws ? kWsSmem : Fp16Geo<HeadDim>::kSmem;
+  const std::size_t smem = staged ? WsConfig<true>::kSmem
+                           : ws   ? WsConfig<false>::kSmem
+                                  : Fp16Geo<HeadDim>::kSmem;
   const cudaError_t err =
       staged ? ConfigureSharedMemory(HackPrefillFp16WsKernel<true>, smem, g_fp16_smem[3])
       : ws   ? ConfigureSharedMemory(HackPrefillFp16WsKernel<false>, smem, g_fp16_smem[2])

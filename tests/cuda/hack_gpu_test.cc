@@ -3,8 +3,8 @@
 // tolerance of the float64 homomorphic references (kvdepot::HackDecodeAttentionBatch /
 // HackPrefillAttention with INT8 Q and P), paged == contiguous, NaN queries, argument errors;
 // batched quantize chunk by chunk; the fp16 prefill path within its tolerance of attention over the
-// dequantized KV (kvdepot::PrefillAttention over DequantizeHack), and staged (HackPrefillArgs::
-// staging) equal to unstaged bit for bit.
+// dequantized KV (kvdepot::PrefillAttention over DequantizeHack), staged (HackPrefillArgs::
+// staging) or not.
 #include "kvdepot/cuda/hack.h"
 
 #include <gtest/gtest.h>
@@ -1149,8 +1149,9 @@ TEST(HackGpu, DequantFp16PrefillMatchesAttentionOverTheDequantizedKv) {
   });
 }
 
-// Paged KV (pages at shuffled pool positions) gives the same bits as the contiguous chunk, staged
-// (HackPrefillArgs::staging) or not, and a block-table entry outside the pool is reported.
+// Paged KV (pages at shuffled pool positions) gives the same bits as the contiguous chunk, unstaged
+// and staged (HackPrefillArgs::staging; against the contiguous staged call), and a block-table
+// entry outside the pool is reported.
 TEST(HackGpu, DequantFp16PrefillPagedEqualsContiguous) {
   KVD_REQUIRE_GPU();
   auto ws = HackAttentionWorkspace::Create();
@@ -1187,6 +1188,8 @@ TEST(HackGpu, DequantFp16PrefillPagedEqualsContiguous) {
     HackKvCache kv = KvFor(t, DType::kFloat16, layer);
     const GpuResult want = RunPrefillFp16(kv, s.desc, T - fresh, q, q_heads, *ws);
     ASSERT_TRUE(want.status.ok()) << want.status.ToString();
+    const GpuResult want_staged = RunPrefillFp16(kv, s.desc, T - fresh, q, q_heads, *ws, true);
+    ASSERT_TRUE(want_staged.status.ok()) << want_staged.status.ToString();
     kv.page_blocks = page_blocks;
     kv.num_pages = num_pages;
     kv.page_codes = d_codes.as<std::uint8_t>();
@@ -1204,7 +1207,7 @@ TEST(HackGpu, DequantFp16PrefillPagedEqualsContiguous) {
     EXPECT_EQ(std::memcmp(got.out.data(), want.out.data(), got.out.size() * 4), 0) << "d" << dim;
     const GpuResult staged = RunPrefillFp16(kv, paged, T - fresh, q, q_heads, *ws, true);
     ASSERT_TRUE(staged.status.ok()) << staged.status.ToString();
-    EXPECT_EQ(std::memcmp(staged.out.data(), want.out.data(), staged.out.size() * 4), 0)
+    EXPECT_EQ(std::memcmp(staged.out.data(), want_staged.out.data(), staged.out.size() * 4), 0)
         << "staged d" << dim;
 
     // A table entry outside the pool is reported, staged (by the staging kernel) or not.
@@ -1222,20 +1225,31 @@ TEST(HackGpu, DequantFp16PrefillPagedEqualsContiguous) {
   }
 }
 
-// Staged (the staging kernel, then the warp-specialised kernel copying its images) gives the same
-// bits as unstaged on the chunked-prefill shapes (ForEachFp16PrefillCase); head_dim 64 ignores the
-// scratch.
-TEST(HackGpu, DequantFp16PrefillStagedEqualsUnstaged) {
+// Staged (the staging kernel, then the warp-specialised kernel copying its images, 128 keys per
+// consumer iteration) is attention over the dequantized KV within the fp16 path's tolerances, on
+// the chunked-prefill shapes (ForEachFp16PrefillCase); it is not bit for bit the unstaged call
+// (its softmax maximum runs over 128 keys, not 64). Head_dim 64 ignores the scratch: the same bits
+// as unstaged.
+TEST(HackGpu, DequantFp16PrefillStagedMatchesAttentionOverTheDequantizedKv) {
   KVD_REQUIRE_GPU();
   auto ws = HackAttentionWorkspace::Create();
   ASSERT_TRUE(ws.ok()) << ws.status().ToString();
   ForEachFp16PrefillCase(12000, [&](const Fp16PrefillCase& c) {
-    const GpuResult want = RunPrefillFp16(c.kv, c.s.desc, c.prefix, c.q, c.q_heads, *ws);
-    ASSERT_TRUE(want.status.ok()) << want.status.ToString();
+    AttentionOptions ao;
+    ao.q_heads = c.q_heads;
+    const KvTensor deq = DequantizeHack(c.s.chunk, DType::kFloat32);
+    Result<AttentionResult> ref = PrefillAttention(deq.view(), c.layer, c.q, c.prefix, ao);
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
     const GpuResult got = RunPrefillFp16(c.kv, c.s.desc, c.prefix, c.q, c.q_heads, *ws, true);
     ASSERT_TRUE(got.status.ok()) << got.status.ToString();
-    EXPECT_EQ(std::memcmp(got.out.data(), want.out.data(), got.out.size() * 4), 0) << c.label;
-    EXPECT_EQ(std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * 4), 0) << c.label;
+    ExpectCloseFp16(ref->out, got.out, c.dim, "staged fp16 prefill " + c.label);
+    for (float v : got.lse) ASSERT_TRUE(std::isfinite(v));
+    if (c.dim == 64) {
+      const GpuResult want = RunPrefillFp16(c.kv, c.s.desc, c.prefix, c.q, c.q_heads, *ws);
+      ASSERT_TRUE(want.status.ok()) << want.status.ToString();
+      EXPECT_EQ(std::memcmp(got.out.data(), want.out.data(), got.out.size() * 4), 0) << c.label;
+      EXPECT_EQ(std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * 4), 0) << c.label;
+    }
   });
 }
 

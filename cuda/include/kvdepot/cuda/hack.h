@@ -313,10 +313,12 @@ struct HackPrefillArgs {
   // unpacks every key tile of the call once per KV head into the scratch (the fp16 stage images
   // the warp-specialised kernel's producer builds in shared memory, bit for bit), then the
   // warp-specialised kernel whose producer only copies each image into its shared stage (one bulk
-  // asynchronous copy per tile) instead of unpacking it in every CTA that reads it: the same
-  // outputs, bit for bit, as without it. Elsewhere (head_dim 64, kHomomorphicInt8, or a device
-  // whose kernel is not the warp-specialised one) it is ignored. The scratch is written and read
-  // by this call only (stream-ordered): one scratch may serve every call on one stream.
+  // asynchronous copy per tile) instead of unpacking it in every CTA that reads it, and whose
+  // consumers take 128 keys per softmax step (64 without the scratch): the same attention within
+  // kHackDequantPrefillRelL2Tolerance, not the unstaged call's bits. Elsewhere (head_dim 64,
+  // kHomomorphicInt8, or a device whose kernel is not the warp-specialised one) it is ignored. The
+  // scratch is written and read by this call only (stream-ordered): one scratch may serve every
+  // call on one stream.
   void* staging = nullptr;
   std::uint64_t staging_bytes = 0;
 };

@@ -1188,6 +1188,10 @@ std::atomic<std::size_t> g_attn_smem[3][kMaxDevices];
 
 constexpr std::size_t kErrorOffset = 0;
 constexpr std::size_t kCountersOffset = 256;
+// The split partials follow the arrival counters, 256-byte aligned.
+constexpr std::size_t PartialsOffset(std::uint32_t max_counters) {
+  return (kCountersOffset + max_counters * sizeof(unsigned int) + 255) & ~std::size_t{255};
+}
 
 bool Aligned(const void* p, std::uintptr_t n) {
   return (reinterpret_cast<std::uintptr_t>(p) & (n - 1)) == 0;
@@ -1382,8 +1386,7 @@ Result<HackAttentionWorkspace> HackAttentionWorkspace::Create() {
   ws.max_counters_ = static_cast<std::uint32_t>(ws.sm_count_);
   const std::size_t partials =
       std::size_t{static_cast<std::uint32_t>(ws.sm_count_)} * kRows * (128 + 2) * sizeof(float);
-  const std::size_t partials_offset =
-      (kCountersOffset + ws.max_counters_ * sizeof(unsigned int) + 255) & ~std::size_t{255};
+  const std::size_t partials_offset = PartialsOffset(ws.max_counters_);
   KVD_ASSIGN_OR_RETURN(ws.device_, DeviceBuffer::Allocate(partials_offset + partials));
   KVD_CUDA_RETURN_IF_ERROR(cudaMemset(ws.device_.data(), 0, partials_offset),
                            "HackAttentionWorkspace: clear counters");
@@ -1394,27 +1397,34 @@ Result<HackAttentionWorkspace> HackAttentionWorkspace::Create() {
   return Result<HackAttentionWorkspace>(std::move(ws));
 }
 
-namespace {
+namespace internal {
 
-void BindWorkspace(HackAttentionWorkspace& ws, DeviceBuffer& buffer, std::uint32_t max_counters,
-                   HackAttentionParams& params) {
-  static_cast<void>(ws);
-  auto* base = buffer.as<std::uint8_t>();
-  params.error = reinterpret_cast<unsigned long long*>(base + kErrorOffset);
-  params.counters = reinterpret_cast<unsigned int*>(base + kCountersOffset);
-  const std::size_t partials_offset =
-      (kCountersOffset + max_counters * sizeof(unsigned int) + 255) & ~std::size_t{255};
-  params.partials = reinterpret_cast<float*>(base + partials_offset);
-}
+// The attention calls' view of a workspace's device buffer (error word | counters | partials, laid
+// out by HackAttentionWorkspace::Create): HackAttentionWorkspace's only friend.
+struct HackWorkspaceAccess {
+  static bool Created(const HackAttentionWorkspace& ws) { return ws.device_.data() != nullptr; }
+  static unsigned long long* ErrorWord(HackAttentionWorkspace& ws) {
+    return reinterpret_cast<unsigned long long*>(ws.device_.as<std::uint8_t>() + kErrorOffset);
+  }
+  // Points params' error word, arrival counters and split partials into `ws`.
+  static void Bind(HackAttentionWorkspace& ws, HackAttentionParams& params) {
+    auto* base = ws.device_.as<std::uint8_t>();
+    params.error = ErrorWord(ws);
+    params.counters = reinterpret_cast<unsigned int*>(base + kCountersOffset);
+    params.partials = reinterpret_cast<float*>(base + PartialsOffset(ws.max_counters_));
+  }
+};
 
-}  // namespace
+}  // namespace internal
+
+using internal::HackWorkspaceAccess;
 
 Status EnqueueHackDecodeAttention(const HackKvCache& kv, const HackDecodeArgs& args,
                                   HackAttentionWorkspace& workspace, cudaStream_t stream) {
   constexpr const char* kFn = "hack GPU decode attention";
   HackAttentionParams params{};
   KVD_RETURN_IF_ERROR(CheckKv(kFn, kv, args.q_heads, args.softmax_scale, params));
-  if (workspace.device_.data() == nullptr) {
+  if (!HackWorkspaceAccess::Created(workspace)) {
     return InvalidArgument(std::string(kFn) + ": workspace was not created");
   }
   if (args.num_seqs == 0 || args.seqs == nullptr || args.q == nullptr || args.out == nullptr) {
@@ -1435,7 +1445,7 @@ Status EnqueueHackDecodeAttention(const HackKvCache& kv, const HackDecodeArgs& a
   params.queries = args.num_seqs;
   params.queries_per_tile = 1;
   params.prefill = 0;
-  BindWorkspace(workspace, workspace.device_, workspace.max_counters_, params);
+  HackWorkspaceAccess::Bind(workspace, params);
   const bool fp16 = args.math == HackDecodeMath::kDequantFp16;
   if (!fp16 && args.math != HackDecodeMath::kHomomorphicInt8) {
     return InvalidArgument(std::string(kFn) + ": unknown HackDecodeMath " +
@@ -1468,15 +1478,14 @@ Status EnqueueHackDecodeAttention(const HackKvCache& kv, const HackDecodeArgs& a
 
 namespace {
 
-// Validates and enqueues a prefill call (`buffer`, `max_counters`: the workspace's), or with
-// staging_only only its staging kernel (EnqueueHackPrefillStaging).
+// Validates and enqueues a prefill call, or with staging_only only its staging kernel
+// (EnqueueHackPrefillStaging).
 Status EnqueuePrefill(const HackKvCache& kv, const HackPrefillArgs& args,
-                      HackAttentionWorkspace& workspace, DeviceBuffer& buffer,
-                      std::uint32_t max_counters, cudaStream_t stream, bool staging_only) {
+                      HackAttentionWorkspace& workspace, cudaStream_t stream, bool staging_only) {
   const char* const kFn = staging_only ? "hack GPU prefill staging" : "hack GPU prefill attention";
   HackAttentionParams params{};
   KVD_RETURN_IF_ERROR(CheckKv(kFn, kv, args.q_heads, args.softmax_scale, params));
-  if (buffer.data() == nullptr) {
+  if (!HackWorkspaceAccess::Created(workspace)) {
     return InvalidArgument(std::string(kFn) + ": workspace was not created");
   }
   const HackAttentionSeq& seq = args.seq;
@@ -1519,7 +1528,7 @@ Status EnqueuePrefill(const HackKvCache& kv, const HackPrefillArgs& args,
   params.tiles = (args.queries + params.queries_per_tile - 1) / params.queries_per_tile;
   params.first_position = args.first_position;
   params.prefill = 1;
-  BindWorkspace(workspace, buffer, max_counters, params);
+  HackWorkspaceAccess::Bind(workspace, params);
   const std::uint64_t staging = HackPrefillStagingBytes(kv, args);
   if (args.staging != nullptr && staging > 0) {
     if (args.staging_bytes < staging) {
@@ -1570,22 +1579,20 @@ Status EnqueuePrefill(const HackKvCache& kv, const HackPrefillArgs& args,
 
 Status EnqueueHackPrefillStaging(const HackKvCache& kv, const HackPrefillArgs& args,
                                  HackAttentionWorkspace& workspace, cudaStream_t stream) {
-  return EnqueuePrefill(kv, args, workspace, workspace.device_, workspace.max_counters_, stream,
-                        true);
+  return EnqueuePrefill(kv, args, workspace, stream, true);
 }
 
 Status EnqueueHackPrefillAttention(const HackKvCache& kv, const HackPrefillArgs& args,
                                    HackAttentionWorkspace& workspace, cudaStream_t stream) {
-  return EnqueuePrefill(kv, args, workspace, workspace.device_, workspace.max_counters_, stream,
-                        false);
+  return EnqueuePrefill(kv, args, workspace, stream, false);
 }
 
 Status FinishHackAttention(HackAttentionWorkspace& workspace, cudaStream_t stream) {
-  if (workspace.device_.data() == nullptr) {
+  if (!HackWorkspaceAccess::Created(workspace)) {
     return InvalidArgument("FinishHackAttention: workspace was not created");
   }
   unsigned long long key = 0;
-  auto* err = workspace.device_.as<std::uint8_t>() + kErrorOffset;
+  unsigned long long* const err = HackWorkspaceAccess::ErrorWord(workspace);
   KVD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&key, err, sizeof(key), cudaMemcpyDeviceToHost, stream),
                            "hack GPU attention: read error word");
   KVD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "hack GPU attention");

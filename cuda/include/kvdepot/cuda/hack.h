@@ -408,6 +408,10 @@ cudaError_t LaunchHackPrefillFp16Staging(const HackAttentionParams& params, cuda
 template <int HeadDim>
 cudaError_t LaunchHackDecodeFp16(const HackAttentionParams& params, cudaStream_t stream);
 
+namespace internal {
+struct HackWorkspaceAccess;  // hack_attention.cu: the attention calls' view of the buffer
+}  // namespace internal
+
 // Device scratch of the attention kernels: split partials, arrival counters, the error word.
 // Sized for the current device; one workspace per stream (calls on one stream are serialised).
 class HackAttentionWorkspace {
@@ -417,13 +421,7 @@ class HackAttentionWorkspace {
   int sm_count() const { return sm_count_; }
 
  private:
-  friend Status EnqueueHackDecodeAttention(const HackKvCache&, const HackDecodeArgs&,
-                                           HackAttentionWorkspace&, cudaStream_t);
-  friend Status EnqueueHackPrefillAttention(const HackKvCache&, const HackPrefillArgs&,
-                                            HackAttentionWorkspace&, cudaStream_t);
-  friend Status EnqueueHackPrefillStaging(const HackKvCache&, const HackPrefillArgs&,
-                                          HackAttentionWorkspace&, cudaStream_t);
-  friend Status FinishHackAttention(HackAttentionWorkspace&, cudaStream_t);
+  friend struct internal::HackWorkspaceAccess;
   int sm_count_ = 0;
   std::uint32_t max_counters_ = 0;
   DeviceBuffer device_;  // error word | counters | partials

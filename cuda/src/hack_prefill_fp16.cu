@@ -23,8 +23,7 @@
 //     (m64n64k16 for S, m64n128k16 for P V, A from registers, B read by the tensor cores from
 //     shared memory through 128-byte-swizzle descriptors), taking turns on the tensor cores.
 //     Staged (HackPrefillArgs::staging): HackPrefillFp16StageKernel first writes every tile's stage
-//     image once per call to a global scratch, and the producer only bulk-copies them (TMA),
-//     multicast to the thread-block cluster of CTAs of one KV head that share the key tiles.
+//     image once per call to a global scratch, and the producer only bulk-copies them (TMA).
 //   - HackPrefillFp16Kernel (head_dim 64, and other targets): 8 warps on mma.sync m16n8k16 with
 //     ldmatrix B fragments; every thread loads the next tile's words before this tile's math and
 //     unpacks them into the other of two stages after it (one __syncthreads per tile).
@@ -168,56 +167,15 @@ __device__ __forceinline__ void MbarArriveExpectTx(std::uint32_t bar, std::uint3
                "r"(bytes)
                : "memory");
 }
-// Bulk asynchronous copy (TMA, 1-D) of `bytes` (a multiple of 16) from global `src` (16-byte
-// aligned) multicast to the CTAs of this cluster in `cta_mask` (bit r: cluster rank r): each
-// receives the bytes at the same offset `dst` (16-byte aligned) of its shared memory, and `bytes`
-// transactions complete on its mbarrier at the same offset `bar`.
-__device__ __forceinline__ void BulkCopyMulticast(std::uint32_t dst, const void* src,
-                                                  std::uint32_t bytes, std::uint32_t bar,
-                                                  std::uint16_t cta_mask) {
+// Bulk asynchronous copy (TMA, 1-D) of `bytes` (a multiple of 16) from global `src` to shared `dst`
+// (both 16-byte aligned), completing `bytes` transactions on mbarrier `bar`.
+__device__ __forceinline__ void BulkCopyToShared(std::uint32_t dst, const void* src,
+                                                 std::uint32_t bytes, std::uint32_t bar) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
-      "[%1], %2, [%3], %4;" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar), "h"(cta_mask)
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
       : "memory");
-}
-// This CTA's rank in its cluster.
-__device__ __forceinline__ std::uint32_t ClusterRank() {
-  std::uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-// Arrives (release, cluster scope) at the mbarrier at offset `bar` (a shared::cta address) of the
-// shared memory of cluster rank `cta`.
-__device__ __forceinline__ void MbarArriveCluster(std::uint32_t bar, std::uint32_t cta) {
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-      "r"(cta)
-      : "memory");
-}
-// MbarWait with cluster-scope acquire (for a barrier other CTAs of the cluster arrive at).
-__device__ __forceinline__ void MbarWaitCluster(std::uint32_t bar, std::uint32_t parity) {
-  std::uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (done == 0);
-  __syncwarp();
-}
-// Cluster barrier: every (non-exited) thread of the cluster arrives (release), then waits
-// (acquire).
-__device__ __forceinline__ void ClusterArrive() {
-  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
-}
-__device__ __forceinline__ void ClusterWait() {
-  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
 }
 // Named barrier `id` (1..15) over `count` threads: wait for it, or only arrive at it.
 __device__ __forceinline__ void NamedBarSync(std::uint32_t id, std::uint32_t count) {
@@ -823,26 +781,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // released after the pair's P V. An odd tile count's last pair reads its one tile's stage twice and
 // masks the second half whole (P = 0 there). The ring has 6 stages: a consumer holds 4 (the pair
 // whose S it issues, the pair whose P V runs).
-// Staged clusters: kStagedCluster consecutive CTAs (in x) of one KV head form a thread-block
-// cluster; they cover consecutive query tokens, so they read the same key tiles, and each tile's
-// image is read from L2 once per cluster: the producer of cluster rank r copies the r-th
-// 1/kStagedCluster slice of the image multicast into the stage of every CTA of the cluster, and
-// each CTA's full barrier expects the whole image. A stage is refilled only when every consumer
-// warp of the cluster has released it: the empty barriers count 8 · kStagedCluster arrivals, each
-// consumer warp arriving (remote, cluster scope) at every CTA's. Every CTA walks the cluster's tile
-// count (its latest query's, rank 0's): tiles past a CTA's own causal range are only waited for and
-// released. The grid is rounded up to whole clusters; the padding CTAs (the first ones, with no
-// query) only do that. Before exiting, every thread passes a cluster barrier (after the CTA's last
-// wait and arrival), so no peer copies into or arrives at an exited CTA's shared memory.
 constexpr std::uint32_t kWsThreads = 384;
-#ifndef KVDEPOT_PREFILL_CLUSTER
-#define KVDEPOT_PREFILL_CLUSTER 4
-#endif
-#ifndef KVDEPOT_PREFILL_PDL
-#define KVDEPOT_PREFILL_PDL 0
-#endif
-// Staged: CTAs per thread-block cluster (along x), sharing each stage image by multicast.
-constexpr std::uint32_t kStagedCluster = KVDEPOT_PREFILL_CLUSTER;
 template <bool kStaged>
 struct WsConfig {
   static constexpr std::uint32_t kStages = kStaged ? 6 : 3;
@@ -872,60 +811,40 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   if (tid == 0) {
     for (std::uint32_t s = 0; s < kStages; ++s) {
       MbarInit(full0 + 8u * s, kStaged ? 1u : 128u);
-      MbarInit(empty0 + 8u * s, kStaged ? 8u * kStagedCluster : 8u);
+      MbarInit(empty0 + 8u * s, 8);
     }
-    if constexpr (kStaged) {  // the inits visible to the cluster's bulk copies and arrivals
+    if constexpr (kStaged) {  // the inits visible to the bulk copies (async proxy)
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
       FenceProxyAsync();
     }
   }
-  if constexpr (kStaged) {
-    ClusterArrive();
-    ClusterWait();
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
   const CtaQueries cq(p);
   const std::uint32_t smem_base = SharedAddress(smem);
-  // Staged: the tiles the cluster walks, those of its latest query (its rank-0 CTA's last one).
-  std::uint32_t cluster_tiles = 0, rank = 0;
-  if constexpr (kStaged) {
-    rank = ClusterRank();
-    const std::uint32_t tokens_per_cta = kRows / p.group;
-    const std::uint32_t lead_q0 = (gridDim.x - 1u - (blockIdx.x - rank)) * tokens_per_cta;
-    cluster_tiles = SeqGeometry::Of(SeqGeometry::LayoutOf<D>(p))
-                        .Count(p.first_position + min(p.queries, lead_q0 + tokens_per_cta) - 1u);
-  }
 
   if (warp < 4) {  // ---- producer ----
     SetMaxNReg<Cfg::kProducerRegs, false>();
     if constexpr (kStaged) {
-      // Staged: lane 0 of warp 0 copies this CTA's slice of each tile's image (written by
-      // HackPrefillFp16StageKernel) into the stage of every CTA of the cluster with one multicast
-      // bulk copy; the stage's full barrier (count 1: this lane's arrival with the whole image's
-      // bytes expected) completes when every rank's slice has landed. The copies write through the
-      // async proxy, as the wgmmas read: no proxy fence.
+      // Staged: lane 0 of warp 0 copies each tile's image (written by HackPrefillFp16StageKernel)
+      // into its stage with one bulk copy, which completes the stage's full barrier (count 1: the
+      // arrival with the expected bytes, then the copy's transactions). The copy writes through
+      // the async proxy, as the wgmmas read: no proxy fence.
       if (warp == 0) {
-#if KVDEPOT_PREFILL_PDL
-        internal::GridDependencyWait();  // the staging kernel's images written and visible
-#endif
-        constexpr std::uint32_t kSlice = G::kStageBytes / kStagedCluster;
+        const std::uint32_t n_tiles =
+            SeqGeometry::Of(SeqGeometry::LayoutOf<D>(p)).Count(cq.max_key);
         const std::uint8_t* const images =
-            p.prefill_stages + std::uint64_t{blockIdx.y} * p.prefill_stage_tiles * G::kStageBytes +
-            rank * kSlice;
-        for (std::uint32_t i = 0; i < cluster_tiles; ++i) {
+            p.prefill_stages + std::uint64_t{blockIdx.y} * p.prefill_stage_tiles * G::kStageBytes;
+        for (std::uint32_t i = 0; i < n_tiles; ++i) {
           const std::uint32_t st = i % kStages;
-          if (i >= kStages) MbarWaitCluster(empty0 + 8u * st, (i / kStages + 1u) & 1u);
+          if (i >= kStages) MbarWait(empty0 + 8u * st, (i / kStages + 1u) & 1u);
           if (lane == 0) {
             MbarArriveExpectTx(full0 + 8u * st, G::kStageBytes);
-            BulkCopyMulticast(smem_base + st * G::kStageBytes + rank * kSlice,
-                              images + std::uint64_t{i} * G::kStageBytes, kSlice, full0 + 8u * st,
-                              static_cast<std::uint16_t>((1u << kStagedCluster) - 1u));
+            BulkCopyToShared(smem_base + st * G::kStageBytes,
+                             images + std::uint64_t{i} * G::kStageBytes, G::kStageBytes,
+                             full0 + 8u * st);
           }
         }
       }
-      ClusterArrive();
-      ClusterWait();
       return;
     }
     const KvSource<D, 128> src(p, tid, blockIdx.y);
@@ -963,8 +882,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const std::uint32_t wg = warp / 4u - 1u;  // 0 or 1
   const std::uint32_t tq = lane & 3u;
   const SeqGeometry geo = SeqGeometry::Of(SeqGeometry::LayoutOf<D>(p));
-  // Staged: a CTA of padding (past the last query, the grid rounded up to whole clusters) has none.
-  const std::uint32_t n_tiles = !kStaged || cq.q0 < p.queries ? geo.Count(cq.max_key) : 0u;
+  const std::uint32_t n_tiles = geo.Count(cq.max_key);
   RowsState<D> rs(p, cq, warp - 4u, lane);
   const std::uint32_t bar_mine = 1u + wg, bar_other = 2u - wg;
   auto k_desc = [&](std::uint32_t st, std::uint32_t kc) {  // head_dim step kc: 32 bytes in panel
@@ -974,11 +892,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   auto v_desc = [&](std::uint32_t st, std::uint32_t kk) {
     return SwizzledDesc(smem_base + st * G::kStageBytes + G::kKBytes + kk * 32u);
   };
+  if (wg == 1) NamedBarArrive(1, 256);  // consumer 0 issues first
+
   if constexpr (kStaged) {  // 128 keys (a pair of tiles) per iteration
-    // Stage st free again for this warp: one arrival at every cluster CTA's empty barrier.
-    auto release = [&](std::uint32_t st) {
-      if (lane < kStagedCluster) MbarArriveCluster(empty0 + 8u * st, lane);
-    };
     const std::uint32_t n_pairs = (n_tiles + 1u) / 2u;
     // Stage of pair j's second half: tile 2 j + 1's, or tile 2 j's again (masked) past the end.
     auto stage_b = [&](std::uint32_t j) {
@@ -995,88 +911,76 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                              2u * j + 1u < n_tiles ? geo.At(2u * j + 1u) : Tile{0, 0, -1}};
       rs.Softmax(sp, tiles, cq.min_query, tq, ca, cb);
     };
-    if (n_tiles > 0) {
-      if (wg == 1) NamedBarArrive(1, 256);  // consumer 0 issues first
-      float s[16][4];
-      std::uint32_t pa[8][4];
-      auto& s_lo = reinterpret_cast<float(&)[8][4]>(s[0]);
-      auto& s_hi = reinterpret_cast<float(&)[8][4]>(s[8]);
-      // Pair 0: S only.
-      wait_pair(0);
+    float s[16][4];
+    std::uint32_t pa[8][4];
+    auto& s_lo = reinterpret_cast<float(&)[8][4]>(s[0]);
+    auto& s_hi = reinterpret_cast<float(&)[8][4]>(s[8]);
+    // Pair 0: S only.
+    wait_pair(0);
+    NamedBarSync(bar_mine, 256);
+    WgmmaFence();
+#pragma unroll
+    for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s_lo, rs.qf[kc], k_desc(0, kc), kc);
+#pragma unroll
+    for (std::uint32_t kc = 0; kc < D / 16; ++kc) {
+      Wgmma(s_hi, rs.qf[kc], k_desc(stage_b(0), kc), kc);
+    }
+    WgmmaCommit();
+    if (wg == 0 || n_pairs > 1) NamedBarArrive(bar_other, 256);
+    WgmmaWait<0>();
+    FenceOperands(s);
+    {
+      float corr_a, corr_b;
+      softmax_pair(s, 0, corr_a, corr_b);
+      PackP(s, pa);
+    }
+    for (std::uint32_t j = 1; j < n_pairs; ++j) {
+      // The previous pair is whole (only the last can be odd).
+      const std::uint32_t sa = (2u * j) % kStages, sb = stage_b(j);
+      const std::uint32_t pa0 = (2u * j - 2u) % kStages, pa1 = (2u * j - 1u) % kStages;
+      wait_pair(j);
       NamedBarSync(bar_mine, 256);
-      WgmmaFence();
-#pragma unroll
-      for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s_lo, rs.qf[kc], k_desc(0, kc), kc);
-#pragma unroll
-      for (std::uint32_t kc = 0; kc < D / 16; ++kc) {
-        Wgmma(s_hi, rs.qf[kc], k_desc(stage_b(0), kc), kc);
-      }
-      WgmmaCommit();
-      if (wg == 0 || n_pairs > 1) NamedBarArrive(bar_other, 256);
-      WgmmaWait<0>();
-      FenceOperands(s);
-      {
-        float corr_a, corr_b;
-        softmax_pair(s, 0, corr_a, corr_b);
-        PackP(s, pa);
-      }
-      for (std::uint32_t j = 1; j < n_pairs; ++j) {
-        // The previous pair is whole (only the last can be odd).
-        const std::uint32_t sa = (2u * j) % kStages, sb = stage_b(j);
-        const std::uint32_t pa0 = (2u * j - 2u) % kStages, pa1 = (2u * j - 1u) % kStages;
-        wait_pair(j);
-        NamedBarSync(bar_mine, 256);
-        FenceOperands(rs.o);
-        WgmmaFence();
-#pragma unroll
-        for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s_lo, rs.qf[kc], k_desc(sa, kc), kc);
-#pragma unroll
-        for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s_hi, rs.qf[kc], k_desc(sb, kc), kc);
-        WgmmaCommit();
-#pragma unroll
-        for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[kk], v_desc(pa0, kk), 1u);
-#pragma unroll
-        for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[4 + kk], v_desc(pa1, kk), 1u);
-        WgmmaCommit();
-        if (wg == 0 || j + 1 < n_pairs) NamedBarArrive(bar_other, 256);
-        WgmmaWait<1>();
-        FenceOperands(s);
-        float corr_a, corr_b;
-        softmax_pair(s, j, corr_a, corr_b);
-        WgmmaWait<0>();
-        FenceOperands(rs.o);
-        KeepLive(pa);
-        release(pa0);
-        release(pa1);
-        rs.Rescale(corr_a, corr_b);
-        PackP(s, pa);
-      }
-      const std::uint32_t la = (2u * (n_pairs - 1u)) % kStages, lb = stage_b(n_pairs - 1u);
       FenceOperands(rs.o);
       WgmmaFence();
 #pragma unroll
-      for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[kk], v_desc(la, kk), 1u);
+      for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s_lo, rs.qf[kc], k_desc(sa, kc), kc);
 #pragma unroll
-      for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[4 + kk], v_desc(lb, kk), 1u);
+      for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s_hi, rs.qf[kc], k_desc(sb, kc), kc);
       WgmmaCommit();
+#pragma unroll
+      for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[kk], v_desc(pa0, kk), 1u);
+#pragma unroll
+      for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[4 + kk], v_desc(pa1, kk), 1u);
+      WgmmaCommit();
+      if (wg == 0 || j + 1 < n_pairs) NamedBarArrive(bar_other, 256);
+      WgmmaWait<1>();
+      FenceOperands(s);
+      float corr_a, corr_b;
+      softmax_pair(s, j, corr_a, corr_b);
       WgmmaWait<0>();
       FenceOperands(rs.o);
       KeepLive(pa);
-      release(la);
-      if (2u * n_pairs - 1u < n_tiles) release(lb);
+      if (lane == 0) {
+        MbarArrive(empty0 + 8u * pa0);
+        MbarArrive(empty0 + 8u * pa1);
+      }
+      rs.Rescale(corr_a, corr_b);
+      PackP(s, pa);
     }
-    // The cluster's tiles past this CTA's own: only waited for and released, as the peers need
-    // every stage back from every CTA.
-    for (std::uint32_t i = n_tiles; i < cluster_tiles; ++i) {
-      MbarWait(full0 + 8u * (i % kStages), (i / kStages) & 1u);
-      release(i % kStages);
-    }
-    ClusterArrive();  // no multicast into this CTA and no arrival at its barriers after the wait
+    const std::uint32_t la = (2u * (n_pairs - 1u)) % kStages, lb = stage_b(n_pairs - 1u);
+    FenceOperands(rs.o);
+    WgmmaFence();
+#pragma unroll
+    for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[kk], v_desc(la, kk), 1u);
+#pragma unroll
+    for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[4 + kk], v_desc(lb, kk), 1u);
+    WgmmaCommit();
+    WgmmaWait<0>();
+    FenceOperands(rs.o);
+    KeepLive(pa);
     rs.Write(p, tq);
-    ClusterWait();
     return;
   }
-  if (wg == 1) NamedBarArrive(1, 256);  // consumer 0 issues first
   float s[8][4];
   std::uint32_t pa[4][4];
   // Tile 0: S only.
@@ -1146,9 +1050,6 @@ __global__ void __launch_bounds__(128)
   constexpr int D = 128;
   using G = Fp16Geo<D>;
   extern __shared__ __align__(128) std::uint8_t smem_raw[];
-#if KVDEPOT_PREFILL_PDL
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
   const KvSource<D, 128> src(p, threadIdx.x, blockIdx.y);
   src.Fill(src.geo.At(blockIdx.x), smem_raw);
   __syncthreads();
@@ -1211,20 +1112,7 @@ cudaError_t LaunchHackPrefillFp16(const HackAttentionParams& params, cudaStream_
   if (err != cudaSuccess) return err;
   const std::uint32_t tokens_per_cta = kRows / params.group;
   cudaLaunchConfig_t config{};
-  std::uint32_t ctas = (params.queries + tokens_per_cta - 1) / tokens_per_cta;
-  cudaLaunchAttribute attrs[2]{};
-  if (staged) {  // whole clusters (the padding CTAs, the first ones, have no queries)
-    ctas = (ctas + kStagedCluster - 1) / kStagedCluster * kStagedCluster;
-    attrs[0].id = cudaLaunchAttributeClusterDimension;
-    attrs[0].val.clusterDim.x = kStagedCluster;
-    attrs[0].val.clusterDim.y = 1;
-    attrs[0].val.clusterDim.z = 1;
-    attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[1].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attrs;
-    config.numAttrs = KVDEPOT_PREFILL_PDL ? 2 : 1;
-  }
-  config.gridDim = dim3(ctas, params.kv_heads);
+  config.gridDim = dim3((params.queries + tokens_per_cta - 1) / tokens_per_cta, params.kv_heads);
   config.blockDim = dim3(ws ? kWsThreads : kThreads);
   config.dynamicSmemBytes = smem;
   config.stream = stream;

@@ -23,8 +23,7 @@
 //     (m64n64k16 for S, m64n128k16 for P V, A from registers, B read by the tensor cores from
 //     shared memory through 128-byte-swizzle descriptors), taking turns on the tensor cores.
 //     Staged (HackPrefillArgs::staging): HackPrefillFp16StageKernel first writes every tile's stage
-//     image once per call to a global scratch, and the producer only bulk-copies them (TMA); this
-//     instantiation is persistent (one CTA per SM walks work items of 128 rows, longest first).
+//     image once per call to a global scratch, and the producer only bulk-copies them (TMA).
 //   - HackPrefillFp16Kernel (head_dim 64, and other targets): 8 warps on mma.sync m16n8k16 with
 //     ldmatrix B fragments; every thread loads the next tile's words before this tile's math and
 //     unpacks them into the other of two stages after it (one __syncthreads per tile).
@@ -522,16 +521,13 @@ struct KvSource {
   }
 };
 
-// The query rows of a work item: 128 / group consecutive query tokens; item x of n_x (0: the
-// latest tokens, which have the most keys, causal). A non-persistent CTA's item is its blockIdx.x
-// of gridDim.x (latest first).
+// The query rows of a CTA: 128 / group consecutive query tokens, latest first (they have the most
+// keys, causal).
 struct CtaQueries {
   std::uint32_t q0, q_end, rows_used, max_key, min_query;
-  __device__ explicit CtaQueries(const HackAttentionParams& p)
-      : CtaQueries(p, blockIdx.x, gridDim.x) {}
-  __device__ CtaQueries(const HackAttentionParams& p, std::uint32_t x, std::uint32_t n_x) {
+  __device__ explicit CtaQueries(const HackAttentionParams& p) {
     const std::uint32_t tokens_per_cta = kRows / p.group;
-    q0 = (n_x - 1u - x) * tokens_per_cta;
+    q0 = (gridDim.x - 1u - blockIdx.x) * tokens_per_cta;
     q_end = min(p.queries, q0 + tokens_per_cta);
     rows_used = tokens_per_cta * p.group;
     max_key = p.first_position + q_end - 1u;
@@ -549,10 +545,9 @@ struct RowsState {
   float o[D / 8][4];
   float m_a, m_b, l_a, l_b;
 
-  // `head`: the KV head whose group of query heads the rows are.
-  __device__ RowsState(const HackAttentionParams& p, const CtaQueries& cq, std::uint32_t head,
-                       std::uint32_t warp, std::uint32_t lane) {
-    const std::uint32_t g = lane >> 2, tq = lane & 3u, group = p.group;
+  __device__ RowsState(const HackAttentionParams& p, const CtaQueries& cq, std::uint32_t warp,
+                       std::uint32_t lane) {
+    const std::uint32_t g = lane >> 2, tq = lane & 3u, group = p.group, head = blockIdx.y;
     const std::uint32_t ra = warp * 16u + g, rb = ra + 8u;
     auto row_query = [&](std::uint32_t r) -> std::uint32_t {  // query index, or ~0u
       const std::uint32_t qi = cq.q0 + r / group;
@@ -704,7 +699,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const CtaQueries cq(p);
   const KvSource<D, kThreads> src(p, tid, blockIdx.y);
   const std::uint32_t n_tiles = src.geo.Count(cq.max_key);
-  RowsState<D> rs(p, cq, blockIdx.y, warp, lane);
+  RowsState<D> rs(p, cq, warp, lane);
 
   const std::uint32_t smem_base = SharedAddress(smem);
   typename KvSource<D, kThreads>::Raw raw;
@@ -785,11 +780,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // correction, at most one O rescale) per 128 keys, one ping-pong turn per pair, both stages
 // released after the pair's P V. An odd tile count's last pair reads its one tile's stage twice and
 // masks the second half whole (P = 0 there). The ring has 6 stages: a consumer holds 4 (the pair
-// whose S it issues, the pair whose P V runs). The staged kernel is persistent (FlashAttention-3's
-// persistent tile scheduler, static): min(SMs, work items) CTAs, each walking its work items (128
-// rows of one KV head: the non-persistent CTA's) with the stage ring, its phases and the ping-pong
-// running on across them, so the producer copies the next item's first tiles while the consumers
-// finish the last P V, normalise and store O, and load the next item's Q.
+// whose S it issues, the pair whose P V runs).
 constexpr std::uint32_t kWsThreads = 384;
 template <bool kStaged>
 struct WsConfig {
@@ -828,286 +819,221 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     }
   }
   __syncthreads();
+  const CtaQueries cq(p);
   const std::uint32_t smem_base = SharedAddress(smem);
-  if constexpr (kStaged) {
-    // Persistent: the grid has min(SMs, items) CTAs. Work item k is query tile x = k / kv_heads
-    // (CtaQueries' x of n_x: x = 0 holds the latest tokens, the most key tiles) of KV head
-    // k % kv_heads, so items come longest first. The CTAs take them in rounds of gridDim.x items:
-    // CTA c takes the round's item c, or item gridDim.x − 1 − c in odd rounds (a snake, so that
-    // no CTA gets the longest item of every round). Producer and consumers walk the same items;
-    // the ring's stage and phase run on across them, so the producer fills the next item's first
-    // tiles while the consumers finish an item (its last P V, O's normalisation and store).
-    const std::uint32_t tokens_per_item = kRows / p.group;
-    const std::uint32_t n_x = (p.queries + tokens_per_item - 1u) / tokens_per_item;
-    const std::uint64_t n_items = std::uint64_t{n_x} * p.kv_heads;
-    const std::uint32_t ctas = gridDim.x, cta = blockIdx.x;
-    auto item_of = [&](std::uint32_t r) {  // the CTA's item of round r (>= n_items: none left)
-      return std::uint64_t{r} * ctas + ((r & 1u) != 0 ? ctas - 1u - cta : cta);
-    };
-    const SeqGeometry geo = SeqGeometry::Of(SeqGeometry::LayoutOf<D>(p));
 
-    if (warp < 4) {  // ---- producer ----
-      SetMaxNReg<Cfg::kProducerRegs, false>();
-      // Lane 0 of warp 0 copies each tile's image (written by HackPrefillFp16StageKernel) into its
-      // stage with one bulk copy, which completes the stage's full barrier (count 1: the arrival
-      // with the expected bytes, then the copy's transactions). The copy writes through the async
-      // proxy, as the wgmmas read: no proxy fence. A stage's use n (phase n & 1) waits for the
-      // consumers' release of use n − 1.
+  if (warp < 4) {  // ---- producer ----
+    SetMaxNReg<Cfg::kProducerRegs, false>();
+    if constexpr (kStaged) {
+      // Staged: lane 0 of warp 0 copies each tile's image (written by HackPrefillFp16StageKernel)
+      // into its stage with one bulk copy, which completes the stage's full barrier (count 1: the
+      // arrival with the expected bytes, then the copy's transactions). The copy writes through
+      // the async proxy, as the wgmmas read: no proxy fence.
       if (warp == 0) {
-        std::uint32_t st = 0, phase = 0;
-        bool lapped = false;  // every stage used once already
-        for (std::uint32_t r = 0;; ++r) {
-          const std::uint64_t k = item_of(r);
-          if (k >= n_items) break;
-          const auto x = static_cast<std::uint32_t>(k / p.kv_heads);
-          const auto head = static_cast<std::uint32_t>(k % p.kv_heads);
-          const std::uint32_t n_tiles = geo.Count(CtaQueries(p, x, n_x).max_key);
-          const std::uint8_t* const images =
-              p.prefill_stages + std::uint64_t{head} * p.prefill_stage_tiles * G::kStageBytes;
-          for (std::uint32_t i = 0; i < n_tiles; ++i) {
-            if (lapped) MbarWait(empty0 + 8u * st, phase ^ 1u);
-            if (lane == 0) {
-              MbarArriveExpectTx(full0 + 8u * st, G::kStageBytes);
-              BulkCopyToShared(smem_base + st * G::kStageBytes,
-                               images + std::uint64_t{i} * G::kStageBytes, G::kStageBytes,
-                               full0 + 8u * st);
-            }
-            if (++st == kStages) {
-              st = 0;
-              phase ^= 1u;
-              lapped = true;
-            }
+        const std::uint32_t n_tiles =
+            SeqGeometry::Of(SeqGeometry::LayoutOf<D>(p)).Count(cq.max_key);
+        const std::uint8_t* const images =
+            p.prefill_stages + std::uint64_t{blockIdx.y} * p.prefill_stage_tiles * G::kStageBytes;
+        for (std::uint32_t i = 0; i < n_tiles; ++i) {
+          const std::uint32_t st = i % kStages;
+          if (i >= kStages) MbarWait(empty0 + 8u * st, (i / kStages + 1u) & 1u);
+          if (lane == 0) {
+            MbarArriveExpectTx(full0 + 8u * st, G::kStageBytes);
+            BulkCopyToShared(smem_base + st * G::kStageBytes,
+                             images + std::uint64_t{i} * G::kStageBytes, G::kStageBytes,
+                             full0 + 8u * st);
           }
         }
       }
       return;
     }
-
-    // ---- consumers ----
-    SetMaxNReg<Cfg::kConsumerRegs, true>();
-    const std::uint32_t wg = warp / 4u - 1u;  // 0 or 1
-    const std::uint32_t tq = lane & 3u;
-    const std::uint32_t bar_mine = 1u + wg, bar_other = 2u - wg;
-    auto k_desc = [&](std::uint32_t st, std::uint32_t kc) {  // head_dim step kc: 32 bytes in panel
-      return SwizzledDesc(smem_base + st * G::kStageBytes + (kc >> 2) * (kP * 128u) +
-                          (kc & 3u) * 32u);
-    };
-    auto v_desc = [&](std::uint32_t st, std::uint32_t kk) {
-      return SwizzledDesc(smem_base + st * G::kStageBytes + G::kKBytes + kk * 32u);
-    };
-    // Consumer 0 issues first; the turns then alternate across items (consumer 1's last arrival of
-    // an item opens consumer 0's first issue of the next; none after the CTA's last item).
-    if (wg == 1) NamedBarArrive(1, 256);
-    std::uint32_t st0 = 0, ph0 = 0;  // ring stage and phase of the item's tile 0
-    std::uint64_t k = item_of(0);    // gridDim.x <= n_items: every CTA has an item
-    for (std::uint32_t r = 1; k < n_items; ++r) {
-      const std::uint64_t k_next = item_of(r);
-      const bool more = k_next < n_items;
-      const auto x = static_cast<std::uint32_t>(k / p.kv_heads);
-      const auto head = static_cast<std::uint32_t>(k % p.kv_heads);
-      const CtaQueries cq(p, x, n_x);
-      const std::uint32_t n_tiles = geo.Count(cq.max_key);
-      RowsState<D> rs(p, cq, head, warp - 4u, lane);
-      auto ring = [&](std::uint32_t i) { return (st0 + i) % kStages; };  // tile i's stage
-      auto parity = [&](std::uint32_t i) { return ph0 ^ (((st0 + i) / kStages) & 1u); };
-      // 128 keys (a pair of tiles) per iteration.
-      const std::uint32_t n_pairs = (n_tiles + 1u) / 2u;
-      // Stage of pair j's second half: tile 2 j + 1's, or tile 2 j's again (masked) past the end.
-      auto stage_b = [&](std::uint32_t j) {
-        return ring(2u * j + 1u < n_tiles ? 2u * j + 1u : 2u * j);
-      };
-      auto wait_pair = [&](std::uint32_t j) {
-        MbarWait(full0 + 8u * ring(2u * j), parity(2u * j));
-        if (2u * j + 1u < n_tiles) MbarWait(full0 + 8u * ring(2u * j + 1u), parity(2u * j + 1u));
-      };
-      auto softmax_pair = [&](float(&sp)[16][4], std::uint32_t j, float& ca, float& cb) {
-        const Tile tiles[2] = {geo.At(2u * j),
-                               2u * j + 1u < n_tiles ? geo.At(2u * j + 1u) : Tile{0, 0, -1}};
-        rs.Softmax(sp, tiles, cq.min_query, tq, ca, cb);
-      };
-      float s[16][4];
-      std::uint32_t pa[8][4];
-      auto& s_lo = reinterpret_cast<float(&)[8][4]>(s[0]);
-      auto& s_hi = reinterpret_cast<float(&)[8][4]>(s[8]);
-      // Pair 0: S only.
-      wait_pair(0);
-      NamedBarSync(bar_mine, 256);
-      WgmmaFence();
-#pragma unroll
-      for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s_lo, rs.qf[kc], k_desc(st0, kc), kc);
-#pragma unroll
-      for (std::uint32_t kc = 0; kc < D / 16; ++kc) {
-        Wgmma(s_hi, rs.qf[kc], k_desc(stage_b(0), kc), kc);
+    const KvSource<D, 128> src(p, tid, blockIdx.y);
+    const std::uint32_t n_tiles = src.geo.Count(cq.max_key);
+    typename KvSource<D, 128>::Raw raw;
+    Tile tile = src.geo.At(0);
+    if (tile.block >= 0) src.Load(static_cast<std::uint32_t>(tile.block), raw, true, true);
+    for (std::uint32_t i = 0; i < n_tiles; ++i) {
+      const std::uint32_t st = i % kStages;
+      const Tile next = src.geo.At(i + 1);
+      const bool load_next = i + 1 < n_tiles && next.block >= 0;
+      const std::uint32_t nb = static_cast<std::uint32_t>(next.block);
+      if (i >= kStages) MbarWait(empty0 + 8u * st, (i / kStages + 1u) & 1u);
+      std::uint8_t* const stage = smem + st * G::kStageBytes;
+      if (tile.block >= 0) {
+        // The next block's K words are loaded while this one's V is unpacked.
+        src.Unpack(raw, stage, true, false);
+        if (load_next) src.Load(nb, raw, true, false);
+        src.Unpack(raw, stage, false, true);
+        if (load_next) src.Load(nb, raw, false, true);
+      } else {
+        raw = {};  // dead here (no register kept live through the tail's unpack)
+        src.UnpackTail(tile, stage);
+        if (load_next) src.Load(nb, raw, true, true);
       }
-      WgmmaCommit();
-      if (wg == 0 || n_pairs > 1 || more) NamedBarArrive(bar_other, 256);
-      WgmmaWait<0>();
-      FenceOperands(s);
-      {
-        float corr_a, corr_b;
-        softmax_pair(s, 0, corr_a, corr_b);
-        PackP(s, pa);
-      }
-      for (std::uint32_t j = 1; j < n_pairs; ++j) {
-        // The previous pair is whole (only the last can be odd).
-        const std::uint32_t sa = ring(2u * j), sb = stage_b(j);
-        const std::uint32_t pa0 = ring(2u * j - 2u), pa1 = ring(2u * j - 1u);
-        wait_pair(j);
-        NamedBarSync(bar_mine, 256);
-        FenceOperands(rs.o);
-        WgmmaFence();
-#pragma unroll
-        for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s_lo, rs.qf[kc], k_desc(sa, kc), kc);
-#pragma unroll
-        for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s_hi, rs.qf[kc], k_desc(sb, kc), kc);
-        WgmmaCommit();
-#pragma unroll
-        for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[kk], v_desc(pa0, kk), 1u);
-#pragma unroll
-        for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[4 + kk], v_desc(pa1, kk), 1u);
-        WgmmaCommit();
-        if (wg == 0 || j + 1 < n_pairs || more) NamedBarArrive(bar_other, 256);
-        WgmmaWait<1>();
-        FenceOperands(s);
-        float corr_a, corr_b;
-        softmax_pair(s, j, corr_a, corr_b);
-        WgmmaWait<0>();
-        FenceOperands(rs.o);
-        KeepLive(pa);
-        if (lane == 0) {
-          MbarArrive(empty0 + 8u * pa0);
-          MbarArrive(empty0 + 8u * pa1);
-        }
-        rs.Rescale(corr_a, corr_b);
-        PackP(s, pa);
-      }
-      const std::uint32_t la = ring(2u * (n_pairs - 1u)), lb = stage_b(n_pairs - 1u);
-      FenceOperands(rs.o);
-      WgmmaFence();
-#pragma unroll
-      for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[kk], v_desc(la, kk), 1u);
-#pragma unroll
-      for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[4 + kk], v_desc(lb, kk), 1u);
-      WgmmaCommit();
-      WgmmaWait<0>();
-      FenceOperands(rs.o);
-      KeepLive(pa);
-      if (lane == 0) {  // the last pair's stages (one stage when it is odd) back to the producer
-        MbarArrive(empty0 + 8u * la);
-        if (lb != la) MbarArrive(empty0 + 8u * lb);
-      }
-      rs.Write(p, tq);
-      const std::uint32_t end = st0 + n_tiles;
-      st0 = end % kStages;
-      ph0 ^= (end / kStages) & 1u;
-      k = k_next;
+      FenceProxyAsync();
+      MbarArrive(full0 + 8u * st);
+      tile = next;
     }
-  } else {
-    const CtaQueries cq(p);
+    return;
+  }
 
-    if (warp < 4) {  // ---- producer ----
-      SetMaxNReg<Cfg::kProducerRegs, false>();
-      const KvSource<D, 128> src(p, tid, blockIdx.y);
-      const std::uint32_t n_tiles = src.geo.Count(cq.max_key);
-      typename KvSource<D, 128>::Raw raw;
-      Tile tile = src.geo.At(0);
-      if (tile.block >= 0) src.Load(static_cast<std::uint32_t>(tile.block), raw, true, true);
-      for (std::uint32_t i = 0; i < n_tiles; ++i) {
-        const std::uint32_t st = i % kStages;
-        const Tile next = src.geo.At(i + 1);
-        const bool load_next = i + 1 < n_tiles && next.block >= 0;
-        const std::uint32_t nb = static_cast<std::uint32_t>(next.block);
-        if (i >= kStages) MbarWait(empty0 + 8u * st, (i / kStages + 1u) & 1u);
-        std::uint8_t* const stage = smem + st * G::kStageBytes;
-        if (tile.block >= 0) {
-          // The next block's K words are loaded while this one's V is unpacked.
-          src.Unpack(raw, stage, true, false);
-          if (load_next) src.Load(nb, raw, true, false);
-          src.Unpack(raw, stage, false, true);
-          if (load_next) src.Load(nb, raw, false, true);
-        } else {
-          raw = {};  // dead here (no register kept live through the tail's unpack)
-          src.UnpackTail(tile, stage);
-          if (load_next) src.Load(nb, raw, true, true);
-        }
-        FenceProxyAsync();
-        MbarArrive(full0 + 8u * st);
-        tile = next;
+  // ---- consumers ----
+  SetMaxNReg<Cfg::kConsumerRegs, true>();
+  const std::uint32_t wg = warp / 4u - 1u;  // 0 or 1
+  const std::uint32_t tq = lane & 3u;
+  const SeqGeometry geo = SeqGeometry::Of(SeqGeometry::LayoutOf<D>(p));
+  const std::uint32_t n_tiles = geo.Count(cq.max_key);
+  RowsState<D> rs(p, cq, warp - 4u, lane);
+  const std::uint32_t bar_mine = 1u + wg, bar_other = 2u - wg;
+  auto k_desc = [&](std::uint32_t st, std::uint32_t kc) {  // head_dim step kc: 32 bytes in panel
+    return SwizzledDesc(smem_base + st * G::kStageBytes + (kc >> 2) * (kP * 128u) +
+                        (kc & 3u) * 32u);
+  };
+  auto v_desc = [&](std::uint32_t st, std::uint32_t kk) {
+    return SwizzledDesc(smem_base + st * G::kStageBytes + G::kKBytes + kk * 32u);
+  };
+  if (wg == 1) NamedBarArrive(1, 256);  // consumer 0 issues first
+
+  if constexpr (kStaged) {  // 128 keys (a pair of tiles) per iteration
+    const std::uint32_t n_pairs = (n_tiles + 1u) / 2u;
+    // Stage of pair j's second half: tile 2 j + 1's, or tile 2 j's again (masked) past the end.
+    auto stage_b = [&](std::uint32_t j) {
+      return (2u * j + 1u < n_tiles ? 2u * j + 1u : 2u * j) % kStages;
+    };
+    auto wait_pair = [&](std::uint32_t j) {
+      MbarWait(full0 + 8u * ((2u * j) % kStages), ((2u * j) / kStages) & 1u);
+      if (2u * j + 1u < n_tiles) {
+        MbarWait(full0 + 8u * ((2u * j + 1u) % kStages), ((2u * j + 1u) / kStages) & 1u);
       }
-      return;
-    }
-
-    // ---- consumers ----
-    SetMaxNReg<Cfg::kConsumerRegs, true>();
-    const std::uint32_t wg = warp / 4u - 1u;  // 0 or 1
-    const std::uint32_t tq = lane & 3u;
-    const SeqGeometry geo = SeqGeometry::Of(SeqGeometry::LayoutOf<D>(p));
-    const std::uint32_t n_tiles = geo.Count(cq.max_key);
-    RowsState<D> rs(p, cq, blockIdx.y, warp - 4u, lane);
-    const std::uint32_t bar_mine = 1u + wg, bar_other = 2u - wg;
-    auto k_desc = [&](std::uint32_t st, std::uint32_t kc) {  // head_dim step kc: 32 bytes in panel
-      return SwizzledDesc(smem_base + st * G::kStageBytes + (kc >> 2) * (kP * 128u) +
-                          (kc & 3u) * 32u);
     };
-    auto v_desc = [&](std::uint32_t st, std::uint32_t kk) {
-      return SwizzledDesc(smem_base + st * G::kStageBytes + G::kKBytes + kk * 32u);
+    auto softmax_pair = [&](float(&sp)[16][4], std::uint32_t j, float& ca, float& cb) {
+      const Tile tiles[2] = {geo.At(2u * j),
+                             2u * j + 1u < n_tiles ? geo.At(2u * j + 1u) : Tile{0, 0, -1}};
+      rs.Softmax(sp, tiles, cq.min_query, tq, ca, cb);
     };
-    if (wg == 1) NamedBarArrive(1, 256);  // consumer 0 issues first
-
-    float s[8][4];
-    std::uint32_t pa[4][4];
-    // Tile 0: S only.
-    MbarWait(full0, 0);
+    float s[16][4];
+    std::uint32_t pa[8][4];
+    auto& s_lo = reinterpret_cast<float(&)[8][4]>(s[0]);
+    auto& s_hi = reinterpret_cast<float(&)[8][4]>(s[8]);
+    // Pair 0: S only.
+    wait_pair(0);
     NamedBarSync(bar_mine, 256);
     WgmmaFence();
 #pragma unroll
-    for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s, rs.qf[kc], k_desc(0, kc), kc);
+    for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s_lo, rs.qf[kc], k_desc(0, kc), kc);
+#pragma unroll
+    for (std::uint32_t kc = 0; kc < D / 16; ++kc) {
+      Wgmma(s_hi, rs.qf[kc], k_desc(stage_b(0), kc), kc);
+    }
     WgmmaCommit();
-    if (wg == 0 || n_tiles > 1) NamedBarArrive(bar_other, 256);
+    if (wg == 0 || n_pairs > 1) NamedBarArrive(bar_other, 256);
     WgmmaWait<0>();
     FenceOperands(s);
     {
       float corr_a, corr_b;
-      const Tile tile = geo.At(0);
-      rs.Softmax(s, &tile, cq.min_query, tq, corr_a, corr_b);
+      softmax_pair(s, 0, corr_a, corr_b);
       PackP(s, pa);
     }
-    for (std::uint32_t i = 1; i < n_tiles; ++i) {
-      const std::uint32_t st = i % kStages, prev = (i - 1u) % kStages;
-      MbarWait(full0 + 8u * st, (i / kStages) & 1u);
+    for (std::uint32_t j = 1; j < n_pairs; ++j) {
+      // The previous pair is whole (only the last can be odd).
+      const std::uint32_t sa = (2u * j) % kStages, sb = stage_b(j);
+      const std::uint32_t pa0 = (2u * j - 2u) % kStages, pa1 = (2u * j - 1u) % kStages;
+      wait_pair(j);
       NamedBarSync(bar_mine, 256);
       FenceOperands(rs.o);
       WgmmaFence();
 #pragma unroll
-      for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s, rs.qf[kc], k_desc(st, kc), kc);
+      for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s_lo, rs.qf[kc], k_desc(sa, kc), kc);
+#pragma unroll
+      for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s_hi, rs.qf[kc], k_desc(sb, kc), kc);
       WgmmaCommit();
 #pragma unroll
-      for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[kk], v_desc(prev, kk), 1u);
+      for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[kk], v_desc(pa0, kk), 1u);
+#pragma unroll
+      for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[4 + kk], v_desc(pa1, kk), 1u);
       WgmmaCommit();
-      if (wg == 0 || i + 1 < n_tiles) NamedBarArrive(bar_other, 256);
+      if (wg == 0 || j + 1 < n_pairs) NamedBarArrive(bar_other, 256);
       WgmmaWait<1>();
       FenceOperands(s);
       float corr_a, corr_b;
-      const Tile tile = geo.At(i);
-      rs.Softmax(s, &tile, cq.min_query, tq, corr_a, corr_b);
+      softmax_pair(s, j, corr_a, corr_b);
       WgmmaWait<0>();
       FenceOperands(rs.o);
       KeepLive(pa);
-      if (lane == 0) MbarArrive(empty0 + 8u * prev);
+      if (lane == 0) {
+        MbarArrive(empty0 + 8u * pa0);
+        MbarArrive(empty0 + 8u * pa1);
+      }
       rs.Rescale(corr_a, corr_b);
       PackP(s, pa);
     }
+    const std::uint32_t la = (2u * (n_pairs - 1u)) % kStages, lb = stage_b(n_pairs - 1u);
     FenceOperands(rs.o);
     WgmmaFence();
 #pragma unroll
-    for (std::uint32_t kk = 0; kk < 4; ++kk)
-      Wgmma(rs.o, pa[kk], v_desc((n_tiles - 1u) % kStages, kk), 1u);
+    for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[kk], v_desc(la, kk), 1u);
+#pragma unroll
+    for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[4 + kk], v_desc(lb, kk), 1u);
     WgmmaCommit();
     WgmmaWait<0>();
     FenceOperands(rs.o);
     KeepLive(pa);
     rs.Write(p, tq);
+    return;
   }
+  float s[8][4];
+  std::uint32_t pa[4][4];
+  // Tile 0: S only.
+  MbarWait(full0, 0);
+  NamedBarSync(bar_mine, 256);
+  WgmmaFence();
+#pragma unroll
+  for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s, rs.qf[kc], k_desc(0, kc), kc);
+  WgmmaCommit();
+  if (wg == 0 || n_tiles > 1) NamedBarArrive(bar_other, 256);
+  WgmmaWait<0>();
+  FenceOperands(s);
+  {
+    float corr_a, corr_b;
+    const Tile tile = geo.At(0);
+    rs.Softmax(s, &tile, cq.min_query, tq, corr_a, corr_b);
+    PackP(s, pa);
+  }
+  for (std::uint32_t i = 1; i < n_tiles; ++i) {
+    const std::uint32_t st = i % kStages, prev = (i - 1u) % kStages;
+    MbarWait(full0 + 8u * st, (i / kStages) & 1u);
+    NamedBarSync(bar_mine, 256);
+    FenceOperands(rs.o);
+    WgmmaFence();
+#pragma unroll
+    for (std::uint32_t kc = 0; kc < D / 16; ++kc) Wgmma(s, rs.qf[kc], k_desc(st, kc), kc);
+    WgmmaCommit();
+#pragma unroll
+    for (std::uint32_t kk = 0; kk < 4; ++kk) Wgmma(rs.o, pa[kk], v_desc(prev, kk), 1u);
+    WgmmaCommit();
+    if (wg == 0 || i + 1 < n_tiles) NamedBarArrive(bar_other, 256);
+    WgmmaWait<1>();
+    FenceOperands(s);
+    float corr_a, corr_b;
+    const Tile tile = geo.At(i);
+    rs.Softmax(s, &tile, cq.min_query, tq, corr_a, corr_b);
+    WgmmaWait<0>();
+    FenceOperands(rs.o);
+    KeepLive(pa);
+    if (lane == 0) MbarArrive(empty0 + 8u * prev);
+    rs.Rescale(corr_a, corr_b);
+    PackP(s, pa);
+  }
+  FenceOperands(rs.o);
+  WgmmaFence();
+#pragma unroll
+  for (std::uint32_t kk = 0; kk < 4; ++kk)
+    Wgmma(rs.o, pa[kk], v_desc((n_tiles - 1u) % kStages, kk), 1u);
+  WgmmaCommit();
+  WgmmaWait<0>();
+  FenceOperands(rs.o);
+  KeepLive(pa);
+  rs.Write(p, tq);
 #else
   // Built without sm_90a SASS but launched on a compute-capability-9.0 device.
   if (threadIdx.x == 0) atomicMin(p.error, static_cast<unsigned long long>(kErrArch));
@@ -1137,24 +1063,6 @@ __global__ void __launch_bounds__(128)
 
 std::atomic<std::size_t> g_fp16_smem[4][kMaxDevices];
 std::atomic<int> g_compute_capability[kMaxDevices];  // major * 10 + minor; 0: not asked yet
-std::atomic<int> g_sm_count[kMaxDevices];            // 0: not asked yet
-
-// The current device's number of SMs (the persistent staged kernel's grid bound).
-cudaError_t SmCount(std::uint32_t* sms) {
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  const bool cached = device >= 0 && device < kMaxDevices;
-  int n = cached ? g_sm_count[device].load(std::memory_order_relaxed) : 0;
-  if (n == 0) {
-    err = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
-    if (err != cudaSuccess) return err;
-    n = n < 1 ? 1 : n;
-    if (cached) g_sm_count[device].store(n, std::memory_order_relaxed);
-  }
-  *sms = static_cast<std::uint32_t>(n);
-  return cudaSuccess;
-}
 
 // Whether the current device runs the warp-specialised kernel: compute capability 9.0 (whose
 // sm_90a SASS the default build carries; a build without it reports kErrArch).
@@ -1203,16 +1111,8 @@ cudaError_t LaunchHackPrefillFp16(const HackAttentionParams& params, cudaStream_
                                      g_fp16_smem[HeadDim == 64 ? 0 : 1]);
   if (err != cudaSuccess) return err;
   const std::uint32_t tokens_per_cta = kRows / params.group;
-  const std::uint32_t n_x = (params.queries + tokens_per_cta - 1) / tokens_per_cta;
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(n_x, params.kv_heads);
-  if (staged) {  // persistent: one CTA per SM, or per work item (query tile, KV head) when fewer
-    std::uint32_t sms = 0;
-    const cudaError_t sm_err = SmCount(&sms);
-    if (sm_err != cudaSuccess) return sm_err;
-    const std::uint64_t items = std::uint64_t{n_x} * params.kv_heads;
-    config.gridDim = dim3(static_cast<std::uint32_t>(items < sms ? items : sms));
-  }
+  config.gridDim = dim3((params.queries + tokens_per_cta - 1) / tokens_per_cta, params.kv_heads);
   config.blockDim = dim3(ws ? kWsThreads : kThreads);
   config.dynamicSmemBytes = smem;
   config.stream = stream;

@@ -68,7 +68,9 @@ class ClusterPrefixTest : public ClusterDaemonTest {
   }
 
   // Every chunk of prompt `seed` is held by its group anchor's owner (by the cluster's G) and by
-  // no other node, and the prompt's groups are spread over more than one node.
+  // no other node, and groups are spread over more than one node. The spread is checked over the
+  // groups of prompts `seed` .. seed + 15 (160 groups), not of this prompt alone: node ids are
+  // random per run, so one prompt's 5 groups all land on one of 3 nodes with probability 1 / 81.
   void ExpectAtAnchorOwners(std::uint32_t seed) {
     auto chain = client::MakePrefixChain(PromptNamespace(), PromptTokens(seed),
                                          view_.options().group_chunks);
@@ -85,7 +87,15 @@ class ClusterPrefixTest : public ClusterDaemonTest {
             << "prompt " << seed << " chunk " << i << " @node " << n;
       }
     }
-    EXPECT_GT(owners.size(), 1u) << "the prompt's groups should land on several nodes";
+    for (std::uint32_t other = seed + 1; other < seed + 16; ++other) {
+      auto more = client::MakePrefixChain(PromptNamespace(), PromptTokens(other),
+                                          view_.options().group_chunks);
+      ASSERT_TRUE(more.ok()) << more.status().ToString();
+      for (const auto& key : more->placement) {
+        owners.insert(view_.PrimaryOwner(PlacementKey(key))->id);
+      }
+    }
+    EXPECT_GT(owners.size(), 1u) << "prompts' groups should land on several nodes";
   }
 
   // The C API's kvdepot_lookup_prefix of prompt `seed` through node `n` (G from its view).

@@ -1514,8 +1514,8 @@ Status EnqueuePrefill(const HackKvCache& kv, const HackPrefillArgs& args,
   if (lay.unquantized_tokens() > 0 && (seq.tail == nullptr || !Aligned(seq.tail, 16))) {
     return InvalidArgument(std::string(kFn) + ": tail must be non-null and 16-byte aligned");
   }
-  if (args.q == nullptr || args.out == nullptr || !Aligned(args.q, 16)) {
-    return InvalidArgument(std::string(kFn) + ": q (16-byte aligned) and out are needed");
+  if (args.q == nullptr || args.out == nullptr || !Aligned(args.q, 16) || !Aligned(args.out, 16)) {
+    return InvalidArgument(std::string(kFn) + ": q and out are needed, both 16-byte aligned");
   }
   params.q = args.q;
   params.out = args.out;

@@ -965,6 +965,14 @@ TEST(HackGpu, PrefillMatchesTheCpuReference) {
         a.out = reinterpret_cast<float*>(0x100);
         EXPECT_EQ(EnqueueHackPrefillAttention(KvFor(t, DType::kFloat16, 1), a, *ws, nullptr).code(),
                   StatusCode::kInvalidArgument);
+        // So is an output that is not 16-byte aligned (the fp16 kernels store rows in bulk).
+        a.first_position = 0;
+        a.out = reinterpret_cast<float*>(0x104);
+        const Status misaligned =
+            EnqueueHackPrefillAttention(KvFor(t, DType::kFloat16, 1), a, *ws, nullptr);
+        EXPECT_EQ(misaligned.code(), StatusCode::kInvalidArgument);
+        EXPECT_NE(misaligned.message().find("16-byte aligned"), std::string::npos)
+            << misaligned.ToString();
       }
     }
   }

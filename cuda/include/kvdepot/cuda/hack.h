@@ -301,9 +301,9 @@ struct HackPrefillArgs {
   std::uint32_t first_position = 0;
   std::uint32_t q_heads = 0;
   float softmax_scale = 0;
-  const float* q = nullptr;
-  float* out = nullptr;  // [queries][q_heads][head_dim]
-  float* lse = nullptr;  // [queries][q_heads] or null
+  const float* q = nullptr;  // [queries][q_heads][head_dim], 16-byte aligned
+  float* out = nullptr;      // [queries][q_heads][head_dim], 16-byte aligned
+  float* lse = nullptr;      // [queries][q_heads] or null
   HackPrefillMath math = HackPrefillMath::kHomomorphicInt8;
   // Staging scratch ("dequantize once"; docs/hack-gpu.md, "Prefill attention: the fp16 path",
   // staged path): device memory, 16-byte aligned, of staging_bytes bytes, or null. Used only where

@@ -736,12 +736,8 @@ struct RowsState {
 
   // Normalises O and writes it (and the log-sum-exp) for the rows that are real queries.
   __device__ void Write(const HackAttentionParams& p, std::uint32_t tq) {
-#pragma unroll
-    for (std::uint32_t x = 1; x <= 2; x <<= 1) {
-      l_a += __shfl_xor_sync(kFull, l_a, x);
-      l_b += __shfl_xor_sync(kFull, l_b, x);
-    }
-    const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
+    float inv_a, inv_b;
+    FinishSums(inv_a, inv_b);
     float* oa = qa != ~0u ? p.out + (std::uint64_t{qa} * p.q_heads + qh_a) * D : nullptr;
     float* ob = qb != ~0u ? p.out + (std::uint64_t{qb} * p.q_heads + qh_b) * D : nullptr;
 #pragma unroll
@@ -751,6 +747,17 @@ struct RowsState {
       if (ob) *reinterpret_cast<float2*>(ob + d) = make_float2(o[nd][2] * inv_b, o[nd][3] * inv_b);
     }
     WriteLse(p, tq);
+  }
+
+  // Sums l_a, l_b over the row's quad and gives the factors that normalise O.
+  __device__ void FinishSums(float& inv_a, float& inv_b) {
+#pragma unroll
+    for (std::uint32_t x = 1; x <= 2; x <<= 1) {
+      l_a += __shfl_xor_sync(kFull, l_a, x);
+      l_b += __shfl_xor_sync(kFull, l_b, x);
+    }
+    inv_a = 1.0f / l_a;
+    inv_b = 1.0f / l_b;
   }
 
   // The log-sum-exp of the real rows (l_a, l_b already summed over the quad).
@@ -773,12 +780,8 @@ struct RowsState {
                                      std::uint32_t warp, std::uint32_t lane,
                                      std::uint8_t* scratch) {
     const std::uint32_t g = lane >> 2, tq = lane & 3u;
-#pragma unroll
-    for (std::uint32_t x = 1; x <= 2; x <<= 1) {
-      l_a += __shfl_xor_sync(kFull, l_a, x);
-      l_b += __shfl_xor_sync(kFull, l_b, x);
-    }
-    const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
+    float inv_a, inv_b;
+    FinishSums(inv_a, inv_b);
     WriteLse(p, tq);
     float* const row_a = reinterpret_cast<float*>(scratch + g * kOutRowBytes<D>);
     float* const row_b = reinterpret_cast<float*>(scratch + (g + 8u) * kOutRowBytes<D>);

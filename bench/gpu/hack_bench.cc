@@ -17,7 +17,9 @@
 //    graphs; with --prefill-staged on, each fp16 shape also as a staged call (HackPrefillArgs::
 //    staging: the staging kernel then the attention kernel, "...-fp16-staged", its output checked
 //    against the unstaged call's within kHackDequantPrefillRelL2Tolerance) and the staging kernel
-//    alone ("...-fp16-stage");
+//    alone ("...-fp16-stage"); with --prefill-io fp16|bf16 the fp16 rows' q and out are that
+//    type (HackPrefillArgs::io_dtype; an engine's activations, as SDPA's bf16 baseline; default
+//    fp32), q the random values rounded to it;
 //  * quantize and dequantize of Llama-3.1-8B and 70B-shaped chunks [32|80, 2, 256, 8, 128] fp16:
 //    one synchronous call per rep (launch to finish); "-stream": 8 calls enqueued back to back
 //    on one stream per rep (as an engine streams chunks; the launch of one call overlaps the
@@ -41,6 +43,7 @@
 //                           [--batches 1,16] [--prefill-lengths 1024,...]
 //                           [--chunked 4096:28672,...] [--prefill-verify-max TOKENS]
 //                           [--prefill-math int8|fp16|both] [--prefill-staged off|on]
+//                           [--prefill-io fp32|fp16|bf16]
 //                           [--decode-math int8|fp16|both] [--decode-rows all|graph]
 //                           [--codec-layers 32,80]
 // Exit status: 0 ok, 1 error or mismatch, 2 no GPU, 64 bad usage.
@@ -101,6 +104,8 @@ struct Options : bench::CommonOptions {
   // tokens (0: none; the float64 reference of 4K new over 28K cached takes ~30 s of CPU).
   std::uint32_t prefill_verify_max = kVerifyMaxTokens;
   bool prefill_staged = false;  // fp16 prefill also staged, and the staging alone
+  // The fp16 prefill's q and out element type (HackPrefillArgs::io_dtype; int8 rows stay fp32).
+  DType prefill_io = DType::kFloat32;
 };
 
 struct Row {
@@ -390,6 +395,38 @@ Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, std::uint32
   return row;
 }
 
+// q / out device buffers of fp32 or a 16-bit type (HackPrefillArgs::io_dtype).
+struct IoBuffers {
+  DType dtype;
+  std::size_t elem;  // bytes per element
+  static IoBuffers Of(DType d) { return {d, d == DType::kFloat32 ? 4u : 2u}; }
+  // Uploads `values`, first rounding them in place to the 16-bit type (what the kernel then sees).
+  Result<DeviceBuffer> Upload(std::vector<float>& values) const {
+    KVD_ASSIGN_OR_RETURN(DeviceBuffer d, DeviceBuffer::Allocate(values.size() * elem));
+    std::vector<std::uint16_t> bits(elem == 2 ? values.size() : 0);
+    for (std::size_t i = 0; i < bits.size(); ++i) {
+      bits[i] = dtype == DType::kBFloat16 ? FloatToBf16Bits(values[i]) : FloatToHalfBits(values[i]);
+      values[i] = dtype == DType::kBFloat16 ? Bf16BitsToFloat(bits[i]) : HalfBitsToFloat(bits[i]);
+    }
+    const void* src = elem == 2 ? static_cast<const void*>(bits.data()) : values.data();
+    KVD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(d.data(), src, values.size() * elem, cudaMemcpyHostToDevice), "upload q");
+    return d;
+  }
+  // The first `count` elements of `d` as floats.
+  Result<std::vector<float>> Download(const DeviceBuffer& d, std::size_t count) const {
+    std::vector<float> out(count);
+    std::vector<std::uint16_t> bits(elem == 2 ? count : 0);
+    void* dst = elem == 2 ? static_cast<void*>(bits.data()) : out.data();
+    KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, d.data(), count * elem, cudaMemcpyDeviceToHost),
+                             "download out");
+    for (std::size_t i = 0; i < bits.size(); ++i) {
+      out[i] = dtype == DType::kBFloat16 ? Bf16BitsToFloat(bits[i]) : HalfBitsToFloat(bits[i]);
+    }
+    return out;
+  }
+};
+
 // Causal prefill of `queries` new tokens at positions `prefix` .. over a sequence of prefix +
 // queries tokens (prefix 0: a whole prompt), computed with `math`. A rep is one replay of a CUDA
 // graph of one call per KV set (at most 8; as torch_sdpa.py --graph times SDPA), reported per
@@ -414,22 +451,24 @@ Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, HackPref
       cudaMemcpy(descs.data(), kv.descs.data(), descs.size() * sizeof(HackAttentionSeq),
                  cudaMemcpyDeviceToHost),
       "download descriptors");
-  const std::vector<float> q = RandomFloats(std::size_t{queries} * kQHeads * kDim, 11);
-  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_q, DeviceBuffer::Allocate(q.size() * 4));
-  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_out, DeviceBuffer::Allocate(q.size() * 4));
-  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_q.data(), q.data(), q.size() * 4, cudaMemcpyHostToDevice),
-                           "upload q");
-  const HackKvCache cache = Kv();
   const bool fp16 = math == HackPrefillMath::kDequantFp16;
+  // q and out: fp32, or (fp16 math) --prefill-io's 16-bit type, q then the random values rounded.
+  const DType io = fp16 ? opt.prefill_io : DType::kFloat32;
+  std::vector<float> q = RandomFloats(std::size_t{queries} * kQHeads * kDim, 11);
+  const IoBuffers bufs = IoBuffers::Of(io);
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_q, bufs.Upload(q));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_out, DeviceBuffer::Allocate(q.size() * bufs.elem));
+  const HackKvCache cache = Kv();
   auto args = [&](std::uint32_t c) {
     HackPrefillArgs a;
     a.seq = descs[c % descs.size()];
     a.queries = queries;
     a.first_position = prefix;
     a.q_heads = kQHeads;
-    a.q = d_q.as<float>();
-    a.out = d_out.as<float>();
+    a.q = d_q.data();
+    a.out = d_out.data();
     a.math = math;
+    a.io_dtype = io;
     return a;
   };
   // One scratch for every call of the graph (they run one after another on the stream).
@@ -465,24 +504,20 @@ Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, HackPref
   // The last replay's output against an unstaged call's: the staged kernel takes 128 keys per
   // softmax step (the unstaged one 64), so not the same bits; within the fp16 path's tolerance.
   if (staging == Staging::kWhole) {
-    std::vector<float> staged(q.size()), unstaged(q.size());
     const std::uint32_t last = (calls - 1u) % static_cast<std::uint32_t>(descs.size());
-    KVD_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(staged.data(), d_out.data(), q.size() * 4, cudaMemcpyDeviceToHost), "download");
+    KVD_ASSIGN_OR_RETURN(const std::vector<float> staged, bufs.Download(d_out, q.size()));
     KVD_RETURN_IF_ERROR(EnqueueHackPrefillAttention(cache, args(last), ws, stream));
     KVD_RETURN_IF_ERROR(finish());
-    KVD_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(unstaged.data(), d_out.data(), q.size() * 4, cudaMemcpyDeviceToHost),
-        "download");
+    KVD_ASSIGN_OR_RETURN(const std::vector<float> unstaged, bufs.Download(d_out, q.size()));
     KVD_RETURN_IF_ERROR(CheckClose(std::vector<double>(unstaged.begin(), unstaged.end()), staged,
                                    "prefill " + std::to_string(tokens) + " staged against unstaged",
                                    kHackDequantPrefillRelL2Tolerance));
   }
   const bool verify = tokens <= opt.prefill_verify_max && staging != Staging::kStageOnly;
   if (verify) {  // verify the first (up to) 64 queries
-    std::vector<float> got(std::size_t{std::min(queries, 64u)} * kQHeads * kDim);
-    KVD_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(got.data(), d_out.data(), got.size() * 4, cudaMemcpyDeviceToHost), "download");
+    KVD_ASSIGN_OR_RETURN(
+        const std::vector<float> got,
+        bufs.Download(d_out, std::size_t{std::min(queries, 64u)} * kQHeads * kDim));
     const HackChunk chunk = ToChunk(host);
     AttentionOptions ao;
     ao.q_heads = kQHeads;
@@ -517,7 +552,8 @@ Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, HackPref
        : verify                       ? ""
                                       : ", unverified") +
       (staging == Staging::kNone ? ""
-                                 : ", scratch " + std::to_string(scratch_bytes >> 20) + " MiB");
+                                 : ", scratch " + std::to_string(scratch_bytes >> 20) + " MiB") +
+      (io == DType::kFloat32 ? "" : ", q / out " + std::string(DTypeName(io)));
   return row;
 }
 
@@ -686,6 +722,7 @@ int Usage(const char* argv0) {
                "[--lengths 4096,32768,131072] [--batches 1,16] [--prefill-lengths 1024,4096] "
                "[--chunked NEW:PREFIX,...] [--prefill-verify-max TOKENS (default 32768)] "
                "[--prefill-math int8|fp16|both] [--prefill-staged off|on] "
+               "[--prefill-io fp32|fp16|bf16] "
                "[--decode-math int8|fp16|both] [--decode-rows all|graph] [--codec-layers 32,80]\n",
                argv0);
   return 64;
@@ -710,6 +747,12 @@ int Main(int argc, char** argv) {
     if (flag == "--prefill-math") {
       opt.prefill_math = v;
       return opt.prefill_math == "int8" || opt.prefill_math == "fp16" || opt.prefill_math == "both";
+    }
+    if (flag == "--prefill-io") {
+      const Result<DType> io = ParseDType(v);
+      if (!io.ok()) return false;
+      opt.prefill_io = *io;
+      return true;
     }
     if (flag == "--prefill-staged") {
       opt.prefill_staged = std::string_view(v) == "on";

@@ -1517,8 +1517,19 @@ Status EnqueuePrefill(const HackKvCache& kv, const HackPrefillArgs& args,
   if (args.q == nullptr || args.out == nullptr || !Aligned(args.q, 16) || !Aligned(args.out, 16)) {
     return InvalidArgument(std::string(kFn) + ": q and out are needed, both 16-byte aligned");
   }
-  params.q = args.q;
-  params.out = args.out;
+  if (!IsValidDType(static_cast<std::uint8_t>(args.io_dtype))) {
+    return InvalidArgument(std::string(kFn) + ": io_dtype " +
+                           std::to_string(static_cast<unsigned>(args.io_dtype)) +
+                           " is not fp16, bf16 or fp32");
+  }
+  if (args.io_dtype != DType::kFloat32 && args.math != HackPrefillMath::kDequantFp16) {
+    return InvalidArgument(std::string(kFn) + ": " + std::string(DTypeName(args.io_dtype)) +
+                           " q and out need math = kDequantFp16 (kHomomorphicInt8 takes fp32)");
+  }
+  // 16-bit q / out travel as typed fp32 pointers; the fp16 kernels read them per io_dtype.
+  params.q = static_cast<const float*>(args.q);
+  params.out = static_cast<float*>(args.out);
+  params.io_dtype = static_cast<std::uint32_t>(args.io_dtype);
   params.lse = args.lse;
   params.seqs = nullptr;
   params.prefill_seq = seq;

@@ -36,11 +36,13 @@
 // Shared tiles have 128-byte rows (K in panels of 64 head_dim columns) XOR-swizzled per 16-byte
 // chunk (chunk ^ (row & 7)): wgmma's 128-byte swizzle, and free of ldmatrix bank conflicts. O is
 // rescaled only when some row's running maximum moved (a warp vote; multiplying by 1 is exact).
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "fast_exp2.cuh"
 #include "kvdepot/codec/hack_format.h"
@@ -270,6 +272,42 @@ __device__ __forceinline__ std::uint32_t PackHalf2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const std::uint32_t*>(&h);
 }
+// The kernels are templates on IoT, q's and out's element (HackPrefillArgs::io_dtype): float,
+// __half or __nv_bfloat16. A 16-bit query is read as its exact float value and out is written
+// rounded to nearest even, so a 16-bit call computes what the fp32 call over the same values does.
+// The fp32 kernels are the code they were before 16-bit I/O (a run-time branch on io_dtype made
+// the staged fp32 call 2-4% slower, session 21).
+__device__ __forceinline__ float IoToFloat(float x) {
+  return x;
+}
+__device__ __forceinline__ float IoToFloat(__half x) {
+  return __half2float(x);
+}
+__device__ __forceinline__ float IoToFloat(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+// Stores (lo, hi) at dst, dst + 1 (aligned to the pair).
+__device__ __forceinline__ void StoreOut2(float* dst, float lo, float hi) {
+  *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);
+}
+__device__ __forceinline__ void StoreOut2(__half* dst, float lo, float hi) {
+  *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(lo, hi);
+}
+__device__ __forceinline__ void StoreOut2(__nv_bfloat16* dst, float lo, float hi) {
+  *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(lo, hi);
+}
+// Element k (0..3) of four 16-bit elements loaded as one 8-byte word (lowest address first).
+template <typename IoT>
+__device__ __forceinline__ float IoToFloat(uint2 w, std::uint32_t k) {
+  const std::uint32_t bits = ((k < 2u ? w.x : w.y) >> (16u * (k & 1u))) & 0xffffu;
+  if constexpr (std::is_same_v<IoT, __half>) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  } else {
+    static_assert(std::is_same_v<IoT, __nv_bfloat16>);
+    return __uint_as_float(bits << 16);  // bf16 is binary32's upper half
+  }
+}
+
 __device__ __forceinline__ __half2 AsHalf2(std::uint32_t u) {
   return *reinterpret_cast<const __half2*>(&u);
 }
@@ -597,12 +635,16 @@ struct RowsState {
   }
 
   // Each lane loads its own fragments' elements (4-byte loads, 4 channels apart).
+  template <typename IoT>
   __device__ void LoadQueries(const HackAttentionParams& p, std::uint32_t lane) {
     const std::uint32_t tq = lane & 3u;
-    const float* qpa = qa != ~0u ? p.q + (std::uint64_t{qa} * p.q_heads + qh_a) * D : nullptr;
-    const float* qpb = qb != ~0u ? p.q + (std::uint64_t{qb} * p.q_heads + qh_b) * D : nullptr;
+    const IoT* const q = reinterpret_cast<const IoT*>(p.q);
+    const IoT* qpa = qa != ~0u ? q + (std::uint64_t{qa} * p.q_heads + qh_a) * D : nullptr;
+    const IoT* qpb = qb != ~0u ? q + (std::uint64_t{qb} * p.q_heads + qh_b) * D : nullptr;
     const float sc = p.scale_log2;
-    auto ld = [&](const float* row, std::uint32_t d) { return row ? __ldg(row + d) * sc : 0.0f; };
+    auto ld = [&](const IoT* row, std::uint32_t d) {
+      return row ? IoToFloat(__ldg(row + d)) * sc : 0.0f;
+    };
 #pragma unroll
     for (std::uint32_t kc = 0; kc < D / 16; ++kc) {
       const std::uint32_t b = kc * 16u + tq;  // positions 2 tq, 2 tq + 1 = channels tq, tq + 8
@@ -621,20 +663,25 @@ struct RowsState {
   // (qf[kc][0], [2] and [1], [3]) back with 8-byte loads. Against LoadQueries (128 4-byte loads
   // per lane, each warp instruction touching 8 rows' sectors) the staged 4K prompt took ~18 µs
   // less of ~570 (session 20).
+  // 16-bit q: 8-byte loads (a row is 256 bytes), widened to the same floats.
+  template <typename IoT>
   __device__ void LoadQueriesThroughShared(const HackAttentionParams& p, const CtaQueries& cq,
                                            std::uint32_t warp, std::uint32_t lane,
                                            std::uint8_t* scratch) {
     static_assert(D == 128, "one 16-byte load per lane covers a row");
+    // A lane's 4 channels of a row: 16 bytes of fp32, 8 of fp16 / bf16.
+    using Chunk = std::conditional_t<sizeof(IoT) == 4, float4, uint2>;
     const std::uint32_t group = p.group, head = blockIdx.y;
     const float sc = p.scale_log2;
-    float4 v[16];
+    Chunk v[16];
 #pragma unroll
     for (std::uint32_t i = 0; i < 16; ++i) {
       const std::uint32_t r = warp * 16u + i, qi = RowQuery(cq, group, r);
-      v[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      v[i] = Chunk{};
       if (qi != ~0u) {
-        const float* row = p.q + (std::uint64_t{qi} * p.q_heads + head * group + r % group) * D;
-        v[i] = __ldg(reinterpret_cast<const float4*>(row) + lane);
+        const IoT* row = reinterpret_cast<const IoT*>(p.q) +
+                         (std::uint64_t{qi} * p.q_heads + head * group + r % group) * D;
+        v[i] = __ldg(reinterpret_cast<const Chunk*>(row) + lane);
       }
     }
     const std::uint32_t kc = lane >> 2, m = lane & 3u;      // channels 16 kc + 4 m + j, j = 0..3
@@ -642,7 +689,15 @@ struct RowsState {
 #pragma unroll
     for (std::uint32_t i = 0; i < 16; ++i) {
       __half* const piece_row = reinterpret_cast<__half*>(scratch + i * (D * 2u));
-      const float x[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+      float x[4];
+#pragma unroll
+      for (std::uint32_t j = 0; j < 4; ++j) {
+        if constexpr (sizeof(IoT) == 4) {
+          x[j] = j == 0 ? v[i].x : j == 1 ? v[i].y : j == 2 ? v[i].z : v[i].w;
+        } else {
+          x[j] = IoToFloat<IoT>(v[i], j);
+        }
+      }
 #pragma unroll
       for (std::uint32_t j = 0; j < 4; ++j) {
         piece_row[((kc ^ (i & 7u)) * 4u + j) * 4u + slot] = __float2half_rn(x[j] * sc);
@@ -735,16 +790,18 @@ struct RowsState {
   }
 
   // Normalises O and writes it (and the log-sum-exp) for the rows that are real queries.
+  template <typename IoT>
   __device__ void Write(const HackAttentionParams& p, std::uint32_t tq) {
     float inv_a, inv_b;
     FinishSums(inv_a, inv_b);
-    float* oa = qa != ~0u ? p.out + (std::uint64_t{qa} * p.q_heads + qh_a) * D : nullptr;
-    float* ob = qb != ~0u ? p.out + (std::uint64_t{qb} * p.q_heads + qh_b) * D : nullptr;
+    IoT* const out = reinterpret_cast<IoT*>(p.out);
+    IoT* oa = qa != ~0u ? out + (std::uint64_t{qa} * p.q_heads + qh_a) * D : nullptr;
+    IoT* ob = qb != ~0u ? out + (std::uint64_t{qb} * p.q_heads + qh_b) * D : nullptr;
 #pragma unroll
     for (std::uint32_t nd = 0; nd < D / 8; ++nd) {
       const std::uint32_t d = nd * 8u + 2u * tq;
-      if (oa) *reinterpret_cast<float2*>(oa + d) = make_float2(o[nd][0] * inv_a, o[nd][1] * inv_a);
-      if (ob) *reinterpret_cast<float2*>(ob + d) = make_float2(o[nd][2] * inv_b, o[nd][3] * inv_b);
+      if (oa) StoreOut2(oa + d, o[nd][0] * inv_a, o[nd][1] * inv_a);
+      if (ob) StoreOut2(ob + d, o[nd][2] * inv_b, o[nd][3] * inv_b);
     }
     WriteLse(p, tq);
   }
@@ -773,9 +830,10 @@ struct RowsState {
   // Write's values (the same products, the same bits) through `scratch` (this warp's
   // kOutScratchBytes<D> of shared memory, 16-byte aligned): the lanes store their normalised O
   // pairs into the warp's 16 rows there, then lane r < 16 copies row r to its place in `out` with
-  // one bulk copy (a row is D contiguous floats). Against Write (fragment pairs stored straight to
+  // one bulk copy (a row is D contiguous elements). Against Write (fragment pairs stored straight to
   // global memory, 8 rows' lines per instruction) the staged 4K prompt took ~6 µs less (session
   // 20). Needs out 16-byte aligned (the launcher checks it).
+  template <typename IoT>
   __device__ void WriteThroughShared(const HackAttentionParams& p, const CtaQueries& cq,
                                      std::uint32_t warp, std::uint32_t lane,
                                      std::uint8_t* scratch) {
@@ -783,22 +841,22 @@ struct RowsState {
     float inv_a, inv_b;
     FinishSums(inv_a, inv_b);
     WriteLse(p, tq);
-    float* const row_a = reinterpret_cast<float*>(scratch + g * kOutRowBytes<D>);
-    float* const row_b = reinterpret_cast<float*>(scratch + (g + 8u) * kOutRowBytes<D>);
+    IoT* const row_a = reinterpret_cast<IoT*>(scratch + g * kOutRowBytes<D>);
+    IoT* const row_b = reinterpret_cast<IoT*>(scratch + (g + 8u) * kOutRowBytes<D>);
 #pragma unroll
     for (std::uint32_t nd = 0; nd < D / 8; ++nd) {
       const std::uint32_t d = nd * 8u + 2u * tq;
-      *reinterpret_cast<float2*>(row_a + d) = make_float2(o[nd][0] * inv_a, o[nd][1] * inv_a);
-      *reinterpret_cast<float2*>(row_b + d) = make_float2(o[nd][2] * inv_b, o[nd][3] * inv_b);
+      StoreOut2(row_a + d, o[nd][0] * inv_a, o[nd][1] * inv_a);
+      StoreOut2(row_b + d, o[nd][2] * inv_b, o[nd][3] * inv_b);
     }
     FenceProxyAsync();  // the stores above, visible to the bulk copies (async proxy)
     __syncwarp();
     if (lane < 16u) {
       const std::uint32_t r = warp * 16u + lane, qi = RowQuery(cq, p.group, r);
       if (qi != ~0u) {
-        float* const dst =
-            p.out + (std::uint64_t{qi} * p.q_heads + blockIdx.y * p.group + r % p.group) * D;
-        BulkCopyToGlobal(dst, SharedAddress(scratch + lane * kOutRowBytes<D>), D * 4u);
+        IoT* const dst = reinterpret_cast<IoT*>(p.out) +
+                         (std::uint64_t{qi} * p.q_heads + blockIdx.y * p.group + r % p.group) * D;
+        BulkCopyToGlobal(dst, SharedAddress(scratch + lane * kOutRowBytes<D>), D * sizeof(IoT));
       }
       BulkCommitAndWaitRead();  // the CTA's shared memory outlives the reads
     }
@@ -820,8 +878,8 @@ __device__ __forceinline__ void PackP(const float (&s)[kN][4], std::uint32_t (&p
 
 // mma.sync kernel (head_dim 64, and head_dim 128 without sm_90a): 8 warps, each its 16 rows, every
 // thread loading and unpacking the next tile into the other of two stages after P V (one
-// __syncthreads per tile).
-template <int D>
+// __syncthreads per tile). IoT: q's and out's element (see IoToFloat).
+template <int D, typename IoT>
 __global__ void __launch_bounds__(kThreads, 1)
     HackPrefillFp16Kernel(const __grid_constant__ HackAttentionParams p) {
   using G = Fp16Geo<D>;
@@ -833,7 +891,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const KvSource<D, kThreads> src(p, tid, blockIdx.y);
   const std::uint32_t n_tiles = src.geo.Count(cq.max_key);
   RowsState<D> rs(p, cq, warp, lane);
-  rs.LoadQueries(p, lane);
+  rs.template LoadQueries<IoT>(p, lane);
 
   const std::uint32_t smem_base = SharedAddress(smem);
   typename KvSource<D, kThreads>::Raw raw;
@@ -890,7 +948,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     tile = next;
     __syncthreads();
   }
-  rs.Write(p, tq);
+  rs.template Write<IoT>(p, tq);
 }
 
 // Warp-specialised kernel (head_dim 128 on sm_90a; FlashAttention-3's schedule): 3 warpgroups.
@@ -931,7 +989,7 @@ struct WsConfig {
 };
 static_assert(Fp16Geo<128>::kStageBytes == kHackPrefillStageBytes);
 
-template <bool kStaged>
+template <bool kStaged, typename IoT>
 __global__ void __launch_bounds__(kWsThreads, 1)
     HackPrefillFp16WsKernel(const __grid_constant__ HackAttentionParams p) {
 #if defined(KVDEPOT_HACK_PREFILL_WGMMA)
@@ -1020,7 +1078,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const SeqGeometry geo = SeqGeometry::Of(SeqGeometry::LayoutOf<D>(p));
   const std::uint32_t n_tiles = geo.Count(cq.max_key);
   RowsState<D> rs(p, cq, warp - 4u, lane);
-  rs.LoadQueriesThroughShared(
+  rs.template LoadQueriesThroughShared<IoT>(
       p, cq, warp - 4u, lane,
       smem + kStages * G::kStageBytes + (warp - 4u) * kQueryScratchBytes<D>);
   const std::uint32_t bar_mine = 1u + wg, bar_other = 2u - wg;
@@ -1124,7 +1182,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     // unstaged one measured 1.5-2% slower with it, session 20).
     static_assert(8u * kOutScratchBytes<D> <= kStages * G::kStageBytes);
     NamedBarSync(3, 256);
-    rs.WriteThroughShared(p, cq, warp - 4u, lane, smem + (warp - 4u) * kOutScratchBytes<D>);
+    rs.template WriteThroughShared<IoT>(p, cq, warp - 4u, lane,
+                                        smem + (warp - 4u) * kOutScratchBytes<D>);
     return;
   }
   float s[8][4];
@@ -1179,7 +1238,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   WgmmaWait<0>();
   FenceOperands(rs.o);
   KeepLive(pa);
-  rs.Write(p, tq);
+  rs.template Write<IoT>(p, tq);
 #else
   // Built without sm_90a SASS but launched on a compute-capability-9.0 device.
   if (threadIdx.x == 0) atomicMin(p.error, static_cast<unsigned long long>(kErrArch));
@@ -1207,7 +1266,9 @@ __global__ void __launch_bounds__(128)
   for (std::uint32_t i = threadIdx.x; i < G::kStageBytes / 16u; i += 128u) dst[i] = from[i];
 }
 
-std::atomic<std::size_t> g_fp16_smem[4][kMaxDevices];
+// Per device, the dynamic shared memory configured for each kernel ([kernel][io]: see
+// LaunchHackPrefillFp16).
+std::atomic<std::size_t> g_fp16_smem[4][3][kMaxDevices];
 std::atomic<int> g_compute_capability[kMaxDevices];  // major * 10 + minor; 0: not asked yet
 
 // Whether the current device runs the warp-specialised kernel: compute capability 9.0 (whose
@@ -1250,21 +1311,35 @@ cudaError_t LaunchHackPrefillFp16(const HackAttentionParams& params, cudaStream_
   const std::size_t smem = staged ? WsConfig<true>::kSmem
                            : ws   ? WsConfig<false>::kSmem
                                   : Fp16Geo<HeadDim>::kSmem;
-  const cudaError_t err =
-      staged ? ConfigureSharedMemory(HackPrefillFp16WsKernel<true>, smem, g_fp16_smem[3])
-      : ws   ? ConfigureSharedMemory(HackPrefillFp16WsKernel<false>, smem, g_fp16_smem[2])
-             : ConfigureSharedMemory(HackPrefillFp16Kernel<HeadDim>, smem,
-                                     g_fp16_smem[HeadDim == 64 ? 0 : 1]);
-  if (err != cudaSuccess) return err;
   const std::uint32_t tokens_per_cta = kRows / params.group;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3((params.queries + tokens_per_cta - 1) / tokens_per_cta, params.kv_heads);
   config.blockDim = dim3(ws ? kWsThreads : kThreads);
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  return staged ? cudaLaunchKernelEx(&config, HackPrefillFp16WsKernel<true>, params)
-         : ws   ? cudaLaunchKernelEx(&config, HackPrefillFp16WsKernel<false>, params)
-                : cudaLaunchKernelEx(&config, HackPrefillFp16Kernel<HeadDim>, params);
+  auto launch = [&](auto kernel, std::atomic<std::size_t>(&configured)[kMaxDevices]) {
+    const cudaError_t err = ConfigureSharedMemory(kernel, smem, configured);
+    return err != cudaSuccess ? err : cudaLaunchKernelEx(&config, kernel, params);
+  };
+  // [kernel][io]: kernel 0 / 1 HackPrefillFp16Kernel<64 / 128>, 2 / 3 HackPrefillFp16WsKernel<
+  // false / true>; io 0 fp32, 1 fp16, 2 bf16.
+  const int io = params.io_dtype == static_cast<std::uint32_t>(DType::kFloat16)    ? 1
+                 : params.io_dtype == static_cast<std::uint32_t>(DType::kBFloat16) ? 2
+                                                                                   : 0;
+  if (staged) {
+    return io == 1   ? launch(HackPrefillFp16WsKernel<true, __half>, g_fp16_smem[3][1])
+           : io == 2 ? launch(HackPrefillFp16WsKernel<true, __nv_bfloat16>, g_fp16_smem[3][2])
+                     : launch(HackPrefillFp16WsKernel<true, float>, g_fp16_smem[3][0]);
+  }
+  if (ws) {
+    return io == 1   ? launch(HackPrefillFp16WsKernel<false, __half>, g_fp16_smem[2][1])
+           : io == 2 ? launch(HackPrefillFp16WsKernel<false, __nv_bfloat16>, g_fp16_smem[2][2])
+                     : launch(HackPrefillFp16WsKernel<false, float>, g_fp16_smem[2][0]);
+  }
+  constexpr int k = HeadDim == 64 ? 0 : 1;
+  return io == 1   ? launch(HackPrefillFp16Kernel<HeadDim, __half>, g_fp16_smem[k][1])
+         : io == 2 ? launch(HackPrefillFp16Kernel<HeadDim, __nv_bfloat16>, g_fp16_smem[k][2])
+                   : launch(HackPrefillFp16Kernel<HeadDim, float>, g_fp16_smem[k][0]);
 }
 
 cudaError_t LaunchHackPrefillFp16Staging(const HackAttentionParams& params, cudaStream_t stream) {

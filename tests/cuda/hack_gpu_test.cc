@@ -1030,25 +1030,39 @@ TEST(HackGpu, ChunkedPrefillOverACachedPrefixMatchesTheCpuReference) {
 
 // ---- the dequantize-on-load prefill (HackPrefillMath::kDequantFp16) ----
 
+// x as `dtype`'s bits (fp16 / bf16: rounded to nearest even) and back.
+std::uint16_t To16(float x, DType dtype) {
+  return dtype == DType::kBFloat16 ? FloatToBf16Bits(x) : FloatToHalfBits(x);
+}
+float From16(std::uint16_t bits, DType dtype) {
+  return dtype == DType::kBFloat16 ? Bf16BitsToFloat(bits) : HalfBitsToFloat(bits);
+}
+
 // Runs the fp16 prefill of `queries` (fp32 [n][q_heads][dim]) from `first_position`; out and lse.
-// With `staged`, through a staging scratch of HackPrefillStagingBytes (+ 16) bytes.
+// With `staged`, through a staging scratch of HackPrefillStagingBytes (+ 16) bytes. With io fp16 /
+// bf16, q is uploaded rounded to io and out read back as io's values (HackPrefillArgs::io_dtype).
 GpuResult RunPrefillFp16(const HackKvCache& kv, const HackAttentionSeq& seq,
                          std::uint32_t first_position, const std::vector<float>& q,
-                         std::uint32_t q_heads, HackAttentionWorkspace& ws, bool staged = false) {
+                         std::uint32_t q_heads, HackAttentionWorkspace& ws, bool staged = false,
+                         DType io = DType::kFloat32) {
   GpuResult r;
   const std::size_t n = q.size() / (std::size_t{q_heads} * kv.head_dim);
-  DeviceBuffer d_q = Dev(q.data(), q.size());
-  DeviceBuffer d_out = DevAlloc(q.size() * 4);
+  const std::size_t elem = io == DType::kFloat32 ? 4 : 2;
+  std::vector<std::uint16_t> q16(io == DType::kFloat32 ? 0 : q.size());
+  for (std::size_t i = 0; i < q16.size(); ++i) q16[i] = To16(q[i], io);
+  DeviceBuffer d_q = q16.empty() ? Dev(q.data(), q.size()) : Dev(q16.data(), q16.size());
+  DeviceBuffer d_out = DevAlloc(q.size() * elem);
   DeviceBuffer d_lse = DevAlloc(n * q_heads * 4);
   HackPrefillArgs a;
   a.seq = seq;
   a.queries = static_cast<std::uint32_t>(n);
   a.first_position = first_position;
   a.q_heads = q_heads;
-  a.q = d_q.as<float>();
-  a.out = d_out.as<float>();
+  a.q = d_q.data();
+  a.out = d_out.data();
   a.lse = d_lse.as<float>();
   a.math = HackPrefillMath::kDequantFp16;
+  a.io_dtype = io;
   DeviceBuffer scratch;
   if (staged) {
     a.staging_bytes = HackPrefillStagingBytes(kv, a) + 16;
@@ -1059,8 +1073,15 @@ GpuResult RunPrefillFp16(const HackKvCache& kv, const HackAttentionSeq& seq,
   if (r.status.ok()) r.status = FinishHackAttention(ws, nullptr);
   r.out.resize(q.size());
   r.lse.resize(n * q_heads);
-  EXPECT_EQ(cudaMemcpy(r.out.data(), d_out.data(), r.out.size() * 4, cudaMemcpyDeviceToHost),
-            cudaSuccess);
+  if (elem == 4) {
+    EXPECT_EQ(cudaMemcpy(r.out.data(), d_out.data(), r.out.size() * 4, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+  } else {
+    std::vector<std::uint16_t> out16(q.size());
+    EXPECT_EQ(cudaMemcpy(out16.data(), d_out.data(), out16.size() * 2, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    for (std::size_t i = 0; i < out16.size(); ++i) r.out[i] = From16(out16[i], io);
+  }
   EXPECT_EQ(cudaMemcpy(r.lse.data(), d_lse.data(), r.lse.size() * 4, cudaMemcpyDeviceToHost),
             cudaSuccess);
   return r;
@@ -1259,6 +1280,68 @@ TEST(HackGpu, DequantFp16PrefillStagedMatchesAttentionOverTheDequantizedKv) {
       EXPECT_EQ(std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * 4), 0) << c.label;
     }
   });
+}
+
+// fp16 and bf16 q and out (HackPrefillArgs::io_dtype), unstaged and staged, on the chunked-prefill
+// shapes (ForEachFp16PrefillCase): the call over 16-bit queries computes what the fp32 call over
+// the same values computes, so its out is that call's out rounded to the io type bit for bit and
+// its lse the same bits; against attention over the dequantized KV (with the rounded queries)
+// within the fp16 path's tolerances. kHomomorphicInt8 refuses 16-bit q and out, and an io_dtype
+// that is no DType is refused.
+TEST(HackGpu, DequantFp16PrefillTakesFp16AndBf16QueriesAndOutputs) {
+  KVD_REQUIRE_GPU();
+  auto ws = HackAttentionWorkspace::Create();
+  ASSERT_TRUE(ws.ok()) << ws.status().ToString();
+  ForEachFp16PrefillCase(13000, [&](const Fp16PrefillCase& c) {
+    for (const DType io : {DType::kFloat16, DType::kBFloat16}) {
+      std::vector<float> q(c.q.size());
+      for (std::size_t i = 0; i < q.size(); ++i) q[i] = From16(To16(c.q[i], io), io);
+      AttentionOptions ao;
+      ao.q_heads = c.q_heads;
+      const KvTensor deq = DequantizeHack(c.s.chunk, DType::kFloat32);
+      Result<AttentionResult> ref = PrefillAttention(deq.view(), c.layer, q, c.prefix, ao);
+      ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+      for (const bool staged : {false, true}) {
+        const std::string label =
+            std::string(DTypeName(io)) + (staged ? " staged " : " ") + c.label;
+        const GpuResult wide = RunPrefillFp16(c.kv, c.s.desc, c.prefix, q, c.q_heads, *ws, staged);
+        ASSERT_TRUE(wide.status.ok()) << wide.status.ToString();
+        const GpuResult got =
+            RunPrefillFp16(c.kv, c.s.desc, c.prefix, q, c.q_heads, *ws, staged, io);
+        ASSERT_TRUE(got.status.ok()) << label << ": " << got.status.ToString();
+        std::size_t differ = 0;
+        for (std::size_t i = 0; i < got.out.size(); ++i) {
+          if (To16(got.out[i], io) != To16(wide.out[i], io)) ++differ;
+        }
+        EXPECT_EQ(differ, 0u) << label << ": outputs that are not the fp32 call's, rounded";
+        EXPECT_EQ(std::memcmp(got.lse.data(), wide.lse.data(), got.lse.size() * 4), 0) << label;
+        ExpectCloseFp16(ref->out, got.out, c.dim, "io " + label);
+      }
+    }
+  });
+  // Refusals, before anything is launched.
+  const KvTensor t = Synth({2, 16, 2, 128}, DType::kFloat16, 5);
+  const GpuSeq s = MakeSeq(t, {});
+  const HackKvCache kv = KvFor(t, DType::kFloat16, 1);
+  DeviceBuffer d_q = DevAlloc(16 * 16 * 128 * 4), d_out = DevAlloc(16 * 16 * 128 * 4);
+  HackPrefillArgs a;
+  a.seq = s.desc;
+  a.queries = 16;
+  a.q_heads = 16;
+  a.q = d_q.data();
+  a.out = d_out.data();
+  a.io_dtype = DType::kBFloat16;
+  a.math = HackPrefillMath::kHomomorphicInt8;
+  Status st = EnqueueHackPrefillAttention(kv, a, *ws, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("bf16 q and out need math = kDequantFp16"), std::string::npos)
+      << st.ToString();
+  a.math = HackPrefillMath::kDequantFp16;
+  a.io_dtype = static_cast<DType>(9);
+  st = EnqueueHackPrefillAttention(kv, a, *ws, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("io_dtype 9 is not fp16, bf16 or fp32"), std::string::npos)
+      << st.ToString();
 }
 
 // A staging scratch smaller than HackPrefillStagingBytes, or misaligned, is an error that names

@@ -301,10 +301,16 @@ struct HackPrefillArgs {
   std::uint32_t first_position = 0;
   std::uint32_t q_heads = 0;
   float softmax_scale = 0;
-  const float* q = nullptr;  // [queries][q_heads][head_dim], 16-byte aligned
-  float* out = nullptr;      // [queries][q_heads][head_dim], 16-byte aligned
-  float* lse = nullptr;      // [queries][q_heads] or null
+  const void* q = nullptr;  // [queries][q_heads][head_dim] of io_dtype, 16-byte aligned
+  void* out = nullptr;      // [queries][q_heads][head_dim] of io_dtype, 16-byte aligned
+  float* lse = nullptr;     // [queries][q_heads] fp32, or null
   HackPrefillMath math = HackPrefillMath::kHomomorphicInt8;
+  // Element type of q and out: kFloat32, or what an engine's activations are, kFloat16 / kBFloat16
+  // (kDequantFp16 only: kHomomorphicInt8 takes fp32; kInvalidArgument otherwise). The kernels read
+  // a 16-bit query as its exact float value, so a call over 16-bit q computes what the fp32 call
+  // over the same values computes, and its out is that call's fp32 out rounded (to nearest even)
+  // to io_dtype, bit for bit.
+  DType io_dtype = DType::kFloat32;
   // Staging scratch ("dequantize once"; docs/hack-gpu.md, "Prefill attention: the fp16 path",
   // staged path): device memory, 16-byte aligned, of staging_bytes bytes, or null. Used only where
   // HackPrefillStagingBytes(kv, args) > 0 (kDequantFp16 at head_dim 128), and then staging_bytes
@@ -334,8 +340,8 @@ inline constexpr std::uint64_t kHackPrefillStageBytes = 32768;  // one staged ti
 
 // Kernel parameters, passed by value (built by the Enqueue functions).
 struct HackAttentionParams {
-  const float* q;                    // [queries][q_heads][head_dim] fp32
-  float* out;                        // [queries][q_heads][head_dim] fp32
+  const float* q;                    // [queries][q_heads][head_dim] fp32 (prefill: io_dtype)
+  float* out;                        // [queries][q_heads][head_dim] fp32 (prefill: io_dtype)
   float* lse;                        // [queries][q_heads] fp32, or null
   const HackAttentionSeq* seqs;      // decode: [num_seqs] device; prefill: null
   HackAttentionSeq prefill_seq;      // prefill: the sequence
@@ -373,6 +379,10 @@ struct HackAttentionParams {
                                    // warps is then even)
   std::uint8_t* prefill_stages;  // fp16 prefill staging scratch (HackPrefillArgs::staging) or null
   std::uint32_t prefill_stage_tiles;  // its key tiles per KV head (images of 32 KiB each)
+  // Prefill, kDequantFp16: the DType value of q's and out's elements (HackPrefillArgs::io_dtype;
+  // for fp16 / bf16 the pointers above address 16-bit elements), which picks the kernel's
+  // instantiation; every other kernel reads and writes fp32.
+  std::uint32_t io_dtype;
 };
 
 // Enqueues the attention kernel (grid: tiles * kv_heads * splits CTAs of `warps` warps; dynamic
@@ -387,8 +397,8 @@ std::size_t HackAttentionSharedBytes(std::uint32_t warps);
 // (128 / group)) x kv_heads CTAs. At head_dim 128 on a compute-capability-9.0 device: the
 // warp-specialised kernel, 384 threads, 3 x 32 KiB stages (+ 1 KiB alignment) of dynamic shared
 // memory, sm_90a SASS needed (a build without it reports through the error word); otherwise 256
-// threads, 2 x 64 x head_dim x 4 bytes (+ 1 KiB)). Reads q, out, lse, prefill_seq, the paged
-// fields, error, scale_log2, layers, layer, kv_heads, q_heads, group, tail_bf16, queries and
+// threads, 2 x 64 x head_dim x 4 bytes (+ 1 KiB)). Reads q, out, io_dtype, lse, prefill_seq, the
+// paged fields, error, scale_log2, layers, layer, kv_heads, q_heads, group, tail_bf16, queries and
 // first_position of `params`, and prefill_stages / prefill_stage_tiles: when prefill_stages is
 // non-null and the warp-specialised kernel runs, the staging kernel (grid prefill_stage_tiles x
 // kv_heads CTAs of 128 threads, 32 KiB of dynamic shared memory) runs first and the

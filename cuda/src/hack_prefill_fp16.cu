@@ -830,8 +830,8 @@ struct RowsState {
   // Write's values (the same products, the same bits) through `scratch` (this warp's
   // kOutScratchBytes<D> of shared memory, 16-byte aligned): the lanes store their normalised O
   // pairs into the warp's 16 rows there, then lane r < 16 copies row r to its place in `out` with
-  // one bulk copy (a row is D contiguous elements). Against Write (fragment pairs stored straight to
-  // global memory, 8 rows' lines per instruction) the staged 4K prompt took ~6 µs less (session
+  // one bulk copy (a row is D contiguous elements). Against Write (fragment pairs stored straight
+  // to global memory, 8 rows' lines per instruction) the staged 4K prompt took ~6 µs less (session
   // 20). Needs out 16-byte aligned (the launcher checks it).
   template <typename IoT>
   __device__ void WriteThroughShared(const HackAttentionParams& p, const CtaQueries& cq,

@@ -299,12 +299,15 @@ __device__ __forceinline__ void StoreOut2(__nv_bfloat16* dst, float lo, float hi
 // Element k (0..3) of four 16-bit elements loaded as one 8-byte word (lowest address first).
 template <typename IoT>
 __device__ __forceinline__ float IoToFloat(uint2 w, std::uint32_t k) {
-  const std::uint32_t bits = ((k < 2u ? w.x : w.y) >> (16u * (k & 1u))) & 0xffffu;
+  const auto bits = static_cast<unsigned short>((k < 2u ? w.x : w.y) >> (16u * (k & 1u)));
   if constexpr (std::is_same_v<IoT, __half>) {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+    return IoToFloat(__ushort_as_half(bits));
   } else {
     static_assert(std::is_same_v<IoT, __nv_bfloat16>);
-    return __uint_as_float(bits << 16);  // bf16 is binary32's upper half
+    // bf16 is binary32's upper half. Not IoToFloat(__ushort_as_bfloat16(bits)): the same value, but
+    // it compiles to 0.5-1.4 KB more SASS in the warp-specialised kernels (the measured code is
+    // this).
+    return __uint_as_float(std::uint32_t{bits} << 16);
   }
 }
 

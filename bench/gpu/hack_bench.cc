@@ -8,7 +8,8 @@
 //    G >= 16 and a multiple of the set count) captured once and replayed per rep, reported per
 //    call (bench/gpu/torch_sdpa.py --graph times SDPA the same way); each with HACK's INT8 math
 //    and with the dequantize-on-load fp16 path (rows "...-fp16"; --decode-math picks,
-//    --decode-rows graph keeps only the graph rows);
+//    --decode-rows graph keeps only the graph rows); with --decode-io fp16|bf16 q and out are that
+//    type (HackDecodeArgs::io_dtype; default fp32), q the random values rounded to it;
 //  * causal prefill over 1K and 4K prompts (same heads), and chunked prefill (--chunked
 //    NEW:PREFIX,...: NEW queries at positions PREFIX.. over a sequence of PREFIX + NEW tokens,
 //    the call an engine makes after a prefix hit), reported against torch SDPA bf16 by
@@ -17,9 +18,9 @@
 //    graphs; with --prefill-staged on, each fp16 shape also as a staged call (HackPrefillArgs::
 //    staging: the staging kernel then the attention kernel, "...-fp16-staged", its output checked
 //    against the unstaged call's within kHackDequantPrefillRelL2Tolerance) and the staging kernel
-//    alone ("...-fp16-stage"); with --prefill-io fp16|bf16 the fp16 rows' q and out are that
-//    type (HackPrefillArgs::io_dtype; an engine's activations, as SDPA's bf16 baseline; default
-//    fp32), q the random values rounded to it;
+//    alone ("...-fp16-stage"); with --prefill-io fp16|bf16 q and out are that type
+//    (HackPrefillArgs::io_dtype; an engine's activations, as SDPA's bf16 baseline; default fp32),
+//    q the random values rounded to it;
 //  * quantize and dequantize of Llama-3.1-8B and 70B-shaped chunks [32|80, 2, 256, 8, 128] fp16:
 //    one synchronous call per rep (launch to finish); "-stream": 8 calls enqueued back to back
 //    on one stream per rep (as an engine streams chunks; the launch of one call overlaps the
@@ -45,6 +46,7 @@
 //                           [--prefill-math int8|fp16|both] [--prefill-staged off|on]
 //                           [--prefill-io fp32|fp16|bf16]
 //                           [--decode-math int8|fp16|both] [--decode-rows all|graph]
+//                           [--decode-io fp32|fp16|bf16]
 //                           [--codec-layers 32,80]
 // Exit status: 0 ok, 1 error or mismatch, 2 no GPU, 64 bad usage.
 #include <cuda_runtime_api.h>
@@ -104,8 +106,9 @@ struct Options : bench::CommonOptions {
   // tokens (0: none; the float64 reference of 4K new over 28K cached takes ~30 s of CPU).
   std::uint32_t prefill_verify_max = kVerifyMaxTokens;
   bool prefill_staged = false;  // fp16 prefill also staged, and the staging alone
-  // The fp16 prefill's q and out element type (HackPrefillArgs::io_dtype; int8 rows stay fp32).
+  // The prefill's q and out element type (HackPrefillArgs::io_dtype), both maths.
   DType prefill_io = DType::kFloat32;
+  DType decode_io = DType::kFloat32;  // the decode's (HackDecodeArgs::io_dtype), both maths
 };
 
 struct Row {
@@ -283,6 +286,13 @@ Status CheckClose(const std::vector<double>& ref, const std::vector<float>& got,
   return Status::Ok();
 }
 
+// A relative-L2 tolerance for outputs stored as `io`: each output is the fp32 one rounded once, so
+// the error grows by at most the unit roundoff u (bf16 2^-8, fp16 2^-11) of the fp32 output's norm.
+double WithIoRounding(double tolerance, DType io) {
+  const double u = io == DType::kBFloat16 ? 0x1p-8 : io == DType::kFloat16 ? 0x1p-11 : 0.0;
+  return tolerance + u * (1.0 + tolerance);
+}
+
 HackKvCache Kv() {
   HackKvCache kv;
   kv.dtype = DType::kFloat16;
@@ -293,109 +303,7 @@ HackKvCache Kv() {
   return kv;
 }
 
-// The launch configuration SizeGrid picks for a decode call, for the table (mirrors
-// hack_attention.cu: ceil(tokens / 64) units; warps before the head_dim-128 kernel's twin
-// doubling).
-std::string DecodeConfig(std::uint32_t pairs, std::uint64_t tokens, int sms,
-                         std::uint64_t max_warps) {
-  const std::uint64_t units = (tokens + 63) / 64;
-  std::uint64_t splits = 1;
-  if (pairs < static_cast<std::uint64_t>(sms)) {
-    splits = std::min<std::uint64_t>({16, sms / pairs, units});
-  }
-  const std::uint64_t ups = (units + splits - 1) / splits;
-  const std::uint64_t warps = std::clamp<std::uint64_t>(ups, 1, max_warps);
-  return std::to_string(pairs * splits) + " CTAs x " + std::to_string(warps) + " warps";
-}
-
-// `calls` decode calls per timed rep over rotating KV sets: 1 is one synchronous call (the launch
-// counts); more are enqueued back to back (as an engine calls attention layer after layer, so each
-// launch overlaps the previous kernel), and the time is reported per call. `graph`: the calls
-// (at least kGraphMinCalls, a multiple of the set count, `calls` ignored) are captured into one
-// CUDA graph and a rep is one replay of it, reported per call: what engines do.
-Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, std::uint32_t calls,
-                          bool graph, HackDecodeMath math, const DeviceInfo& info,
-                          HackAttentionWorkspace& ws, cudaStream_t stream, const Options& opt) {
-  const bool fp16 = math == HackDecodeMath::kDequantFp16;
-  const HostSeq host = MakeHostSeq(tokens, 1000 + tokens);
-  const std::uint64_t per_set_estimate =
-      std::uint64_t{batch} * (HackSectionBytesFor(host.lay, DType::kFloat16).codes * 5 / 4);
-  const int sets = SetsFor(per_set_estimate, info.l2_bytes);
-  KVD_ASSIGN_OR_RETURN(DeviceKv kv, Replicate(host, sets, batch));
-  const std::vector<float> q = RandomFloats(std::size_t{batch} * kQHeads * kDim, 7 + batch);
-  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_q, DeviceBuffer::Allocate(q.size() * 4));
-  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_out, DeviceBuffer::Allocate(q.size() * 4));
-  KVD_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_q.data(), q.data(), q.size() * 4, cudaMemcpyHostToDevice),
-                           "upload q");
-  const HackKvCache cache = Kv();
-  auto enqueue = [&](int s0, std::uint32_t n) -> Status {
-    for (std::uint32_t c = 0; c < n; ++c) {
-      const std::size_t s = (static_cast<std::size_t>(s0) + c) % static_cast<std::size_t>(sets);
-      HackDecodeArgs a;
-      a.seqs = kv.descs.as<HackAttentionSeq>() + s * batch;
-      a.num_seqs = batch;
-      a.max_tokens = tokens;
-      a.q_heads = kQHeads;
-      a.q = d_q.as<float>();
-      a.out = d_out.as<float>();
-      a.math = math;
-      KVD_RETURN_IF_ERROR(EnqueueHackDecodeAttention(cache, a, ws, stream));
-    }
-    return Status::Ok();
-  };
-  auto finish = [&]() { return FinishHackAttention(ws, stream); };
-  std::vector<double> us;
-  bench::Graph captured;
-  if (graph) {
-    const auto per_set = static_cast<std::uint32_t>(sets);
-    calls = (kGraphMinCalls + per_set - 1) / per_set * per_set;
-    KVD_RETURN_IF_ERROR(enqueue(0, 1));  // configures the kernel outside the capture
-    KVD_RETURN_IF_ERROR(finish());
-    KVD_RETURN_IF_ERROR(captured.Capture(stream, [&] { return enqueue(0, calls); }));
-    KVD_ASSIGN_OR_RETURN(us, bench::TimeGraph(opt, captured, stream, finish));
-  } else {
-    auto rep = [&](int s0) { return enqueue(s0, calls); };
-    KVD_ASSIGN_OR_RETURN(us, Time(opt, sets, stream, rep, finish));
-  }
-  if (tokens <= kVerifyMaxTokens) {
-    std::vector<float> got(std::size_t{kQHeads} * kDim);
-    KVD_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(got.data(), d_out.data(), got.size() * 4, cudaMemcpyDeviceToHost), "download");
-    const HackChunk chunk = ToChunk(host);
-    AttentionOptions ao;
-    ao.q_heads = kQHeads;
-    const std::span<const float> q0(q.data(), std::size_t{kQHeads} * kDim);
-    if (fp16) {
-      const KvTensor deq = DequantizeHack(chunk, DType::kFloat32);
-      KVD_ASSIGN_OR_RETURN(AttentionResult ref, DecodeAttention(deq.view(), 0, q0, ao));
-      KVD_RETURN_IF_ERROR(CheckClose(ref.out, got, "fp16 decode " + std::to_string(tokens),
-                                     kHackDequantDecodeRelL2Tolerance));
-    } else {
-      KVD_ASSIGN_OR_RETURN(AttentionResult ref,
-                           HackDecodeAttention(HackSequence(&chunk, 1), 0, q0, ao));
-      KVD_RETURN_IF_ERROR(CheckClose(ref.out, got, "decode " + std::to_string(tokens)));
-    }
-  }
-  for (double& u : us) u /= calls;
-  Row row;
-  row.op = graph ? "decode-graph" : calls > 1 ? "decode-stream" : "decode";
-  if (fp16) row.op += "-fp16";
-  row.batch = batch;
-  row.tokens = tokens;
-  row.shape = "q64 kv8 d128";
-  row.median_us = Median(us);
-  row.min_us = *std::min_element(us.begin(), us.end());
-  row.bytes = kv.read_bytes * batch;
-  row.gbps = static_cast<double>(row.bytes) / (row.median_us * 1e3);
-  row.config =
-      DecodeConfig(batch * kKvHeads, tokens, info.sm_count, fp16 ? kHackDecodeFp16MaxWarps : 16) +
-      (graph       ? ", graph of " + std::to_string(calls) + " calls"
-       : calls > 1 ? ", " + std::to_string(calls) + " calls"
-                   : "");
-  return row;
-}
-
-// q / out device buffers of fp32 or a 16-bit type (HackPrefillArgs::io_dtype).
+// q / out device buffers of fp32 or a 16-bit type (HackDecodeArgs / HackPrefillArgs::io_dtype).
 struct IoBuffers {
   DType dtype;
   std::size_t elem;  // bytes per element
@@ -427,6 +335,112 @@ struct IoBuffers {
   }
 };
 
+// The launch configuration SizeGrid picks for a decode call, for the table (mirrors
+// hack_attention.cu: ceil(tokens / 64) units; warps before the head_dim-128 kernel's twin
+// doubling).
+std::string DecodeConfig(std::uint32_t pairs, std::uint64_t tokens, int sms,
+                         std::uint64_t max_warps) {
+  const std::uint64_t units = (tokens + 63) / 64;
+  std::uint64_t splits = 1;
+  if (pairs < static_cast<std::uint64_t>(sms)) {
+    splits = std::min<std::uint64_t>({16, sms / pairs, units});
+  }
+  const std::uint64_t ups = (units + splits - 1) / splits;
+  const std::uint64_t warps = std::clamp<std::uint64_t>(ups, 1, max_warps);
+  return std::to_string(pairs * splits) + " CTAs x " + std::to_string(warps) + " warps";
+}
+
+// `calls` decode calls per timed rep over rotating KV sets: 1 is one synchronous call (the launch
+// counts); more are enqueued back to back (as an engine calls attention layer after layer, so each
+// launch overlaps the previous kernel), and the time is reported per call. `graph`: the calls
+// (at least kGraphMinCalls, a multiple of the set count, `calls` ignored) are captured into one
+// CUDA graph and a rep is one replay of it, reported per call: what engines do.
+Result<Row> MeasureDecode(std::uint32_t tokens, std::uint32_t batch, std::uint32_t calls,
+                          bool graph, HackDecodeMath math, const DeviceInfo& info,
+                          HackAttentionWorkspace& ws, cudaStream_t stream, const Options& opt) {
+  const bool fp16 = math == HackDecodeMath::kDequantFp16;
+  const HostSeq host = MakeHostSeq(tokens, 1000 + tokens);
+  const std::uint64_t per_set_estimate =
+      std::uint64_t{batch} * (HackSectionBytesFor(host.lay, DType::kFloat16).codes * 5 / 4);
+  const int sets = SetsFor(per_set_estimate, info.l2_bytes);
+  KVD_ASSIGN_OR_RETURN(DeviceKv kv, Replicate(host, sets, batch));
+  // q and out: fp32 or --decode-io's 16-bit type (q then the random values rounded to it).
+  std::vector<float> q = RandomFloats(std::size_t{batch} * kQHeads * kDim, 7 + batch);
+  const IoBuffers bufs = IoBuffers::Of(opt.decode_io);
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_q, bufs.Upload(q));
+  KVD_ASSIGN_OR_RETURN(DeviceBuffer d_out, DeviceBuffer::Allocate(q.size() * bufs.elem));
+  const HackKvCache cache = Kv();
+  auto enqueue = [&](int s0, std::uint32_t n) -> Status {
+    for (std::uint32_t c = 0; c < n; ++c) {
+      const std::size_t s = (static_cast<std::size_t>(s0) + c) % static_cast<std::size_t>(sets);
+      HackDecodeArgs a;
+      a.seqs = kv.descs.as<HackAttentionSeq>() + s * batch;
+      a.num_seqs = batch;
+      a.max_tokens = tokens;
+      a.q_heads = kQHeads;
+      a.q = d_q.data();
+      a.out = d_out.data();
+      a.math = math;
+      a.io_dtype = opt.decode_io;
+      KVD_RETURN_IF_ERROR(EnqueueHackDecodeAttention(cache, a, ws, stream));
+    }
+    return Status::Ok();
+  };
+  auto finish = [&]() { return FinishHackAttention(ws, stream); };
+  std::vector<double> us;
+  bench::Graph captured;
+  if (graph) {
+    const auto per_set = static_cast<std::uint32_t>(sets);
+    calls = (kGraphMinCalls + per_set - 1) / per_set * per_set;
+    KVD_RETURN_IF_ERROR(enqueue(0, 1));  // configures the kernel outside the capture
+    KVD_RETURN_IF_ERROR(finish());
+    KVD_RETURN_IF_ERROR(captured.Capture(stream, [&] { return enqueue(0, calls); }));
+    KVD_ASSIGN_OR_RETURN(us, bench::TimeGraph(opt, captured, stream, finish));
+  } else {
+    auto rep = [&](int s0) { return enqueue(s0, calls); };
+    KVD_ASSIGN_OR_RETURN(us, Time(opt, sets, stream, rep, finish));
+  }
+  if (tokens <= kVerifyMaxTokens) {
+    KVD_ASSIGN_OR_RETURN(const std::vector<float> got,
+                         bufs.Download(d_out, std::size_t{kQHeads} * kDim));
+    const HackChunk chunk = ToChunk(host);
+    AttentionOptions ao;
+    ao.q_heads = kQHeads;
+    const std::span<const float> q0(q.data(), std::size_t{kQHeads} * kDim);
+    if (fp16) {
+      const KvTensor deq = DequantizeHack(chunk, DType::kFloat32);
+      KVD_ASSIGN_OR_RETURN(AttentionResult ref, DecodeAttention(deq.view(), 0, q0, ao));
+      KVD_RETURN_IF_ERROR(CheckClose(ref.out, got, "fp16 decode " + std::to_string(tokens),
+                                     WithIoRounding(kHackDequantDecodeRelL2Tolerance, bufs.dtype)));
+    } else {
+      KVD_ASSIGN_OR_RETURN(AttentionResult ref,
+                           HackDecodeAttention(HackSequence(&chunk, 1), 0, q0, ao));
+      KVD_RETURN_IF_ERROR(CheckClose(ref.out, got, "decode " + std::to_string(tokens),
+                                     WithIoRounding(kHackAttentionRelL2Tolerance, bufs.dtype)));
+    }
+  }
+  for (double& u : us) u /= calls;
+  Row row;
+  row.op = graph ? "decode-graph" : calls > 1 ? "decode-stream" : "decode";
+  if (fp16) row.op += "-fp16";
+  row.batch = batch;
+  row.tokens = tokens;
+  row.shape = "q64 kv8 d128";
+  row.median_us = Median(us);
+  row.min_us = *std::min_element(us.begin(), us.end());
+  // read_bytes counts fp32 queries; a 16-bit call reads half of those bytes.
+  row.bytes = (kv.read_bytes - std::uint64_t{kQHeads} * kDim * (4 - bufs.elem)) * batch;
+  row.gbps = static_cast<double>(row.bytes) / (row.median_us * 1e3);
+  row.config =
+      DecodeConfig(batch * kKvHeads, tokens, info.sm_count, fp16 ? kHackDecodeFp16MaxWarps : 16) +
+      (graph       ? ", graph of " + std::to_string(calls) + " calls"
+       : calls > 1 ? ", " + std::to_string(calls) + " calls"
+                   : "") +
+      (opt.decode_io == DType::kFloat32 ? ""
+                                        : ", q / out " + std::string(DTypeName(opt.decode_io)));
+  return row;
+}
+
 // Causal prefill of `queries` new tokens at positions `prefix` .. over a sequence of prefix +
 // queries tokens (prefix 0: a whole prompt), computed with `math`. A rep is one replay of a CUDA
 // graph of one call per KV set (at most 8; as torch_sdpa.py --graph times SDPA), reported per
@@ -452,8 +466,8 @@ Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, HackPref
                  cudaMemcpyDeviceToHost),
       "download descriptors");
   const bool fp16 = math == HackPrefillMath::kDequantFp16;
-  // q and out: fp32, or (fp16 math) --prefill-io's 16-bit type, q then the random values rounded.
-  const DType io = fp16 ? opt.prefill_io : DType::kFloat32;
+  // q and out: fp32, or --prefill-io's 16-bit type, q then the random values rounded to it.
+  const DType io = opt.prefill_io;
   std::vector<float> q = RandomFloats(std::size_t{queries} * kQHeads * kDim, 11);
   const IoBuffers bufs = IoBuffers::Of(io);
   KVD_ASSIGN_OR_RETURN(DeviceBuffer d_q, bufs.Upload(q));
@@ -526,9 +540,10 @@ Result<Row> MeasurePrefill(std::uint32_t queries, std::uint32_t prefix, HackPref
         AttentionResult ref,
         HackPrefillAttention(HackSequence(&chunk, 1), 0,
                              std::span<const float>(q.data(), got.size()), prefix, ao));
-    KVD_RETURN_IF_ERROR(
-        CheckClose(ref.out, got, "prefill " + std::to_string(tokens),
-                   fp16 ? kHackDequantPrefillRelL2Tolerance : kHackAttentionRelL2Tolerance));
+    KVD_RETURN_IF_ERROR(CheckClose(
+        ref.out, got, "prefill " + std::to_string(tokens),
+        WithIoRounding(fp16 ? kHackDequantPrefillRelL2Tolerance : kHackAttentionRelL2Tolerance,
+                       io)));
   }
   Row row;
   row.op = std::string(prefix > 0 ? "prefill-chunked" : "prefill") + (fp16 ? "-fp16" : "") +
@@ -723,7 +738,8 @@ int Usage(const char* argv0) {
                "[--chunked NEW:PREFIX,...] [--prefill-verify-max TOKENS (default 32768)] "
                "[--prefill-math int8|fp16|both] [--prefill-staged off|on] "
                "[--prefill-io fp32|fp16|bf16] "
-               "[--decode-math int8|fp16|both] [--decode-rows all|graph] [--codec-layers 32,80]\n",
+               "[--decode-math int8|fp16|both] [--decode-rows all|graph] "
+               "[--decode-io fp32|fp16|bf16] [--codec-layers 32,80]\n",
                argv0);
   return 64;
 }
@@ -752,6 +768,12 @@ int Main(int argc, char** argv) {
       const Result<DType> io = ParseDType(v);
       if (!io.ok()) return false;
       opt.prefill_io = *io;
+      return true;
+    }
+    if (flag == "--decode-io") {
+      const Result<DType> io = ParseDType(v);
+      if (!io.ok()) return false;
+      opt.decode_io = *io;
       return true;
     }
     if (flag == "--prefill-staged") {

@@ -41,6 +41,7 @@
 #include <utility>
 
 #include "fast_exp2.cuh"
+#include "io_element.cuh"
 #include "kvdepot/codec/hack_format.h"
 #include "kvdepot/cuda/hack.h"
 #include "kvdepot/cuda/status.h"
@@ -54,8 +55,13 @@ using internal::ConfigureSharedMemory;
 using internal::CpAsync16;
 using internal::CpAsyncCommit;
 using internal::CpAsyncWaitAll;
+using internal::DispatchIo;
 using internal::Exp2;
+using internal::FloatToIo;
+using internal::kIoIndex;
+using internal::kIoTypes;
 using internal::kMaxDevices;
+using internal::LoadIo4;
 
 using hack::Layout;
 
@@ -789,7 +795,9 @@ __device__ __forceinline__ void GridDependencyLaunchDependents() {
 }
 
 // kTwin: each block is processed by a twin of warps (see Twin); the CTA has an even warp count.
-template <int D, bool kTwin>
+// IoT: q's and out's element (io_element.cuh); the queries are widened to fp32 in shared memory,
+// so the rest of the kernel is the same code for every IoT.
+template <int D, bool kTwin, typename IoT>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     HackAttentionKernel(const __grid_constant__ HackAttentionParams p) {
   using G = Geo<D>;
@@ -875,7 +883,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
       float* dst = qsm + QIndex(r, d);
       if (r < rows) {
         const std::uint32_t qi = q_first0 + r / p.group, h = kvh * p.group + r % p.group;
-        CpAsync16(internal::SharedAddress(dst), p.q + (std::uint64_t{qi} * p.q_heads + h) * D + d);
+        const IoT* src = static_cast<const IoT*>(p.q) + (std::uint64_t{qi} * p.q_heads + h) * D + d;
+        if constexpr (sizeof(IoT) == 4) {
+          CpAsync16(internal::SharedAddress(dst), src);
+        } else {
+          *reinterpret_cast<float4*>(dst) = LoadIo4(src);  // exact; read back by this thread
+        }
       } else {
         *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
@@ -1088,11 +1101,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     const std::uint64_t row =
         (std::uint64_t{q_first + r / p.group} * p.q_heads + kvh * p.group + r % p.group) * D;
     const bool nan = ((s_bad_rows >> r) & 1u) != 0;
-    float* o = p.out + row + d;
-    o[0] = nan ? NAN : a.x / L;
-    o[1] = nan ? NAN : a.y / L;
-    o[2] = nan ? NAN : a.z / L;
-    o[3] = nan ? NAN : a.w / L;
+    IoT* o = static_cast<IoT*>(p.out) + row + d;
+    o[0] = FloatToIo<IoT>(nan ? NAN : a.x / L);
+    o[1] = FloatToIo<IoT>(nan ? NAN : a.y / L);
+    o[2] = FloatToIo<IoT>(nan ? NAN : a.z / L);
+    o[3] = FloatToIo<IoT>(nan ? NAN : a.w / L);
     if (d == 0 && p.lse != nullptr) {
       p.lse[row / D] = nan ? NAN : (M + log2f(L)) * 0.69314718055994531f;
     }
@@ -1183,8 +1196,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
 
 // ---- host side ----
 
-// Shared-memory opt-in per kernel: head_dim 64, 128, 128 with twin warps.
-std::atomic<std::size_t> g_attn_smem[3][kMaxDevices];
+// Shared-memory opt-in per kernel: [head_dim 64, 128, 128 with twin warps][kIoIndex].
+std::atomic<std::size_t> g_attn_smem[3][kIoTypes][kMaxDevices];
 
 constexpr std::size_t kErrorOffset = 0;
 constexpr std::size_t kCountersOffset = 256;
@@ -1285,6 +1298,16 @@ Status CheckKv(const char* fn, const HackKvCache& kv, std::uint32_t q_heads, flo
   return Status::Ok();
 }
 
+// q's and out's element type (HackDecodeArgs / HackPrefillArgs::io_dtype): a DType value.
+Status CheckIoDtype(const char* fn, DType io_dtype) {
+  if (!IsValidDType(static_cast<std::uint8_t>(io_dtype))) {
+    return InvalidArgument(std::string(fn) + ": io_dtype " +
+                           std::to_string(static_cast<unsigned>(io_dtype)) +
+                           " is not fp16, bf16 or fp32");
+  }
+  return Status::Ok();
+}
+
 // Splits, units per split and warps for `tiles` tiles of at most `units` units (64-token blocks
 // and runs of up to 64 unquantized tokens) each, on average `mean_units` (warps are sized for the
 // average tile). The kernel takes a tile's units [split * units_per_split, + units_per_split), so
@@ -1340,17 +1363,6 @@ template <int HeadDim>
 cudaError_t LaunchHackAttention(const HackAttentionParams& params, cudaStream_t stream) {
   static_assert(HeadDim == 64 || HeadDim == 128);
   const std::size_t smem = HackAttentionSharedBytes<HeadDim>(params.warps);
-  auto* kernel = HackAttentionKernel<HeadDim, false>;
-  std::size_t slot = HeadDim == 64 ? 0 : 1;
-  if constexpr (HeadDim == 128) {
-    if (params.twin_warps != 0) {
-      kernel = HackAttentionKernel<HeadDim, true>;
-      slot = 2;
-    }
-  }
-  cudaError_t err = ConfigureSharedMemory(kernel, HackAttentionSharedBytes<HeadDim>(kMaxWarps),
-                                          g_attn_smem[slot]);
-  if (err != cudaSuccess) return err;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(params.tiles * params.kv_heads * params.splits);
   config.blockDim = dim3(params.warps * 32);
@@ -1367,7 +1379,20 @@ cudaError_t LaunchHackAttention(const HackAttentionParams& params, cudaStream_t 
     config.attrs = &attr;
     config.numAttrs = 1;
   }
-  return cudaLaunchKernelEx(&config, kernel, params);
+  auto launch = [&](auto kernel, std::atomic<std::size_t>(&configured)[kMaxDevices]) {
+    const cudaError_t err =
+        ConfigureSharedMemory(kernel, HackAttentionSharedBytes<HeadDim>(kMaxWarps), configured);
+    return err != cudaSuccess ? err : cudaLaunchKernelEx(&config, kernel, params);
+  };
+  return DispatchIo(params.io_dtype, [&](auto tag) {
+    using IoT = typename decltype(tag)::type;
+    constexpr int io = kIoIndex<IoT>;
+    if constexpr (HeadDim == 128) {
+      if (params.twin_warps != 0)
+        return launch(HackAttentionKernel<128, true, IoT>, g_attn_smem[2][io]);
+    }
+    return launch(HackAttentionKernel<HeadDim, false, IoT>, g_attn_smem[HeadDim == 64 ? 0 : 1][io]);
+  });
 }
 
 template cudaError_t LaunchHackAttention<64>(const HackAttentionParams&, cudaStream_t);
@@ -1433,11 +1458,19 @@ Status EnqueueHackDecodeAttention(const HackKvCache& kv, const HackDecodeArgs& a
   if (args.max_tokens == 0) {
     return InvalidArgument(std::string(kFn) + ": max_tokens must be >= 1");
   }
-  if (!Aligned(args.q, 16) || !Aligned(args.seqs, 8) || !Aligned(args.out, 4)) {
-    return InvalidArgument(std::string(kFn) + ": q must be 16-byte aligned");
+  KVD_RETURN_IF_ERROR(CheckIoDtype(kFn, args.io_dtype));
+  const std::size_t elem = DTypeSize(args.io_dtype);
+  if (!Aligned(args.q, 16) || !Aligned(args.out, elem)) {
+    return InvalidArgument(std::string(kFn) + ": q must be 16-byte aligned and out " +
+                           std::to_string(elem) + "-byte aligned (" +
+                           std::string(DTypeName(args.io_dtype)) + " io_dtype)");
+  }
+  if (!Aligned(args.seqs, 8)) {
+    return InvalidArgument(std::string(kFn) + ": seqs must be 8-byte aligned");
   }
   params.q = args.q;
   params.out = args.out;
+  params.io_dtype = static_cast<std::uint32_t>(args.io_dtype);
   params.lse = args.lse;
   params.seqs = args.seqs;
   params.max_tokens = args.max_tokens;
@@ -1517,18 +1550,9 @@ Status EnqueuePrefill(const HackKvCache& kv, const HackPrefillArgs& args,
   if (args.q == nullptr || args.out == nullptr || !Aligned(args.q, 16) || !Aligned(args.out, 16)) {
     return InvalidArgument(std::string(kFn) + ": q and out are needed, both 16-byte aligned");
   }
-  if (!IsValidDType(static_cast<std::uint8_t>(args.io_dtype))) {
-    return InvalidArgument(std::string(kFn) + ": io_dtype " +
-                           std::to_string(static_cast<unsigned>(args.io_dtype)) +
-                           " is not fp16, bf16 or fp32");
-  }
-  if (args.io_dtype != DType::kFloat32 && args.math != HackPrefillMath::kDequantFp16) {
-    return InvalidArgument(std::string(kFn) + ": " + std::string(DTypeName(args.io_dtype)) +
-                           " q and out need math = kDequantFp16 (kHomomorphicInt8 takes fp32)");
-  }
-  // 16-bit q / out travel as typed fp32 pointers; the fp16 kernels read them per io_dtype.
-  params.q = static_cast<const float*>(args.q);
-  params.out = static_cast<float*>(args.out);
+  KVD_RETURN_IF_ERROR(CheckIoDtype(kFn, args.io_dtype));
+  params.q = args.q;
+  params.out = args.out;
   params.io_dtype = static_cast<std::uint32_t>(args.io_dtype);
   params.lse = args.lse;
   params.seqs = nullptr;

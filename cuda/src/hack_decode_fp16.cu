@@ -31,6 +31,7 @@
 #include <cstdint>
 
 #include "fast_exp2.cuh"
+#include "io_element.cuh"
 #include "kvdepot/codec/hack_format.h"
 #include "kvdepot/cuda/hack.h"
 #include "launch.h"
@@ -40,7 +41,12 @@ namespace kvdepot::cuda {
 namespace {
 
 using internal::ConfigureSharedMemory;
+using internal::DispatchIo;
 using internal::Exp2;
+using internal::FloatToIo;
+using internal::IoToFloat;
+using internal::kIoIndex;
+using internal::kIoTypes;
 using internal::kMaxDevices;
 
 constexpr std::uint32_t kP = 64;
@@ -119,7 +125,8 @@ struct Raw {
   std::uint32_t vs[Geo16<D>::kVScales];
 };
 
-template <int D>
+// IoT: q's and out's element (io_element.cuh).
+template <int D, typename IoT>
 __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
     HackDecodeFp16Kernel(const __grid_constant__ HackAttentionParams p) {
   using G = Geo16<D>;
@@ -265,10 +272,10 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
   std::uint32_t qa[G::kKc][2];
   {
     const bool row = g < p.group && bad_kind == 0;
-    const float* qp =
-        p.q + (std::uint64_t{seq_index} * p.q_heads + kvh * p.group + (row ? g : 0)) * D;
+    const IoT* qp = static_cast<const IoT*>(p.q) +
+                    (std::uint64_t{seq_index} * p.q_heads + kvh * p.group + (row ? g : 0)) * D;
     const float f = p.scale_log2 * 4.0f;
-    auto ld = [&](std::uint32_t d) { return row ? __ldg(qp + d) * f : 0.0f; };
+    auto ld = [&](std::uint32_t d) { return row ? IoToFloat(__ldg(qp + d)) * f : 0.0f; };
 #pragma unroll
     for (std::uint32_t kc = 0; kc < G::kKc; ++kc) {
       const std::uint32_t d = tq * (D / 4) + (kc >> 2) * 16u + 2u * (kc & 3u);
@@ -466,8 +473,12 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
   auto write_out = [&](std::uint32_t r, std::uint32_t d, float4 a, float M, float L) {
     const std::uint64_t row = std::uint64_t{seq_index} * p.q_heads + kvh * p.group + r;
     const float s = 4.0f / L;  // V was carried divided by four
-    *reinterpret_cast<float4*>(p.out + row * D + d) =
-        make_float4(a.x * s, a.y * s, a.z * s, a.w * s);
+    // Element by element: out need only be aligned to its element (HackDecodeArgs::out).
+    IoT* o = static_cast<IoT*>(p.out) + row * D + d;
+    o[0] = FloatToIo<IoT>(a.x * s);
+    o[1] = FloatToIo<IoT>(a.y * s);
+    o[2] = FloatToIo<IoT>(a.z * s);
+    o[3] = FloatToIo<IoT>(a.w * s);
     if (d == 0 && p.lse != nullptr) p.lse[row] = (M + log2f(L)) * 0.69314718055994531f;
   };
   auto accumulate = [](float4& a, float weight, float4 x) {
@@ -538,7 +549,7 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
   if (tid == 0) p.counters[pair] = 0;  // ready for the next launch
 }
 
-std::atomic<std::size_t> g_decode_fp16_smem[2][kMaxDevices];
+std::atomic<std::size_t> g_decode_fp16_smem[2][kIoTypes][kMaxDevices];
 
 // The warps' merge buffers: O [warps][8][D], then the warps' row maxima and normalisers.
 template <int HeadDim>
@@ -556,10 +567,6 @@ cudaError_t LaunchHackDecodeFp16(const HackAttentionParams& params, cudaStream_t
     return cudaErrorInvalidValue;
   }
   const std::size_t smem = HackDecodeFp16SharedBytes<HeadDim>(params.warps);
-  cudaError_t err = ConfigureSharedMemory(
-      HackDecodeFp16Kernel<HeadDim>, HackDecodeFp16SharedBytes<HeadDim>(kHackDecodeFp16MaxWarps),
-      g_decode_fp16_smem[HeadDim == 64 ? 0 : 1]);
-  if (err != cudaSuccess) return err;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(params.tiles * params.kv_heads * params.splits);
   config.blockDim = dim3(params.warps * 32);
@@ -572,7 +579,14 @@ cudaError_t LaunchHackDecodeFp16(const HackAttentionParams& params, cudaStream_t
   attr.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attr;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, HackDecodeFp16Kernel<HeadDim>, params);
+  return DispatchIo(params.io_dtype, [&](auto tag) {
+    using IoT = typename decltype(tag)::type;
+    auto* kernel = HackDecodeFp16Kernel<HeadDim, IoT>;
+    const cudaError_t err =
+        ConfigureSharedMemory(kernel, HackDecodeFp16SharedBytes<HeadDim>(kHackDecodeFp16MaxWarps),
+                              g_decode_fp16_smem[HeadDim == 64 ? 0 : 1][kIoIndex<IoT>]);
+    return err != cudaSuccess ? err : cudaLaunchKernelEx(&config, kernel, params);
+  });
 }
 
 template cudaError_t LaunchHackDecodeFp16<64>(const HackAttentionParams&, cudaStream_t);

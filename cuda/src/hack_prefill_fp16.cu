@@ -45,6 +45,7 @@
 #include <type_traits>
 
 #include "fast_exp2.cuh"
+#include "io_element.cuh"
 #include "kvdepot/codec/hack_format.h"
 #include "kvdepot/cuda/hack.h"
 #include "launch.h"
@@ -54,9 +55,14 @@ namespace kvdepot::cuda {
 namespace {
 
 using internal::ConfigureSharedMemory;
+using internal::DispatchIo;
 using internal::Exp2;
+using internal::IoToFloat;
+using internal::kIoIndex;
+using internal::kIoTypes;
 using internal::kMaxDevices;
 using internal::SharedAddress;
+using internal::StoreOut2;
 
 constexpr std::uint32_t kP = 64;  // keys per tile: one HACK block
 constexpr std::uint32_t kWarps = 8;
@@ -272,45 +278,6 @@ __device__ __forceinline__ std::uint32_t PackHalf2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const std::uint32_t*>(&h);
 }
-// The kernels are templates on IoT, q's and out's element (HackPrefillArgs::io_dtype): float,
-// __half or __nv_bfloat16. A 16-bit query is read as its exact float value and out is written
-// rounded to nearest even, so a 16-bit call computes what the fp32 call over the same values does.
-// The fp32 kernels are the code they were before 16-bit I/O (a run-time branch on io_dtype made
-// the staged fp32 call 2-4% slower, session 21).
-__device__ __forceinline__ float IoToFloat(float x) {
-  return x;
-}
-__device__ __forceinline__ float IoToFloat(__half x) {
-  return __half2float(x);
-}
-__device__ __forceinline__ float IoToFloat(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-// Stores (lo, hi) at dst, dst + 1 (aligned to the pair).
-__device__ __forceinline__ void StoreOut2(float* dst, float lo, float hi) {
-  *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);
-}
-__device__ __forceinline__ void StoreOut2(__half* dst, float lo, float hi) {
-  *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(lo, hi);
-}
-__device__ __forceinline__ void StoreOut2(__nv_bfloat16* dst, float lo, float hi) {
-  *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(lo, hi);
-}
-// Element k (0..3) of four 16-bit elements loaded as one 8-byte word (lowest address first).
-template <typename IoT>
-__device__ __forceinline__ float IoToFloat(uint2 w, std::uint32_t k) {
-  const auto bits = static_cast<unsigned short>((k < 2u ? w.x : w.y) >> (16u * (k & 1u)));
-  if constexpr (std::is_same_v<IoT, __half>) {
-    return IoToFloat(__ushort_as_half(bits));
-  } else {
-    static_assert(std::is_same_v<IoT, __nv_bfloat16>);
-    // bf16 is binary32's upper half. Not IoToFloat(__ushort_as_bfloat16(bits)): the same value, but
-    // it compiles to 0.5-1.4 KB more SASS in the warp-specialised kernels (the measured code is
-    // this).
-    return __uint_as_float(std::uint32_t{bits} << 16);
-  }
-}
-
 __device__ __forceinline__ __half2 AsHalf2(std::uint32_t u) {
   return *reinterpret_cast<const __half2*>(&u);
 }
@@ -881,7 +848,7 @@ __device__ __forceinline__ void PackP(const float (&s)[kN][4], std::uint32_t (&p
 
 // mma.sync kernel (head_dim 64, and head_dim 128 without sm_90a): 8 warps, each its 16 rows, every
 // thread loading and unpacking the next tile into the other of two stages after P V (one
-// __syncthreads per tile). IoT: q's and out's element (see IoToFloat).
+// __syncthreads per tile). IoT: q's and out's element (io_element.cuh).
 template <int D, typename IoT>
 __global__ void __launch_bounds__(kThreads, 1)
     HackPrefillFp16Kernel(const __grid_constant__ HackAttentionParams p) {
@@ -1271,7 +1238,7 @@ __global__ void __launch_bounds__(128)
 
 // Per device, the dynamic shared memory configured for each kernel ([kernel][io]: see
 // LaunchHackPrefillFp16).
-std::atomic<std::size_t> g_fp16_smem[4][3][kMaxDevices];
+std::atomic<std::size_t> g_fp16_smem[4][kIoTypes][kMaxDevices];
 std::atomic<int> g_compute_capability[kMaxDevices];  // major * 10 + minor; 0: not asked yet
 
 // Whether the current device runs the warp-specialised kernel: compute capability 9.0 (whose
@@ -1325,24 +1292,14 @@ cudaError_t LaunchHackPrefillFp16(const HackAttentionParams& params, cudaStream_
     return err != cudaSuccess ? err : cudaLaunchKernelEx(&config, kernel, params);
   };
   // [kernel][io]: kernel 0 / 1 HackPrefillFp16Kernel<64 / 128>, 2 / 3 HackPrefillFp16WsKernel<
-  // false / true>; io 0 fp32, 1 fp16, 2 bf16.
-  const int io = params.io_dtype == static_cast<std::uint32_t>(DType::kFloat16)    ? 1
-                 : params.io_dtype == static_cast<std::uint32_t>(DType::kBFloat16) ? 2
-                                                                                   : 0;
-  if (staged) {
-    return io == 1   ? launch(HackPrefillFp16WsKernel<true, __half>, g_fp16_smem[3][1])
-           : io == 2 ? launch(HackPrefillFp16WsKernel<true, __nv_bfloat16>, g_fp16_smem[3][2])
-                     : launch(HackPrefillFp16WsKernel<true, float>, g_fp16_smem[3][0]);
-  }
-  if (ws) {
-    return io == 1   ? launch(HackPrefillFp16WsKernel<false, __half>, g_fp16_smem[2][1])
-           : io == 2 ? launch(HackPrefillFp16WsKernel<false, __nv_bfloat16>, g_fp16_smem[2][2])
-                     : launch(HackPrefillFp16WsKernel<false, float>, g_fp16_smem[2][0]);
-  }
-  constexpr int k = HeadDim == 64 ? 0 : 1;
-  return io == 1   ? launch(HackPrefillFp16Kernel<HeadDim, __half>, g_fp16_smem[k][1])
-         : io == 2 ? launch(HackPrefillFp16Kernel<HeadDim, __nv_bfloat16>, g_fp16_smem[k][2])
-                   : launch(HackPrefillFp16Kernel<HeadDim, float>, g_fp16_smem[k][0]);
+  // false / true>; io kIoIndex<IoT>.
+  return DispatchIo(params.io_dtype, [&](auto tag) {
+    using IoT = typename decltype(tag)::type;
+    constexpr int io = kIoIndex<IoT>;
+    if (staged) return launch(HackPrefillFp16WsKernel<true, IoT>, g_fp16_smem[3][io]);
+    if (ws) return launch(HackPrefillFp16WsKernel<false, IoT>, g_fp16_smem[2][io]);
+    return launch(HackPrefillFp16Kernel<HeadDim, IoT>, g_fp16_smem[HeadDim == 64 ? 0 : 1][io]);
+  });
 }
 
 cudaError_t LaunchHackPrefillFp16Staging(const HackAttentionParams& params, cudaStream_t stream) {

@@ -189,8 +189,8 @@ Result<KvTensor> DecodeHackGpu(std::span<const std::byte> container, DType out_d
 //
 // Closed set of the attention kernels: partition P = 64, K in the channel orientation (the
 // defaults, docs/hack.md), head_dim 64 or 128, 1..8 query heads per KV head, fp16 or bf16 tail,
-// fp32 queries and outputs. Anything else is kUnimplemented (or kInvalidArgument for values the
-// codec itself rejects).
+// fp32, fp16 or bf16 queries and outputs (io_dtype). Anything else is kUnimplemented (or
+// kInvalidArgument for values the codec itself rejects).
 //
 // The KV of a sequence of T tokens with S sinks is laid out as one hack-int2 chunk of T tokens
 // (hack::Layout{layers, T, kv_heads, head_dim, 64, S}): S unquantized sink tokens at positions
@@ -240,7 +240,9 @@ struct HackKvCache {
 // "Which attention path to call").
 enum class HackDecodeMath : std::uint8_t {
   // HACK's homomorphic math: INT8 Q' and INT8 P against the 2-bit codes on integer tensor cores.
-  // Equals HackDecodeAttentionBatch (int8_q = int8_p = true) within kHackAttention*Tolerance.
+  // Equals HackDecodeAttentionBatch (int8_q = int8_p = true) within kHackAttention*Tolerance. Not
+  // reproducible bit for bit: where a warp takes more than two blocks of a split, the blocks are
+  // dealt at run time, so two calls can differ in the last bits of the fp32 sums.
   kHomomorphicInt8 = 0,
   // Dequantize on load: the codes are unpacked to fp16 in registers ((min + code * scale) / 4,
   // rounded twice: min / 4 - scale, then the fused multiply-add) and both products run on fp16
@@ -265,18 +267,26 @@ struct HackDecodeArgs {
   std::uint32_t num_seqs = 0;
   std::uint32_t max_tokens = 0;  // host-known bound of every seqs[i].tokens (sizes the grid)
   std::uint32_t q_heads = 0;
-  float softmax_scale = 0;   // 0: 1 / sqrt(head_dim)
-  const float* q = nullptr;  // device fp32
-  float* out = nullptr;      // device fp32
-  float* lse = nullptr;      // device fp32 or null
+  float softmax_scale = 0;  // 0: 1 / sqrt(head_dim)
+  const void* q = nullptr;  // device [num_seqs][q_heads][head_dim] of io_dtype, 16-byte aligned
+  void* out = nullptr;      // device [num_seqs][q_heads][head_dim] of io_dtype, aligned to it
+  float* lse = nullptr;     // device [num_seqs][q_heads] fp32, or null
   HackDecodeMath math = HackDecodeMath::kHomomorphicInt8;
+  // Element type of q and out: kFloat32, or what an engine's activations are, kFloat16 /
+  // kBFloat16 (both maths; kInvalidArgument for a value that is no DType). The kernels read a
+  // 16-bit query as its exact float value and round each output once (to nearest even), so a call
+  // over 16-bit q computes what the fp32 call over the same values computes: with kDequantFp16 its
+  // out is that call's out rounded to io_dtype, bit for bit, and the same lse; with
+  // kHomomorphicInt8 the same up to that math's run-to-run variation (above). lse stays fp32.
+  DType io_dtype = DType::kFloat32;
 };
 
 // What a prefill call computes (docs/hack-gpu.md, "Prefill attention: the fp16 path"; docs/hack.md,
 // "Which attention path to call").
 enum class HackPrefillMath : std::uint8_t {
   // HACK's homomorphic math: INT8 Q' and INT8 P against the 2-bit codes on integer tensor cores.
-  // Equals HackPrefillAttention (int8_q = int8_p = true) within kHackAttention*Tolerance.
+  // Equals HackPrefillAttention (int8_q = int8_p = true) within kHackAttention*Tolerance. Not
+  // reproducible bit for bit (blocks dealt to warps at run time, as HackDecodeMath's).
   kHomomorphicInt8 = 0,
   // Dequantize on load: the codes are unpacked to fp16 in shared memory (min + code * scale,
   // rounded once) and both products run on fp16 tensor cores with fp32 accumulation and an fp32
@@ -306,10 +316,11 @@ struct HackPrefillArgs {
   float* lse = nullptr;     // [queries][q_heads] fp32, or null
   HackPrefillMath math = HackPrefillMath::kHomomorphicInt8;
   // Element type of q and out: kFloat32, or what an engine's activations are, kFloat16 / kBFloat16
-  // (kDequantFp16 only: kHomomorphicInt8 takes fp32; kInvalidArgument otherwise). The kernels read
-  // a 16-bit query as its exact float value, so a call over 16-bit q computes what the fp32 call
-  // over the same values computes, and its out is that call's fp32 out rounded (to nearest even)
-  // to io_dtype, bit for bit.
+  // (both maths; kInvalidArgument for a value that is no DType). The kernels read a 16-bit query
+  // as its exact float value and round each output once (to nearest even), so a call over 16-bit q
+  // computes what the fp32 call over the same values computes: with kDequantFp16 its out is that
+  // call's out rounded to io_dtype, bit for bit, and the same lse; with kHomomorphicInt8 the same
+  // up to that math's run-to-run variation (HackPrefillMath).
   DType io_dtype = DType::kFloat32;
   // Staging scratch ("dequantize once"; docs/hack-gpu.md, "Prefill attention: the fp16 path",
   // staged path): device memory, 16-byte aligned, of staging_bytes bytes, or null. Used only where
@@ -340,8 +351,8 @@ inline constexpr std::uint64_t kHackPrefillStageBytes = 32768;  // one staged ti
 
 // Kernel parameters, passed by value (built by the Enqueue functions).
 struct HackAttentionParams {
-  const float* q;                    // [queries][q_heads][head_dim] fp32 (prefill: io_dtype)
-  float* out;                        // [queries][q_heads][head_dim] fp32 (prefill: io_dtype)
+  const void* q;                     // [queries][q_heads][head_dim] of io_dtype
+  void* out;                         // [queries][q_heads][head_dim] of io_dtype
   float* lse;                        // [queries][q_heads] fp32, or null
   const HackAttentionSeq* seqs;      // decode: [num_seqs] device; prefill: null
   HackAttentionSeq prefill_seq;      // prefill: the sequence
@@ -379,9 +390,8 @@ struct HackAttentionParams {
                                    // warps is then even)
   std::uint8_t* prefill_stages;  // fp16 prefill staging scratch (HackPrefillArgs::staging) or null
   std::uint32_t prefill_stage_tiles;  // its key tiles per KV head (images of 32 KiB each)
-  // Prefill, kDequantFp16: the DType value of q's and out's elements (HackPrefillArgs::io_dtype;
-  // for fp16 / bf16 the pointers above address 16-bit elements), which picks the kernel's
-  // instantiation; every other kernel reads and writes fp32.
+  // The DType value of q's and out's elements (HackDecodeArgs / HackPrefillArgs::io_dtype), which
+  // picks the attention kernel's instantiation (float, __half or __nv_bfloat16 elements).
   std::uint32_t io_dtype;
 };
 

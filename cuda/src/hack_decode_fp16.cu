@@ -35,6 +35,7 @@
 #include "kvdepot/codec/hack_format.h"
 #include "kvdepot/cuda/hack.h"
 #include "launch.h"
+#include "mma_sync.cuh"
 
 namespace kvdepot::cuda {
 
@@ -48,6 +49,7 @@ using internal::IoToFloat;
 using internal::kIoIndex;
 using internal::kIoTypes;
 using internal::kMaxDevices;
+using internal::MmaF16;
 
 constexpr std::uint32_t kP = 64;
 constexpr std::uint32_t kRows = 8;
@@ -71,15 +73,6 @@ __device__ __forceinline__ std::uint32_t AsU32(__half2 h) {
 }
 __device__ __forceinline__ std::uint32_t PackHalf2(float lo, float hi) {
   return AsU32(__floats2half2_rn(lo, hi));
-}
-__device__ __forceinline__ void MmaF16(float (&c)[4], std::uint32_t a0, std::uint32_t a1,
-                                       std::uint32_t a2, std::uint32_t a3, std::uint32_t b0,
-                                       std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 // Codes j and j + 8 of a 16-code word (bits 2 j and 2 j + 16) as the fp16 pair 1 + code / 4.
 template <std::uint32_t J>

@@ -14,7 +14,8 @@
 //               prefill's unpack, three instructions per pair as the fp16 decode kernel's;
 //   fold-mma  fold, and every 4 pairs one mma.sync.m16n8k16 (f16 -> f32): 64 per block and KV
 //               head, what a kernel with S^T = K Q^T and O^T = V^T P^T issues (variant D);
-//   full-mma  full, and the same MMAs.
+//   full-mma  full, and the same MMAs;
+//   step1/2   fold-mma and the rest of such a kernel's per-block work, approximated (see Step).
 // A warp streams the (sequence, head, block) units gw, gw + W, ... (W warps in the grid), the next
 // unit's 10 x 16 bytes per lane loaded into registers while this one is processed. Timing: a CUDA
 // graph of 18 launches over 3 rotating copies of the data (3 x 84 MB at 128K tokens, batch 1: more
@@ -45,8 +46,8 @@ constexpr int kBlockBytes = 5120;               // per (block, KV head)
 constexpr int kLaneChunks = kBlockBytes / 512;  // 16-byte chunks per lane: 4 K, 4 V, 1 + 1 scales
 constexpr int kCalls = 18, kSets = 3, kReps = 30;
 
-enum Mode { kRead, kFold, kFull, kFoldMma, kFullMma };
-const char* const kModeNames[] = {"read", "fold", "full", "fold-mma", "full-mma"};
+enum Mode { kRead, kFold, kFull, kFoldMma, kFullMma, kStep1, kStep2 };
+const char* const kModeNames[] = {"read", "fold", "full", "fold-mma", "full-mma", "step1", "step2"};
 
 #define CHECK(x)                                                                       \
   do {                                                                                 \
@@ -74,6 +75,23 @@ __device__ __forceinline__ std::uint32_t Pair(std::uint32_t w, std::uint32_t w10
   return ((J < 5 ? w : w10) & (0x00030003u << (2 * k))) | bias;
 }
 
+// The lane's 10 x 16 bytes of unit u (coalesced: chunk i of every lane is one 512-byte run).
+__device__ __forceinline__ void LoadUnit(const uint4* __restrict__ data, std::uint64_t u,
+                                         std::uint32_t lane, uint4 (&r)[kLaneChunks]) {
+  const uint4* src = data + u * (kBlockBytes / 16) + lane;
+#pragma unroll
+  for (int i = 0; i < kLaneChunks; ++i) r[i] = __ldcs(src + i * 32);
+}
+
+// cur = next (unit u's words), then next = unit `following`'s if there is one.
+__device__ __forceinline__ void TakeUnit(const uint4* __restrict__ data, std::uint64_t units,
+                                         std::uint64_t following, std::uint32_t lane,
+                                         uint4 (&cur)[kLaneChunks], uint4 (&next)[kLaneChunks]) {
+#pragma unroll
+  for (int i = 0; i < kLaneChunks; ++i) cur[i] = next[i];
+  if (following < units) LoadUnit(data, following, lane, next);
+}
+
 template <Mode M>
 __global__ void __launch_bounds__(512) Probe(const uint4* __restrict__ data, std::uint64_t units,
                                              std::uint32_t bias, std::uint32_t* __restrict__ out) {
@@ -85,17 +103,10 @@ __global__ void __launch_bounds__(512) Probe(const uint4* __restrict__ data, std
   __half2 sum[2] = {__float2half2_rn(0.0f), __float2half2_rn(0.0f)};
   const std::uint32_t b0 = 0x3C003C00u ^ lane, b1 = 0x3C003C00u;  // a query fragment
   uint4 cur[kLaneChunks], next[kLaneChunks];
-  auto load = [&](std::uint64_t u, uint4(&r)[kLaneChunks]) {
-    const uint4* src = data + u * (kBlockBytes / 16) + lane;
-#pragma unroll
-    for (int i = 0; i < kLaneChunks; ++i) r[i] = __ldcs(src + i * 32);
-  };
   std::uint64_t u = gw;
-  if (u < units) load(u, next);
+  if (u < units) LoadUnit(data, u, lane, next);
   for (; u < units; u += warps) {
-#pragma unroll
-    for (int i = 0; i < kLaneChunks; ++i) cur[i] = next[i];
-    if (u + warps < units) load(u + warps, next);
+    TakeUnit(data, units, u + warps, lane, cur, next);
     if constexpr (M == kRead) {
 #pragma unroll
       for (int i = 0; i < kLaneChunks; ++i) acc ^= cur[i].x ^ cur[i].y ^ cur[i].z ^ cur[i].w;
@@ -153,15 +164,168 @@ __global__ void __launch_bounds__(512) Probe(const uint4* __restrict__ data, std
   if (acc == 0x9e3779b9u) out[gw] = acc;  // never, in practice; keeps the work
 }
 
-template <Mode M>
-float TimeMode(const uint4* data, std::uint64_t units, std::uint32_t* out, int ctas, int threads,
-               cudaStream_t stream) {
+// movmatrix: the transpose of an 8 x 8 fp16 tile held one row pair per lane.
+__device__ __forceinline__ std::uint32_t Transpose(std::uint32_t x) {
+  std::uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// step: the per-block work of a decode kernel with folded scales, on the same units (the fold's
+// unpack, the scales read, 64 MMAs), approximated by instruction class and count rather than by
+// exact fragment bookkeeping (which lane's scale word goes where): per block Q' = q (x) K scale
+// for the 8 k-steps' B operands (scale words fetched from other lanes by shuffles), a per-(head,
+// block) bias (q . min and the 1024s) reduced over the quad and set as S's initial value, the 32
+// S^T = K Q'^T MMAs, the online softmax of the lane's 16 scores (two heads: block maxima by
+// shuffles, exp2, lane-partial sums, the block's sum of p per head for V's mins), P packed and
+// transposed (movmatrix) into the B operands of the 32 O^T = V^T P^T MMAs into a per-block
+// accumulator, and O = O * corr + Vscale * that + Vmin * sum(p), V's (scale, min) fetched by
+// shuffles. 8-warp CTAs: Step<2> two per SM (at most 128 registers: ptxas spills), Step<1> one
+// (no spills; the register file then holds 8 warps per SM).
+template <int kCtasPerSm>
+__global__ void __launch_bounds__(256, kCtasPerSm)
+    Step(const uint4* __restrict__ data, std::uint64_t units, std::uint32_t bias,
+         std::uint32_t* __restrict__ out) {
+  const std::uint32_t lane = threadIdx.x & 31u, tq = lane & 3u;
+  const std::uint64_t gw = (std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x) >> 5;
+  const std::uint64_t warps = std::uint64_t{gridDim.x} * blockDim.x >> 5;
+  constexpr unsigned kAll = 0xffffffffu;
+  std::uint32_t q[8][2];  // the query fragments (B of S^T = K Q^T), fixed per call
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    q[k][0] = 0x30003000u + ((lane * 7u + k) & 0x3FFu) * 0x10001u;
+    q[k][1] = 0x30003000u + ((lane * 5u + k) & 0x3FFu) * 0x10001u;
+  }
+  const __half2 neg1024 = __float2half2_rn(-1024.0f);
+  float o[8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  uint4 cur[kLaneChunks], next[kLaneChunks];
+  std::uint64_t u = gw;
+  if (u < units) LoadUnit(data, u, lane, next);
+  for (; u < units; u += warps) {
+    TakeUnit(data, units, u + warps, lane, cur, next);
+    const std::uint32_t ks[4] = {cur[8].x, cur[8].y, cur[8].z, cur[8].w};
+    const std::uint32_t vs[4] = {cur[9].x, cur[9].y, cur[9].z, cur[9].w};
+    // Q' and the bias.
+    std::uint32_t qb[8][2];
+    __half2 bsum = __float2half2_rn(0.0f);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const std::uint32_t e0 = __shfl_sync(kAll, ks[k & 3], (lane + 4 * k) & 31);
+      const std::uint32_t e1 = __shfl_sync(kAll, ks[(k + 1) & 3], (lane + 4 * k + 8) & 31);
+      const __half2 s0 = AsHalf2(__byte_perm(e0, e1, 0x5410));
+      const __half2 m0 = AsHalf2(__byte_perm(e0, e1, 0x7632));
+      const __half2 s1 = AsHalf2(__byte_perm(e1, e0, 0x5410));
+      const __half2 m1 = AsHalf2(__byte_perm(e1, e0, 0x7632));
+      const __half2 q0 = __hmul2(AsHalf2(q[k][0]), s0), q1 = __hmul2(AsHalf2(q[k][1]), s1);
+      qb[k][0] = AsU32(q0);
+      qb[k][1] = AsU32(q1);
+      bsum = __hfma2(AsHalf2(q[k][0]), m0, bsum);
+      bsum = __hfma2(AsHalf2(q[k][1]), m1, bsum);
+      bsum = __hfma2(q0, neg1024, bsum);
+      bsum = __hfma2(q1, neg1024, bsum);
+    }
+    float bh = __low2float(bsum) + __high2float(bsum);
+    bh += __shfl_xor_sync(kAll, bh, 1);
+    bh += __shfl_xor_sync(kAll, bh, 2);
+    const float b0 = __shfl_sync(kAll, bh, 8 * tq), b1 = __shfl_sync(kAll, bh, 8 * tq + 4);
+    // S^T = K Q'^T: 4 m-tiles of 16 keys x 8 k-steps; the lane's 16 K words give 32 A fragments.
+    float s[4][4];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) s[mt][0] = s[mt][2] = b0, s[mt][1] = s[mt][3] = b1;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const std::uint32_t words[4] = {cur[i].x, cur[i].y, cur[i].z, cur[i].w};
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const std::uint32_t x = words[w], x10 = x >> 10;
+        const int f = 8 * i + 2 * w;  // fragment index: m-tile f / 8, k-step f % 8
+        MmaF16(s[f / 8], Pair<0>(x, x10, bias), Pair<1>(x, x10, bias), Pair<2>(x, x10, bias),
+               Pair<3>(x, x10, bias), qb[f % 8][0], qb[f % 8][1]);
+        MmaF16(s[(f + 1) / 8], Pair<4>(x, x10, bias), Pair<5>(x, x10, bias), Pair<6>(x, x10, bias),
+               Pair<7>(x, x10, bias), qb[(f + 1) % 8][0], qb[(f + 1) % 8][1]);
+      }
+    }
+    // Online softmax of the lane's two heads (columns 2 tq, 2 tq + 1).
+    float corr[2], psum[2];
+    std::uint32_t pk[4][2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float mx = s[0][e];
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) mx = fmaxf(mx, fmaxf(s[mt][e], s[mt][e + 2]));
+      mx = fmaxf(mx, __shfl_xor_sync(kAll, mx, 4));
+      mx = fmaxf(mx, __shfl_xor_sync(kAll, mx, 8));
+      mx = fmaxf(mx, __shfl_xor_sync(kAll, mx, 16));
+      const float mn = fmaxf(m[e], mx);
+      corr[e] = Exp2(m[e] - mn);
+      m[e] = mn;
+      float ps = 0.0f;
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) {
+        s[mt][e] = Exp2(s[mt][e] - mn);
+        s[mt][e + 2] = Exp2(s[mt][e + 2] - mn);
+        ps += s[mt][e] + s[mt][e + 2];
+      }
+      l[e] = l[e] * corr[e] + ps;
+      ps += __shfl_xor_sync(kAll, ps, 4);
+      ps += __shfl_xor_sync(kAll, ps, 8);
+      ps += __shfl_xor_sync(kAll, ps, 16);
+      psum[e] = ps;
+    }
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {  // P^T as B fragments: pack, transpose
+      pk[mt][0] = Transpose(AsU32(__floats2half2_rn(s[mt][0], s[mt][1])));
+      pk[mt][1] = Transpose(AsU32(__floats2half2_rn(s[mt][2], s[mt][3])));
+    }
+    // O^T += V^T P^T per block: 8 m-tiles of 16 channels x 4 k-steps of 16 keys.
+    float ob[8][4] = {};
+#pragma unroll
+    for (int i = 4; i < 8; ++i) {
+      const std::uint32_t words[4] = {cur[i].x, cur[i].y, cur[i].z, cur[i].w};
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const std::uint32_t x = words[w], x10 = x >> 10;
+        const int f = 8 * (i - 4) + 2 * w;  // m-tile f / 4, k-step f % 4
+        MmaF16(ob[f / 4], Pair<0>(x, x10, bias), Pair<1>(x, x10, bias), Pair<2>(x, x10, bias),
+               Pair<3>(x, x10, bias), pk[f % 4][0], pk[f % 4][1]);
+        MmaF16(ob[(f + 1) / 4], Pair<4>(x, x10, bias), Pair<5>(x, x10, bias), Pair<6>(x, x10, bias),
+               Pair<7>(x, x10, bias), pk[(f + 1) % 4][0], pk[(f + 1) % 4][1]);
+      }
+    }
+    // O = O * corr + Vscale * (V codes P) + Vmin * sum(p), per channel (rows g, g + 8).
+#pragma unroll
+    for (int mt = 0; mt < 8; ++mt) {
+      const std::uint32_t e = __shfl_sync(kAll, vs[mt & 3], (lane + mt) & 31);
+      const float2 sm0 = __half22float2(AsHalf2(__byte_perm(e, e, 0x1010)));
+      const float2 sm1 = __half22float2(AsHalf2(__byte_perm(e, e, 0x3232)));
+      o[mt][0] = fmaf(o[mt][0], corr[0], fmaf(sm0.x, ob[mt][0], sm0.y * psum[0]));
+      o[mt][1] = fmaf(o[mt][1], corr[1], fmaf(sm0.x, ob[mt][1], sm0.y * psum[1]));
+      o[mt][2] = fmaf(o[mt][2], corr[0], fmaf(sm1.x, ob[mt][2], sm1.y * psum[0]));
+      o[mt][3] = fmaf(o[mt][3], corr[1], fmaf(sm1.x, ob[mt][3], sm1.y * psum[1]));
+    }
+  }
+  std::uint32_t acc = __float_as_uint(l[0] + l[1]);
+#pragma unroll
+  for (int mt = 0; mt < 8; ++mt) acc ^= __float_as_uint(o[mt][0] + o[mt][1] + o[mt][2] + o[mt][3]);
+  if (acc == 0x9e3779b9u) out[gw] = acc;  // never, in practice; keeps the work
+}
+
+using Kernel = void (*)(const uint4*, std::uint64_t, std::uint32_t, std::uint32_t*);
+
+float TimeKernel(Kernel kernel, const uint4* data, std::uint64_t units, std::uint32_t* out,
+                 int ctas, int threads, cudaStream_t stream) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   for (int i = 0; i < kCalls; ++i) {
-    Probe<M><<<ctas, threads, 0, stream>>>(data + (i % kSets) * units * (kBlockBytes / 16), units,
-                                           0x64006400u, out);
+    kernel<<<ctas, threads, 0, stream>>>(data + (i % kSets) * units * (kBlockBytes / 16), units,
+                                         0x64006400u, out);
   }
   CHECK(cudaStreamEndCapture(stream, &graph));
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -215,25 +379,27 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(batch), static_cast<unsigned long long>(units),
               bytes / 1e6);
   std::printf("%-9s %10s %10s  %s\n", "mode", "median us", "GB/s", "grid (CTAs x warps)");
-  auto run = [&](Mode m, auto timer) {
+  auto run = [&](Mode m, Kernel kernel) {
     float best = 1e30f;
     int best_ctas = 0, best_warps = 0;
     for (int per_sm : {1, 2}) {
       for (int warps : {8, 16}) {
-        if (per_sm * warps > 32) continue;
+        if (m >= kStep1 && warps > 8) continue;  // its launch bounds: 256 threads
         const int ctas = per_sm * prop.multiProcessorCount;
-        const float t = timer(ctas, warps * 32);
+        const float t = TimeKernel(kernel, data, units, out, ctas, warps * 32, stream);
         if (t < best) best = t, best_ctas = ctas, best_warps = warps;
       }
     }
     std::printf("%-9s %10.2f %10.1f  %d x %d\n", kModeNames[m], best, bytes / (best * 1e3),
                 best_ctas, best_warps);
   };
-  run(kRead, [&](int c, int t) { return TimeMode<kRead>(data, units, out, c, t, stream); });
-  run(kFold, [&](int c, int t) { return TimeMode<kFold>(data, units, out, c, t, stream); });
-  run(kFull, [&](int c, int t) { return TimeMode<kFull>(data, units, out, c, t, stream); });
-  run(kFoldMma, [&](int c, int t) { return TimeMode<kFoldMma>(data, units, out, c, t, stream); });
-  run(kFullMma, [&](int c, int t) { return TimeMode<kFullMma>(data, units, out, c, t, stream); });
+  run(kRead, Probe<kRead>);
+  run(kFold, Probe<kFold>);
+  run(kFull, Probe<kFull>);
+  run(kFoldMma, Probe<kFoldMma>);
+  run(kFullMma, Probe<kFullMma>);
+  run(kStep1, Step<1>);
+  run(kStep2, Step<2>);
   CHECK(cudaFree(data));
   CHECK(cudaFree(out));
   return 0;

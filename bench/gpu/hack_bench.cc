@@ -346,7 +346,11 @@ std::string DecodeConfig(std::uint32_t pairs, std::uint64_t tokens, int sms,
     splits = std::min<std::uint64_t>({16, sms / pairs, units});
   }
   const std::uint64_t ups = (units + splits - 1) / splits;
-  const std::uint64_t warps = std::clamp<std::uint64_t>(ups, 1, max_warps);
+  std::uint64_t warps = std::clamp<std::uint64_t>(ups, 1, max_warps);
+  if (max_warps == kHackDecodeFp16MaxWarps && warps > kHackDecodeFp16FullWarps &&
+      ups < 8 * kHackDecodeFp16MaxWarps) {
+    warps = kHackDecodeFp16FullWarps;  // as EnqueueHackDecodeAttention sizes the fp16 kernel
+  }
   return std::to_string(pairs * splits) + " CTAs x " + std::to_string(warps) + " warps";
 }
 

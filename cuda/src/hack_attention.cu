@@ -1491,6 +1491,14 @@ Status EnqueueHackDecodeAttention(const HackKvCache& kv, const HackDecodeArgs& a
   const std::uint64_t units = (std::uint64_t{args.max_tokens} + kP - 1) / kP;
   SizeGrid(workspace, units, units, kDecodeUnitsPerWarp, fp16 ? kHackDecodeFp16MaxWarps : kMaxWarps,
            params);
+  // The fp16 kernel's ninth to twelfth warps pay only where each warp then has 8 blocks or more
+  // (a CTA per SM either way; H200, docs/hack-gpu.md): splits of 32 and 64 blocks (32K and 64K
+  // tokens at batch 1) ran 5-7% faster on 8 warps than on 12, of 128 (128K) 1% slower, of 256
+  // (16K at batch 16) 5% slower.
+  if (fp16 && params.warps > kHackDecodeFp16FullWarps &&
+      params.units_per_split < 8 * kHackDecodeFp16MaxWarps) {
+    params.warps = kHackDecodeFp16FullWarps;
+  }
   // Few blocks per warp (4K tokens at batch 1: one): the call's time is one block's chain of work
   // on one warp, so twin warps split each block (head_dim 128; see Twin in the kernel).
   if (!fp16 && kv.head_dim == 128 && 2 * params.warps <= kMaxWarps) {

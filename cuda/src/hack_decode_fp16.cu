@@ -1,29 +1,41 @@
-// Kernel family "hack", dequantize-on-load decode (see kvdepot/cuda/hack.h, HackDecodeMath::
+// Kernel family "hack", decode over the dequantized KV (see kvdepot/cuda/hack.h, HackDecodeMath::
 // kDequantFp16; docs/hack-gpu.md, "Decode attention: the fp16 path"): decode attention over
-// hack-int2 KV whose 2-bit codes are unpacked to fp16 in registers and multiplied on fp16 tensor
-// cores (mma.sync m16n8k16, fp32 accumulation). It computes attention over the dequantized KV —
-// not HACK's homomorphic INT8 math — so its reference is kvdepot::DecodeAttention over
+// hack-int2 KV on fp16 tensor cores (mma.sync m16n8k16, fp32 accumulation) with the blocks'
+// (scale, min) pairs folded out of the per-code work. It computes attention over the dequantized
+// KV — not HACK's homomorphic INT8 math — so its reference is kvdepot::DecodeAttention over
 // kvdepot::DequantizeHack (tolerance at kHackDequantDecodeRelL2Tolerance in hack.h).
 //
-// Work decomposition. A CTA owns (sequence, KV head, split) as the homomorphic decode kernel does
-// (same grid sizing, same split partial / arrival-counter merge); its W warps take the split's
-// units (64-token HACK blocks, then runs of up to 64 unquantized sink / tail tokens) round-robin,
-// each warp with its own online-softmax state, and the warps merge in shared memory. No K/V tile
-// goes through shared memory: a warp loads a block's code words and (scale, min) pairs straight
-// into registers (the next block's while it computes the current one) and builds the MMA operands
-// from them.
-//   * S = Q Kᵀ: A = the group's query heads (rows 0..7; rows 8..15 zero), B = K [head_dim][keys]:
-//     lane (g, tq) holds key 8 g + nt of n-tile nt and the head_dim / 4 dims tq·D/4 .. of it
-//     (8 bytes of the key's 32 at D = 128), so K's token-major rows are read as they are stored.
-//   * O += P V as Oᵀ = Vᵀ Pᵀ: A = Vᵀ [channels][keys] (m-tile mt rows g / g + 8 = channels
-//     (D/8) g + 2 mt and + 1), B = Pᵀ taken from the S accumulators in registers (the key order
-//     of the S columns is chosen so that no shuffle is needed: S n-tile nt column 2 tq + e is key
-//     16 tq + 8 e + nt, which is code 8 e + nt of V word tq).
-// Unpacking: a code pair (i, i + 8) of a 16-code word becomes the fp16 pair 1 + code / 4 with one
-// shift and one LOP3 (the code in mantissa bits 8..9 of 1.0), and one HFMA2 turns it into the value
-// divided by four: (1 + c/4)·scale + (min/4 − scale) = (min + c·scale) / 4. The quarter keeps
-// min/4 − scale within fp16's range for every valid container (|min| <= 65504, scale <= 65504·2/3);
-// the four comes back in the queries (scaled by 4) and in the output's normalisation.
+// The math, per 64-token block and query head h (K_td = min_d + code_td scale_d, likewise V):
+//   S_t = sum_d q_d K_td = sum_d q_d min_d + sum_d (q_d scale_d) code_td
+//   O_c = sum_t p_t V_tc = min_c sum_t p_t + scale_c sum_t p_t code_tc
+// so a code is never dequantized: it enters the tensor core as itself. A code pair (j, j + 8) of a
+// 16-code word becomes an fp16 pair with one LOP3 (the word shifted right by 10 once for j >= 5):
+// the code in mantissa bits 2 k, 2 k + 1 of a zero exponent, the subnormal code * 4^k * 2^-24
+// (k = j for j < 5, j - 5 above; tensor cores take fp16 subnormals exactly). The 4^-k and 2^-24
+// go elsewhere:
+//   * Q Kᵀ as Sᵀ = K Q''ᵀ (A = the codes, keys as rows; B = Q'' = q̂ ⊙ scale 2^n per block, one
+//     HMUL2 per pair), where q̂_d = q_d * softmax_scale * log2(e) * 2^(14 - a_h) * 4^-k(d) is fixed
+//     per call (2^-a_h, a power of two per query head, brings max |q̂| to [2^12, 2^13)) and 2^n
+//     per block brings the block's largest K scale to [1, 2): Q'' < 2^15 whatever q and the
+//     scales, and far from fp16's subnormals. S = 2^(a_h + 10 - n) acc + bias, where bias =
+//     2^a_h sum_d (q_d * softmax_scale * log2(e) 2^-a_h) min_d is one more MMA per k-step (A =
+//     the mins, B = that).
+//   * O += P V as Oᵀ = Vᵀ Pᵀ (A = the V codes, channels as rows; B = Pᵀ): P's rows (keys) are
+//     multiplied by 2^(8 - 2 k(key)) when packed (an exact HMUL2 by a constant), so the product is
+//     2^-16 sum_t p_t code_tc for every key; per block and channel O' = O' corr + scale_c * that +
+//     min_c * 2^-16 sum_t p_t, with O' = O / 2^16 (put back when the output is normalised).
+//   * Pᵀ comes from Sᵀ's accumulators by movmatrix (the key order of the S rows is V's word
+//     order: S m-tile mt row g is key 8 g + 2 mt, row g + 8 key 8 g + 2 mt + 1).
+//
+// Work decomposition. A CTA owns (sequence, KV head, split) with the homomorphic decode kernel's
+// grid sizing and split merge; its W warps take the split's units (64-token blocks, then runs of
+// up to 64 unquantized sink / tail tokens) round-robin, each warp with its own online-softmax
+// state (lane (g, tq): query heads 2 tq, 2 tq + 1), and the warps merge in shared memory. Each
+// warp streams its blocks through a ring of kStages shared-memory stages with cp.async (a
+// block's 5,440 bytes at head_dim 128 copied kStages - 1 blocks ahead), laid out so that the
+// fragment loads are free of bank conflicts. Unquantized runs are read from global memory
+// element by element (a few per sequence at most), each of K and V scaled by a power of two that
+// brings its largest magnitude to [2^14, 2^15) before it is rounded to fp16.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -54,6 +66,8 @@ using internal::MmaF16;
 constexpr std::uint32_t kP = 64;
 constexpr std::uint32_t kRows = 8;
 constexpr std::uint32_t kMaxSplits = 16;
+// Shared-memory stages per warp: a block is copied kStages - 1 blocks ahead of the one computed.
+constexpr std::uint32_t kStages = 3;
 constexpr unsigned kFull = 0xffffffffu;
 // Error kinds, as hack_attention.cu's AttnError (FinishHackAttention names them).
 constexpr std::uint32_t kErrTokens = 1, kErrSinks = 2, kErrSection = 3, kErrTail = 4, kErrPage = 5;
@@ -74,48 +88,63 @@ __device__ __forceinline__ std::uint32_t AsU32(__half2 h) {
 __device__ __forceinline__ std::uint32_t PackHalf2(float lo, float hi) {
   return AsU32(__floats2half2_rn(lo, hi));
 }
-// Codes j and j + 8 of a 16-code word (bits 2 j and 2 j + 16) as the fp16 pair 1 + code / 4.
-template <std::uint32_t J>
-__device__ __forceinline__ __half2 CodePair(std::uint32_t word) {
-  std::uint32_t x;
-  if constexpr (J < 4) {
-    x = word << (8u - 2u * J);
-  } else {
-    x = word >> (2u * J - 8u);
-  }
-  return AsHalf2((x & 0x03000300u) | 0x3C003C00u);
+// The power of four a code pair j (0..7) carries: pairs 0..4 are read in place, 5..7 from the
+// word shifted right by 10.
+__device__ __forceinline__ constexpr std::uint32_t PairShift(std::uint32_t j) {
+  return j < 5u ? j : j - 5u;
 }
-// (scale, min) entries of two channels -> (scale pair, quarter-min-minus-scale pair).
-__device__ __forceinline__ void ScaleMin(std::uint32_t e0, std::uint32_t e1, __half2& scale,
-                                         __half2& base) {
-  scale = AsHalf2(__byte_perm(e0, e1, 0x5410));
-  const __half2 mn = AsHalf2(__byte_perm(e0, e1, 0x7632));
-  base = __hfma2(mn, __float2half2_rn(0.25f), __hneg2(scale));
+// Codes j and j + 8 of a 16-code word x (bits 2 j and 2 j + 16; x10 = x >> 10) as the fp16
+// subnormal pair code * 4^PairShift(j) * 2^-24: one LOP3 (j is a constant once unrolled).
+__device__ __forceinline__ std::uint32_t CodePair(std::uint32_t x, std::uint32_t x10,
+                                                  std::uint32_t j) {
+  return (j < 5u ? x : x10) & (0x00030003u << (2u * PairShift(j)));
 }
-// An unquantized element (fp16 or bf16 bits) as fp16, divided by four.
-__device__ __forceinline__ __half TailQuarter(std::uint16_t bits, bool bf16) {
-  const __half h =
-      bf16 ? __float2half_rn(__uint_as_float(std::uint32_t{bits} << 16)) : __ushort_as_half(bits);
-  return __hmul(h, __float2half(0.25f));
+// 2^n (n in -14..15) in both halves.
+__device__ __forceinline__ __half2 Pow2Half2(int n) {
+  return AsHalf2(static_cast<std::uint32_t>((n + 15) << 10) * 0x10001u);
+}
+// 2^n as a float, n clamped to the normal range (the query exponents of real values are far
+// inside it).
+__device__ __forceinline__ float Pow2(int n) {
+  return __uint_as_float(static_cast<std::uint32_t>(max(-126, min(127, n)) + 127) << 23);
+}
+// movmatrix: the transpose of an 8 x 8 fp16 tile held as one row pair per lane.
+__device__ __forceinline__ std::uint32_t Transpose(std::uint32_t x) {
+  std::uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src) {
+  const auto s = static_cast<std::uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// A block's shared-memory stage. K codes: key r's D / 4 bytes at row (r / 8) * 9 + r % 8 (a
+// padding row after every 8: the 8 keys a fragment load reads, 8 g + nt for g = 0..7, fall in
+// different banks); V codes as stored (channel c's 16 bytes at 16 c: lanes read word tq of
+// channels 16 mt + 8 h + g, all banks distinct); K (scale, min) words in 4 rows of D / 4 (lane tq
+// reads row tq), each row padded by 16 bytes; V (scale, min) words as stored.
 template <int D>
 struct Geo16 {
-  static constexpr std::uint32_t kKWords = D / 64;  // K code words per lane per key
-  static constexpr std::uint32_t kKc = D / 16;      // k-chunks of Q Kᵀ
-  static constexpr std::uint32_t kMt = D / 16;      // m-tiles of Vᵀ Pᵀ
-  static constexpr std::uint32_t kKScales = D / 4;  // K (scale, min) words per lane
-  static constexpr std::uint32_t kVScales = D / 8;  // V (scale, min) words per lane
+  static constexpr std::uint32_t kKWords = D / 64;  // K code words per lane and key
+  static constexpr std::uint32_t kKc = D / 16;      // k-steps of Sᵀ = K Q''ᵀ
+  static constexpr std::uint32_t kMt = D / 16;      // channel m-tiles of Oᵀ = Vᵀ Pᵀ
+  static constexpr std::uint32_t kKRow = D / 4;     // bytes of one key's codes
   static constexpr std::uint32_t kCodeBytes = kP * D / 4;
-};
-
-// One quantized block's words for one lane.
-template <int D>
-struct Raw {
-  std::uint32_t k[8][Geo16<D>::kKWords];  // [n-tile][word]
-  std::uint32_t v[Geo16<D>::kMt][2];      // [m-tile][row g | row g + 8]
-  std::uint32_t ks[Geo16<D>::kKScales];
-  std::uint32_t vs[Geo16<D>::kVScales];
+  static constexpr std::uint32_t kKOff = 0;
+  static constexpr std::uint32_t kVOff = 8u * 9u * kKRow;
+  static constexpr std::uint32_t kKsOff = kVOff + kCodeBytes;
+  static constexpr std::uint32_t kKsRow = D + 16u;
+  static constexpr std::uint32_t kVsOff = kKsOff + 4u * kKsRow;
+  static constexpr std::uint32_t kStageBytes = kVsOff + 4u * D;
+  static_assert(kStageBytes % 16 == 0);
 };
 
 // IoT: q's and out's element (io_element.cuh).
@@ -123,7 +152,7 @@ template <int D, typename IoT>
 __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
     HackDecodeFp16Kernel(const __grid_constant__ HackAttentionParams p) {
   using G = Geo16<D>;
-  extern __shared__ __align__(16) float smem_f[];
+  extern __shared__ __align__(16) std::uint8_t smem[];
   __shared__ float s_m[kMaxSplits][kRows];
   __shared__ float s_l[kMaxSplits][kRows];
   __shared__ float s_row_m[kRows], s_row_l[kRows];
@@ -192,7 +221,6 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
   const std::uint64_t v_codes0 = base_lay.group(p.layer, 1, kvh, 0) * G::kCodeBytes;
   const std::uint64_t k_scales0 = base_lay.partition_base(p.layer, 0, kvh, 0) * 4u;
   const std::uint64_t v_scales0 = base_lay.partition_base(p.layer, 1, kvh, 0) * 4u;
-  // Block j's codes and scales sections (paged: through the block table).
   struct Src {
     const std::uint8_t* codes;
     const std::uint8_t* scales;
@@ -216,234 +244,370 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
             p.page_scales + static_cast<std::uint64_t>(page) * p.page_scales_bytes +
                 std::uint64_t{slot} * D * 4u};
   };
-  // K: key 8 g + nt, bytes tq·D/16 .. of its row, and the (scale, min) of those dims.
-  auto load_k = [&](const Src& src, Raw<D>& raw) {
-    const std::uint8_t* kc = src.codes + k_codes0 + (8u * g) * (D / 4) + tq * (D / 16);
+  // Block j's four sections into `stage` (Geo16's layout): 2.5 D 16-byte copies per warp.
+  auto issue = [&](std::uint32_t j, std::uint8_t* stage) {
+    const Src src = locate(j);
+    const std::uint8_t* kc = src.codes + k_codes0;
+    const std::uint8_t* vc = src.codes + v_codes0;
 #pragma unroll
-    for (std::uint32_t nt = 0; nt < 8; ++nt) {
-      if constexpr (G::kKWords == 2) {
-        const uint2 w = __ldg(reinterpret_cast<const uint2*>(kc + nt * (D / 4)));
-        raw.k[nt][0] = w.x;
-        raw.k[nt][1] = w.y;
-      } else {
-        raw.k[nt][0] = __ldg(reinterpret_cast<const std::uint32_t*>(kc + nt * (D / 4)));
-      }
+    for (std::uint32_t i = 0; i < D / 32; ++i) {
+      const std::uint32_t c = lane + 32u * i, r = c / G::kKWords;
+      CpAsync16(stage + G::kKOff + ((r >> 3) * 9u + (r & 7u)) * G::kKRow + (c % G::kKWords) * 16u,
+                kc + 16u * c);
+      CpAsync16(stage + G::kVOff + 16u * c, vc + 16u * c);
     }
-    const auto* ksp = reinterpret_cast<const uint4*>(src.scales + k_scales0) + tq * (D / 16);
-#pragma unroll
-    for (std::uint32_t i = 0; i < G::kKScales / 4; ++i) {
-      const uint4 e = __ldg(ksp + i);
-      raw.ks[4 * i] = e.x;
-      raw.ks[4 * i + 1] = e.y;
-      raw.ks[4 * i + 2] = e.z;
-      raw.ks[4 * i + 3] = e.w;
-    }
-  };
-  // V: channels (D/8) g + 2 mt (+1), word tq (keys 16 tq ..), and those channels' (scale, min).
-  auto load_v = [&](const Src& src, Raw<D>& raw) {
-    const auto* vc =
-        reinterpret_cast<const std::uint32_t*>(src.codes + v_codes0 + (D / 8) * g * 16u) + tq;
-#pragma unroll
-    for (std::uint32_t mt = 0; mt < G::kMt; ++mt) {
-      raw.v[mt][0] = __ldg(vc + (2u * mt) * 4u);
-      raw.v[mt][1] = __ldg(vc + (2u * mt + 1u) * 4u);
-    }
-    const auto* vsp = reinterpret_cast<const uint4*>(src.scales + v_scales0) + g * (D / 32);
-#pragma unroll
-    for (std::uint32_t i = 0; i < G::kVScales / 4; ++i) {
-      const uint4 e = __ldg(vsp + i);
-      raw.vs[4 * i] = e.x;
-      raw.vs[4 * i + 1] = e.y;
-      raw.vs[4 * i + 2] = e.z;
-      raw.vs[4 * i + 3] = e.w;
+    if (lane < D / 4) {
+      CpAsync16(stage + G::kKsOff + (lane / (D / 16)) * G::kKsRow + (lane % (D / 16)) * 16u,
+                src.scales + k_scales0 + 16u * lane);
+      CpAsync16(stage + G::kVsOff + 16u * lane, src.scales + v_scales0 + 16u * lane);
     }
   };
 
-  // Q fragments: head kvh·group + g (zero rows past the group), chunk kc = word w, pairs j0 = 2 (kc
-  // & 3) and j0 + 1: a0 = dims (j0, j0 + 8), a2 = dims (j0 + 1, j0 + 9) of the lane's word w, in
-  // units of softmax_scale · log2(e) · 4 (K is carried divided by four).
-  std::uint32_t qa[G::kKc][2];
-  {
-    const bool row = g < p.group && bad_kind == 0;
-    const IoT* qp = static_cast<const IoT*>(p.q) +
-                    (std::uint64_t{seq_index} * p.q_heads + kvh * p.group + (row ? g : 0)) * D;
-    const float f = p.scale_log2 * 4.0f;
-    auto ld = [&](std::uint32_t d) { return row ? IoToFloat(__ldg(qp + d)) * f : 0.0f; };
+  // The warp's blocks ub + warp + k W go through its stage ring; the first kStages - 1 are asked
+  // for before the query is read, so the two latencies overlap.
+  std::uint8_t* ring = smem + std::size_t{warp} * kStages * G::kStageBytes;
+  const std::uint32_t first = ub + warp;
+  const std::uint32_t blocks = first < qe ? (qe - first + W - 1) / W : 0;
 #pragma unroll
-    for (std::uint32_t kc = 0; kc < G::kKc; ++kc) {
-      const std::uint32_t d = tq * (D / 4) + (kc >> 2) * 16u + 2u * (kc & 3u);
-      qa[kc][0] = PackHalf2(ld(d), ld(d + 8));
-      qa[kc][1] = PackHalf2(ld(d + 1), ld(d + 9));
-    }
+  for (std::uint32_t i = 0; i + 1 < kStages; ++i) {
+    if (i < blocks) issue(first + i * W, ring + i * G::kStageBytes);
+    CpAsyncCommit();
   }
 
+  // The query, fixed per call. Lane (g, tq) holds head g's dims of k-step ks: d, d + 8 (b0) and
+  // d + 1, d + 9 (b1), d = tq D/4 + 16 (ks / 4) + 2 (ks % 4), i.e. code pairs 2 (ks % 4) and
+  // 2 (ks % 4) + 1 of the lane's word ks / 4, in units of softmax_scale * log2(e) * 2^-a_g with
+  // max |.| of the head in [1/4, 1/2): b1 as they are (the mins' and the unquantized keys' B), qh
+  // times 2^14 * 4^-PairShift (the B that a block's normalised K scales multiply).
+  std::uint32_t b1[G::kKc][2], qh[G::kKc][2];
+  int ah[2];    // heads 2 tq, 2 tq + 1: their exponents a
+  float sb[2];  // and 2^a
+  const bool row = g < p.group && bad_kind == 0;
+  const IoT* qp = static_cast<const IoT*>(p.q) +
+                  (std::uint64_t{seq_index} * p.q_heads + kvh * p.group + (row ? g : 0)) * D;
+  int a = 0;  // head g's exponent
+  {
+    float qf[G::kKc][4];
+    float qmax = 0.0f;
+#pragma unroll
+    for (std::uint32_t ks = 0; ks < G::kKc; ++ks) {
+      const std::uint32_t d = tq * (D / 4) + (ks >> 2) * 16u + 2u * (ks & 3u);
+      const std::uint32_t dims[4] = {d, d + 8u, d + 1u, d + 9u};
+#pragma unroll
+      for (std::uint32_t i = 0; i < 4; ++i) {
+        qf[ks][i] = row ? IoToFloat(__ldg(qp + dims[i])) * p.scale_log2 : 0.0f;
+        qmax = fmaxf(qmax, fabsf(qf[ks][i]));
+      }
+    }
+    qmax = fmaxf(qmax, __shfl_xor_sync(kFull, qmax, 1));
+    qmax = fmaxf(qmax, __shfl_xor_sync(kFull, qmax, 2));
+    if (qmax > 0.0f) {
+      frexpf(qmax, &a);  // qmax in [2^(a-1), 2^a)
+      ++a;
+    }
+#pragma unroll
+    for (std::uint32_t ks = 0; ks < G::kKc; ++ks) {
+      const int k0 = 2 * static_cast<int>(PairShift(2u * (ks & 3u)));
+      const int k1 = 2 * static_cast<int>(PairShift(2u * (ks & 3u) + 1u));
+      const float f = Pow2(-a), f0 = Pow2(14 - a - k0), f1 = Pow2(14 - a - k1);
+      b1[ks][0] = PackHalf2(qf[ks][0] * f, qf[ks][1] * f);
+      b1[ks][1] = PackHalf2(qf[ks][2] * f, qf[ks][3] * f);
+      qh[ks][0] = PackHalf2(qf[ks][0] * f0, qf[ks][1] * f0);
+      qh[ks][1] = PackHalf2(qf[ks][2] * f1, qf[ks][3] * f1);
+    }
+    // Lanes 8 tq and 8 tq + 4 hold heads 2 tq and 2 tq + 1.
+    const int a0 = __shfl_sync(kFull, a, 8u * tq), a1 = __shfl_sync(kFull, a, 8u * tq + 4u);
+    ah[0] = a0;
+    ah[1] = a1;
+    sb[0] = Pow2(a0);
+    sb[1] = Pow2(a1);
+  }
+
+  // O' = O / 2^16: o[mt] = channels 16 mt + g (0, 1) and 16 mt + 8 + g (2, 3) of heads 2 tq (0, 2)
+  // and 2 tq + 1 (1, 3). m, l: those heads' running maximum (log2 units) and normaliser.
   float o[G::kMt][4];
 #pragma unroll
   for (std::uint32_t i = 0; i < G::kMt; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m = -INFINITY, l = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-  // One unit: K fragments from kb(nt, kc, half) and V fragments from va(mt, kk, idx) (idx 0..3 =
-  // a0..a3), keys at or past `count` masked; after_qk() runs once K's fragments are consumed.
-  auto attend = [&](auto kb, auto va, std::uint32_t count, auto after_qk) {
-    float s[8][4];
+  // The online softmax of a unit's scores s (Sᵀ m-tiles: row g = key 8 g + 2 mt, row g + 8 = key
+  // 8 g + 2 mt + 1; columns heads 2 tq, 2 tq + 1; log2 units, masked keys -inf): m and l move on,
+  // corr is the factor O' takes, psum the unit's sum of p per head, and pb the Pᵀ B fragments of
+  // the unit's 4 key k-steps — with `quantized`, each key's p times 2^(8 - 2 PairShift) (see the
+  // file comment).
+  auto softmax = [&](float(&s)[4][4], bool quantized, std::uint32_t(&pb)[4][2], float(&corr)[2],
+                     float(&psum)[2]) {
 #pragma unroll
-    for (std::uint32_t nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    for (std::uint32_t e = 0; e < 2; ++e) {
+      float mx = -INFINITY;
 #pragma unroll
-    for (std::uint32_t kc = 0; kc < G::kKc; ++kc) {
+      for (std::uint32_t mt = 0; mt < 4; ++mt) mx = fmaxf(mx, fmaxf(s[mt][e], s[mt][e + 2]));
+      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 4));
+      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 8));
+      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 16));
+      const float mn = fmaxf(m[e], mx);
+      const float base = mn == -INFINITY ? 0.0f : mn;
+      corr[e] = Exp2(m[e] - base);
+      m[e] = mn;
+      float ps = 0.0f;
 #pragma unroll
-      for (std::uint32_t nt = 0; nt < 8; ++nt) {
-        MmaF16(s[nt], qa[kc][0], 0u, qa[kc][1], 0u, kb(nt, kc, 0), kb(nt, kc, 1));
+      for (std::uint32_t mt = 0; mt < 4; ++mt) {
+        s[mt][e] = Exp2(s[mt][e] - base);
+        s[mt][e + 2] = Exp2(s[mt][e + 2] - base);
+        ps += s[mt][e] + s[mt][e + 2];
       }
+      ps += __shfl_xor_sync(kFull, ps, 4);
+      ps += __shfl_xor_sync(kFull, ps, 8);
+      ps += __shfl_xor_sync(kFull, ps, 16);
+      l[e] = l[e] * corr[e] + ps;
+      psum[e] = ps;
     }
-    after_qk();
-    if (count < kP) {
 #pragma unroll
-      for (std::uint32_t nt = 0; nt < 8; ++nt) {
-        if (16u * tq + nt >= count) s[nt][0] = -INFINITY;
-        if (16u * tq + 8u + nt >= count) s[nt][1] = -INFINITY;
+    for (std::uint32_t mt = 0; mt < 4; ++mt) {
+      __half2 lo = __floats2half2_rn(s[mt][0], s[mt][1]);
+      __half2 hi = __floats2half2_rn(s[mt][2], s[mt][3]);
+      if (quantized) {
+        const int n0 = 8 - 2 * static_cast<int>(PairShift(2u * mt));
+        const int n1 = 8 - 2 * static_cast<int>(PairShift(2u * mt + 1u));
+        if (n0 != 0) lo = __hmul2(lo, Pow2Half2(n0));
+        if (n1 != 0) hi = __hmul2(hi, Pow2Half2(n1));
       }
+      pb[mt][0] = Transpose(AsU32(lo));
+      pb[mt][1] = Transpose(AsU32(hi));
     }
-    float mx = -INFINITY;
+  };
+
+  // A quantized block from its stage.
+  auto attend_block = [&](const std::uint8_t* stage) {
+    std::uint32_t ksw[D / 4];  // the (scale, min) words of dims tq D/4 ..
 #pragma unroll
-    for (std::uint32_t nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][0], s[nt][1]));
-    mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
-    const float mn = fmaxf(m, mx);
-    const float base = mn == -INFINITY ? 0.0f : mn;
-    const float corr = Exp2(m - base);
-    m = mn;
-    float sum = 0.0f;
-    std::uint32_t pb[4][2];
+    for (std::uint32_t i = 0; i < D / 16; ++i) {
+      const uint4 e = *reinterpret_cast<const uint4*>(stage + G::kKsOff + tq * G::kKsRow + 16u * i);
+      ksw[4 * i] = e.x;
+      ksw[4 * i + 1] = e.y;
+      ksw[4 * i + 2] = e.z;
+      ksw[4 * i + 3] = e.w;
+    }
+    std::uint32_t kw[8][G::kKWords];  // keys 8 g + nt, the lane's words
 #pragma unroll
     for (std::uint32_t nt = 0; nt < 8; ++nt) {
-      const float e0 = Exp2(s[nt][0] - base), e1 = Exp2(s[nt][1] - base);
-      sum += e0 + e1;
-      pb[nt >> 1][nt & 1u] = PackHalf2(e0, e1);
+      const std::uint8_t* r = stage + G::kKOff + (9u * g + nt) * G::kKRow + tq * (4u * G::kKWords);
+      if constexpr (G::kKWords == 2) {
+        const uint2 w = *reinterpret_cast<const uint2*>(r);
+        kw[nt][0] = w.x;
+        kw[nt][1] = w.y;
+      } else {
+        kw[nt][0] = *reinterpret_cast<const std::uint32_t*>(r);
+      }
     }
-    l = l * corr + sum;
-    // O's columns are heads 2 tq and 2 tq + 1: their corrections live in lanes 8 tq and 8 tq + 4.
-    const float c0 = __shfl_sync(kFull, corr, 8u * tq);
-    const float c1 = __shfl_sync(kFull, corr, 8u * tq + 4u);
+    // The block's K scales times 2^n, n such that the largest is in [1, 2) (n = 15 - its fp16
+    // exponent field; non-negative fp16 values order as their bits; at most [2, 4) for scales
+    // >= 2^15): Q'' = qh * that stays below 2^15 (qh < 2^13) and far from fp16's subnormals
+    // whatever the scales' size.
+    __half2 smax = __float2half2_rn(0.0f);
+#pragma unroll
+    for (std::uint32_t ks = 0; ks < G::kKc; ++ks) {
+      const std::uint32_t i0 = 16u * (ks >> 2) + 2u * (ks & 3u);
+      smax = __hmax2(smax, __hmax2(AsHalf2(__byte_perm(ksw[i0], ksw[i0 + 8], 0x5410)),
+                                   AsHalf2(__byte_perm(ksw[i0 + 1], ksw[i0 + 9], 0x5410))));
+    }
+    std::uint32_t top = max(AsU32(smax) & 0xffffu, AsU32(smax) >> 16);
+    top = max(top, __shfl_xor_sync(kFull, top, 1));
+    top = max(top, __shfl_xor_sync(kFull, top, 2));
+    const int n = max(-14, 15 - static_cast<int>(top >> 10));  // -14: Q'' < 2^13 * 4
+    const __half2 up = Pow2Half2(n);
+    float s[4][4], bias[4];
+#pragma unroll
+    for (std::uint32_t mt = 0; mt < 4; ++mt) s[mt][0] = s[mt][1] = s[mt][2] = s[mt][3] = 0.0f;
+    bias[0] = bias[1] = bias[2] = bias[3] = 0.0f;
+#pragma unroll
+    for (std::uint32_t ks = 0; ks < G::kKc; ++ks) {
+      const std::uint32_t w = ks >> 2, jp = ks & 3u, i0 = 16u * w + 2u * jp;
+      const std::uint32_t e0 = ksw[i0], e1 = ksw[i0 + 8], e2 = ksw[i0 + 1], e3 = ksw[i0 + 9];
+      const __half2 sc0 = __hmul2(AsHalf2(__byte_perm(e0, e1, 0x5410)), up);
+      const __half2 sc1 = __hmul2(AsHalf2(__byte_perm(e2, e3, 0x5410)), up);
+      const std::uint32_t q0 = AsU32(__hmul2(AsHalf2(qh[ks][0]), sc0));
+      const std::uint32_t q1 = AsU32(__hmul2(AsHalf2(qh[ks][1]), sc1));
+      const std::uint32_t mn0 = __byte_perm(e0, e1, 0x7632), mn1 = __byte_perm(e2, e3, 0x7632);
+      MmaF16(bias, mn0, mn0, mn1, mn1, b1[ks][0], b1[ks][1]);
+#pragma unroll
+      for (std::uint32_t mt = 0; mt < 4; ++mt) {
+        const std::uint32_t x0 = kw[2 * mt][w], x1 = kw[2 * mt + 1][w];
+        const std::uint32_t y0 = x0 >> 10, y1 = x1 >> 10;
+        MmaF16(s[mt], CodePair(x0, y0, 2 * jp), CodePair(x1, y1, 2 * jp),
+               CodePair(x0, y0, 2 * jp + 1), CodePair(x1, y1, 2 * jp + 1), q0, q1);
+      }
+    }
+    const float bias0 = bias[0] * sb[0], bias1 = bias[1] * sb[1];
+    // acc = sum Q'' code 4^k 2^-24 with Q'' = q 2^(14 - a) 4^-k scale 2^n.
+    const float sq[2] = {Pow2(ah[0] + 10 - n), Pow2(ah[1] + 10 - n)};
+#pragma unroll
+    for (std::uint32_t mt = 0; mt < 4; ++mt) {
+      s[mt][0] = fmaf(s[mt][0], sq[0], bias0);
+      s[mt][1] = fmaf(s[mt][1], sq[1], bias1);
+      s[mt][2] = fmaf(s[mt][2], sq[0], bias0);
+      s[mt][3] = fmaf(s[mt][3], sq[1], bias1);
+    }
+    std::uint32_t pb[4][2];
+    float corr[2], psum[2];
+    softmax(s, true, pb, corr, psum);
+    const float ps0 = psum[0] * (1.0f / 65536.0f), ps1 = psum[1] * (1.0f / 65536.0f);
 #pragma unroll
     for (std::uint32_t mt = 0; mt < G::kMt; ++mt) {
-      o[mt][0] *= c0;
-      o[mt][1] *= c1;
-      o[mt][2] *= c0;
-      o[mt][3] *= c1;
+      const std::uint32_t ch0 = 16u * mt + g, ch1 = ch0 + 8u;
+      const std::uint32_t v0 =
+          *reinterpret_cast<const std::uint32_t*>(stage + G::kVOff + 16u * ch0 + 4u * tq);
+      const std::uint32_t v1 =
+          *reinterpret_cast<const std::uint32_t*>(stage + G::kVOff + 16u * ch1 + 4u * tq);
+      const std::uint32_t y0 = v0 >> 10, y1 = v1 >> 10;
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (std::uint32_t kk = 0; kk < 4; ++kk) {
-        MmaF16(o[mt], va(mt, kk, 0), va(mt, kk, 1), va(mt, kk, 2), va(mt, kk, 3), pb[kk][0],
-               pb[kk][1]);
+        MmaF16(acc, CodePair(v0, y0, 2 * kk), CodePair(v1, y1, 2 * kk),
+               CodePair(v0, y0, 2 * kk + 1), CodePair(v1, y1, 2 * kk + 1), pb[kk][0], pb[kk][1]);
       }
+      const __half2 e0 =
+          AsHalf2(*reinterpret_cast<const std::uint32_t*>(stage + G::kVsOff + 4u * ch0));
+      const __half2 e1 =
+          AsHalf2(*reinterpret_cast<const std::uint32_t*>(stage + G::kVsOff + 4u * ch1));
+      const float sc0 = __low2float(e0), mn0 = __high2float(e0);
+      const float sc1 = __low2float(e1), mn1 = __high2float(e1);
+      o[mt][0] = fmaf(o[mt][0], corr[0], fmaf(sc0, acc[0], mn0 * ps0));
+      o[mt][1] = fmaf(o[mt][1], corr[1], fmaf(sc0, acc[1], mn0 * ps1));
+      o[mt][2] = fmaf(o[mt][2], corr[0], fmaf(sc1, acc[2], mn1 * ps0));
+      o[mt][3] = fmaf(o[mt][3], corr[1], fmaf(sc1, acc[3], mn1 * ps1));
     }
   };
 
-  // A quantized block from `raw`; the next block's K words are loaded into `raw` once this block's
-  // are consumed (after Q Kᵀ), its V words after P V.
-  auto attend_block = [&](Raw<D>& raw, bool has_next, const Src& next) {
-    auto kb = [&](std::uint32_t nt, std::uint32_t kc, std::uint32_t half) -> std::uint32_t {
-      const std::uint32_t w = kc >> 2, j = 2u * (kc & 3u) + half;
-      __half2 scale, base;
-      ScaleMin(raw.ks[16u * w + j], raw.ks[16u * w + j + 8u], scale, base);
-      __half2 c;
-      switch (j) {
-        case 0: c = CodePair<0>(raw.k[nt][w]); break;
-        case 1: c = CodePair<1>(raw.k[nt][w]); break;
-        case 2: c = CodePair<2>(raw.k[nt][w]); break;
-        case 3: c = CodePair<3>(raw.k[nt][w]); break;
-        case 4: c = CodePair<4>(raw.k[nt][w]); break;
-        case 5: c = CodePair<5>(raw.k[nt][w]); break;
-        case 6: c = CodePair<6>(raw.k[nt][w]); break;
-        default: c = CodePair<7>(raw.k[nt][w]); break;
-      }
-      return AsU32(__hfma2(c, scale, base));
-    };
-    auto va = [&](std::uint32_t mt, std::uint32_t kk, std::uint32_t idx) -> std::uint32_t {
-      const std::uint32_t hi = idx & 1u, j = 2u * kk + (idx >> 1);
-      const std::uint32_t e = raw.vs[2u * mt + hi];
-      __half2 scale, base;
-      ScaleMin(e, e, scale, base);
-      const std::uint32_t word = raw.v[mt][hi];
-      __half2 c;
-      switch (j) {
-        case 0: c = CodePair<0>(word); break;
-        case 1: c = CodePair<1>(word); break;
-        case 2: c = CodePair<2>(word); break;
-        case 3: c = CodePair<3>(word); break;
-        case 4: c = CodePair<4>(word); break;
-        case 5: c = CodePair<5>(word); break;
-        case 6: c = CodePair<6>(word); break;
-        default: c = CodePair<7>(word); break;
-      }
-      return AsU32(__hfma2(c, scale, base));
-    };
-    attend(kb, va, kP, [&] {
-      if (has_next) load_k(next, raw);
-    });
-    if (has_next) load_v(next, raw);
-  };
-
-  // Unquantized run r: tail rows [64 r, 64 r + count) (sinks first, then the tail).
+  // Unquantized run r: tail rows [64 r, 64 r + count) (sinks first, then the tail), read from
+  // global memory. The run's K and V are each scaled by a power of two that brings their largest
+  // magnitude to [2^14, 2^15) before they are rounded to fp16 (any fp16 / bf16 value fits, small
+  // ones keep their precision): K times 2^-tk with b1, S = 2^(a + tk) acc; V times 2^-tv, O' +=
+  // 2^(tv - 16) acc.
   const bool bf16 = p.tail_bf16 != 0;
   const auto* tail = static_cast<const std::uint16_t*>(seq.tail);
   auto attend_tail = [&](std::uint32_t r) {
     const std::uint32_t t0 = r * kP, count = min(kP, nu - t0);
+    const std::uint32_t stride = p.kv_heads * D;  // between consecutive tokens
+    const std::uint16_t* rows[2];                 // token t0's K and V rows of this head
+#pragma unroll
+    for (std::uint32_t c = 0; c < 2; ++c) {
+      rows[c] = tail + ((std::uint64_t{p.layer} * 2u + c) * unquantized + t0) * stride +
+                std::uint64_t{kvh} * D;
+    }
+    auto value = [&](std::uint32_t c, std::uint32_t key, std::uint32_t d) {
+      const std::uint16_t bits = __ldg(rows[c] + key * stride + d);
+      return bf16 ? __uint_as_float(std::uint32_t{bits} << 16)
+                  : __half2float(__ushort_as_half(bits));
+    };
+    float largest[2] = {0.0f, 0.0f};
+#pragma unroll 1
+    for (std::uint32_t i = lane; i < count * D; i += 32) {
+      largest[0] = fmaxf(largest[0], fabsf(value(0, i / D, i % D)));
+      largest[1] = fmaxf(largest[1], fabsf(value(1, i / D, i % D)));
+    }
+    int shift[2];  // tk, tv
+    float down[2];
+#pragma unroll
+    for (std::uint32_t c = 0; c < 2; ++c) {
+#pragma unroll
+      for (std::uint32_t o = 16; o > 0; o >>= 1) {
+        largest[c] = fmaxf(largest[c], __shfl_xor_sync(kFull, largest[c], o));
+      }
+      int e = 0;
+      if (largest[c] > 0.0f) frexpf(largest[c], &e);  // largest in [2^(e-1), 2^e)
+      shift[c] = e - 15;
+      down[c] = Pow2(-shift[c]);
+    }
     auto elem = [&](std::uint32_t c, std::uint32_t key, std::uint32_t d) -> __half {
-      if (key >= count) return __float2half(0.0f);
-      const std::uint64_t off =
-          ((std::uint64_t{p.layer} * 2u + c) * unquantized + t0 + key) * p.kv_heads * D +
-          std::uint64_t{kvh} * D + d;
-      return TailQuarter(__ldg(tail + off), bf16);
+      return key < count ? __float2half_rn(value(c, key, d) * down[c]) : __float2half(0.0f);
     };
-    auto kb = [&](std::uint32_t nt, std::uint32_t kc, std::uint32_t half) -> std::uint32_t {
-      const std::uint32_t d = tq * (D / 4) + (kc >> 2) * 16u + 2u * (kc & 3u) + half;
-      const std::uint32_t key = 8u * g + nt;
-      return AsU32(__halves2half2(elem(0, key, d), elem(0, key, d + 8)));
+    auto pack = [](__half lo, __half hi) { return AsU32(__halves2half2(lo, hi)); };
+    auto query = [&](std::uint32_t d) {  // b1's element, read again: the path is rare
+      return row ? IoToFloat(__ldg(qp + d)) * p.scale_log2 * Pow2(-a) : 0.0f;
     };
-    auto va = [&](std::uint32_t mt, std::uint32_t kk, std::uint32_t idx) -> std::uint32_t {
-      const std::uint32_t ch = (D / 8) * g + 2u * mt + (idx & 1u);
-      const std::uint32_t key = 16u * tq + 2u * kk + (idx >> 1);
-      return AsU32(__halves2half2(elem(1, key, ch), elem(1, key + 8, ch)));
-    };
-    attend(kb, va, count, [] {});
+    float s[4][4];
+#pragma unroll
+    for (std::uint32_t mt = 0; mt < 4; ++mt) s[mt][0] = s[mt][1] = s[mt][2] = s[mt][3] = 0.0f;
+#pragma unroll 1
+    for (std::uint32_t ks = 0; ks < G::kKc; ++ks) {
+      const std::uint32_t d = tq * (D / 4) + (ks >> 2) * 16u + 2u * (ks & 3u);
+      const std::uint32_t qb0 = PackHalf2(query(d), query(d + 8)),
+                          qb1 = PackHalf2(query(d + 1), query(d + 9));
+#pragma unroll
+      for (std::uint32_t mt = 0; mt < 4; ++mt) {
+        const std::uint32_t k0 = 8u * g + 2u * mt, k1 = k0 + 1u;
+        MmaF16(s[mt], pack(elem(0, k0, d), elem(0, k0, d + 8)),
+               pack(elem(0, k1, d), elem(0, k1, d + 8)),
+               pack(elem(0, k0, d + 1), elem(0, k0, d + 9)),
+               pack(elem(0, k1, d + 1), elem(0, k1, d + 9)), qb0, qb1);
+      }
+    }
+    const float st[2] = {Pow2(ah[0] + shift[0]), Pow2(ah[1] + shift[0])};
+#pragma unroll
+    for (std::uint32_t mt = 0; mt < 4; ++mt) {
+      const std::uint32_t k0 = 8u * g + 2u * mt;
+      const bool in0 = k0 < count, in1 = k0 + 1u < count;
+      s[mt][0] = in0 ? s[mt][0] * st[0] : -INFINITY;
+      s[mt][1] = in0 ? s[mt][1] * st[1] : -INFINITY;
+      s[mt][2] = in1 ? s[mt][2] * st[0] : -INFINITY;
+      s[mt][3] = in1 ? s[mt][3] * st[1] : -INFINITY;
+    }
+    std::uint32_t pb[4][2];
+    float corr[2], psum[2];
+    softmax(s, false, pb, corr, psum);
+    const float vup = Pow2(shift[1] - 16);
+#pragma unroll
+    for (std::uint32_t mt = 0; mt < G::kMt; ++mt) {
+      const std::uint32_t ch0 = 16u * mt + g, ch1 = ch0 + 8u;
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 1
+      for (std::uint32_t kk = 0; kk < 4; ++kk) {
+        const std::uint32_t key = 16u * tq + 2u * kk;
+        MmaF16(acc, pack(elem(1, key, ch0), elem(1, key + 8u, ch0)),
+               pack(elem(1, key, ch1), elem(1, key + 8u, ch1)),
+               pack(elem(1, key + 1u, ch0), elem(1, key + 9u, ch0)),
+               pack(elem(1, key + 1u, ch1), elem(1, key + 9u, ch1)), pb[kk][0], pb[kk][1]);
+      }
+#pragma unroll
+      for (std::uint32_t i = 0; i < 4; ++i) o[mt][i] = fmaf(o[mt][i], corr[i & 1u], acc[i] * vup);
+    }
   };
 
-  // ---- the warp's units: blocks ub + warp + k W (next block prefetched), then unquantized ----
+  // ---- the warp's units: its blocks through the stage ring, then unquantized runs ----
   {
-    Raw<D> raw;
-    std::uint32_t u = ub + warp;
-    if (u < qe) {
-      const Src first = locate(u);
-      load_k(first, raw);
-      load_v(first, raw);
+    for (std::uint32_t i = 0; i < blocks; ++i) {
+      CpAsyncWait<kStages - 2>();  // block i's copies have landed (this lane's) ...
+      __syncwarp();                // ... and every lane's; stage (i - 1) % kStages is free
+      const std::uint32_t ahead = i + kStages - 1;
+      if (ahead < blocks) issue(first + ahead * W, ring + (ahead % kStages) * G::kStageBytes);
+      CpAsyncCommit();
+      attend_block(ring + (i % kStages) * G::kStageBytes);
     }
-    for (; u < qe; u += W) {
-      const bool has_next = u + W < qe;
-      const Src next = has_next ? locate(u + W) : Src{nullptr, nullptr};
-      attend_block(raw, has_next, next);
-    }
-    for (; u < ue; u += W) attend_tail(u - nb);
+    CpAsyncWait<0>();
+    for (std::uint32_t u = first + blocks * W; u < ue; u += W) attend_tail(u - nb);
   }
 
-  // ---- merge the warps: O [W][8 heads][D], then the rows' maxima and normalisers ----
-  l += __shfl_xor_sync(kFull, l, 1);
-  l += __shfl_xor_sync(kFull, l, 2);
-  float* s_o = smem_f;                   // [W][kRows][D]
-  float* s_wm = smem_f + W * kRows * D;  // [W][kRows]
-  float* s_wl = s_wm + W * kRows;        // [W][kRows]
+  // ---- merge the warps: O' [W][8 heads][D] (over the stage rings), then maxima and normalisers
+  __syncthreads();
+  float* s_o = reinterpret_cast<float*>(smem);  // [W][kRows][D]
+  float* s_wm = s_o + W * kRows * D;            // [W][kRows]
+  float* s_wl = s_wm + W * kRows;               // [W][kRows]
   {
     float* ow = s_o + warp * kRows * D;
 #pragma unroll
     for (std::uint32_t mt = 0; mt < G::kMt; ++mt) {
-      const std::uint32_t c0 = (D / 8) * g + 2u * mt;
+      const std::uint32_t c0 = 16u * mt + g, c1 = c0 + 8u;
       ow[(2u * tq) * D + c0] = o[mt][0];
       ow[(2u * tq + 1u) * D + c0] = o[mt][1];
-      ow[(2u * tq) * D + c0 + 1u] = o[mt][2];
-      ow[(2u * tq + 1u) * D + c0 + 1u] = o[mt][3];
+      ow[(2u * tq) * D + c1] = o[mt][2];
+      ow[(2u * tq + 1u) * D + c1] = o[mt][3];
     }
-    if (tq == 0) {
-      s_wm[warp * kRows + g] = m;
-      s_wl[warp * kRows + g] = l;
+    if (g == 0) {
+      s_wm[warp * kRows + 2u * tq] = m[0];
+      s_wm[warp * kRows + 2u * tq + 1u] = m[1];
+      s_wl[warp * kRows + 2u * tq] = l[0];
+      s_wl[warp * kRows + 2u * tq + 1u] = l[1];
     }
   }
   __syncthreads();
@@ -465,7 +629,7 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
   const std::uint32_t rows = min(p.group, kRows);
   auto write_out = [&](std::uint32_t r, std::uint32_t d, float4 a, float M, float L) {
     const std::uint64_t row = std::uint64_t{seq_index} * p.q_heads + kvh * p.group + r;
-    const float s = 4.0f / L;  // V was carried divided by four
+    const float s = 65536.0f / L;  // O' is O / 2^16
     // Element by element: out need only be aligned to its element (HackDecodeArgs::out).
     IoT* o = static_cast<IoT*>(p.out) + row * D + d;
     o[0] = FloatToIo<IoT>(a.x * s);
@@ -544,10 +708,13 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
 
 std::atomic<std::size_t> g_decode_fp16_smem[2][kIoTypes][kMaxDevices];
 
-// The warps' merge buffers: O [warps][8][D], then the warps' row maxima and normalisers.
+// A warp's stage ring; the warps' merge buffers (O' [warps][8][D], then the warps' row maxima and
+// normalisers) reuse it once every warp is done.
 template <int HeadDim>
 std::size_t HackDecodeFp16SharedBytes(std::uint32_t warps) {
-  return std::size_t{warps} * kRows * (HeadDim + 2) * sizeof(float);
+  const std::size_t rings = std::size_t{warps} * kStages * Geo16<HeadDim>::kStageBytes;
+  const std::size_t merge = std::size_t{warps} * kRows * (HeadDim + 2) * sizeof(float);
+  return rings > merge ? rings : merge;
 }
 
 }  // namespace

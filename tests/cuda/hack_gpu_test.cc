@@ -1252,16 +1252,34 @@ TEST(HackGpu, DequantFp16PrefillStagingScratchErrors) {
 // A ragged decode batch through the fp16 path against DecodeAttention over each sequence's
 // DequantizeHack(chunk, fp32) (float64): relative L2 and worst (query, head) within
 // kHackDequantDecode*Tolerance; the lse is finite. Sinks on every other sequence.
+// kv_max > 0: each sequence's synthesized KV is scaled (before quantization) so that its largest
+// magnitude is kv_max, and the queries by the inverse of the first sequence's factor (the scores
+// keep their size).
 void CheckDecodeFp16(std::uint32_t dim, std::uint32_t group, DType dtype,
                      const std::vector<std::uint32_t>& lengths, std::uint32_t sinks,
-                     std::uint64_t seed) {
+                     std::uint64_t seed, float kv_max = 0.0f) {
   const std::uint32_t kv_heads = 2, q_heads = kv_heads * group, layers = 2, layer = 1;
   std::vector<GpuSeq> seqs;
   std::vector<HackAttentionSeq> descs;
   std::vector<KvTensor> deq;
   std::uint32_t max_tokens = 0;
+  float q_factor = 1.0f;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
-    const KvTensor t = Synth({layers, lengths[i], kv_heads, dim}, dtype, seed + i);
+    KvTensor t = Synth({layers, lengths[i], kv_heads, dim}, dtype, seed + i);
+    if (kv_max > 0.0f) {
+      auto value = [&](std::uint64_t e) {
+        const auto bits = LoadLE<std::uint16_t>(t.data.data() + e * 2);
+        return dtype == DType::kBFloat16 ? Bf16BitsToFloat(bits) : HalfBitsToFloat(bits);
+      };
+      float largest = 0.0f;
+      for (std::uint64_t e = 0; e < t.shape.elements(); ++e) {
+        largest = std::max(largest, std::fabs(value(e)));
+      }
+      for (std::uint64_t e = 0; e < t.shape.elements(); ++e) {
+        StoreFloat(t, e, value(e) * (kv_max / largest));
+      }
+      if (i == 0) q_factor = largest / kv_max;
+    }
     HackOptions o;
     o.sinks = i % 2 == 0 ? sinks : 0;
     seqs.push_back(MakeSeq(t, o));
@@ -1271,7 +1289,8 @@ void CheckDecodeFp16(std::uint32_t dim, std::uint32_t group, DType dtype,
   }
   std::vector<KvTensorView> views;
   for (const KvTensor& t : deq) views.push_back(t.view());
-  const std::vector<float> q = RandomQueries(lengths.size() * q_heads * dim, seed * 31);
+  std::vector<float> q = RandomQueries(lengths.size() * q_heads * dim, seed * 31);
+  for (float& x : q) x *= q_factor;
   AttentionOptions ao;
   ao.q_heads = q_heads;
   Result<AttentionResult> ref = DecodeAttentionBatch(views, layer, q, ao);
@@ -1281,7 +1300,8 @@ void CheckDecodeFp16(std::uint32_t dim, std::uint32_t group, DType dtype,
                                   HackDecodeMath::kDequantFp16);
   ASSERT_TRUE(got.status.ok()) << got.status.ToString();
   std::string label = "fp16 decode d" + std::to_string(dim) + " g" + std::to_string(group) + " " +
-                      std::string(DTypeName(dtype)) + " sinks " + std::to_string(sinks) + " T";
+                      std::string(DTypeName(dtype)) + " sinks " + std::to_string(sinks) +
+                      " kv max " + std::to_string(kv_max) + " T";
   for (std::uint32_t l : lengths) {
     label += ' ';  // not `" " + std::to_string(l)`: GCC 12 -O3 -Wrestrict false positive
     label += std::to_string(l);
@@ -1319,6 +1339,22 @@ TEST(HackGpu, DequantFp16DecodeMatchesAttentionOverTheDequantizedKv) {
       }
     }
     CheckDecodeFp16(dim, 4, DType::kFloat16, {130, 64, 7, 300}, 70, seed += 10);  // many sinks
+  }
+}
+
+// The kernel folds K's scales into the query (q * scale in fp16) and keeps V's codes exact: no
+// range limit on q beyond finiteness, and tiny scales (fp16 subnormal products) lose nothing
+// that matters. KV up to 60000 (scales near fp16's top), and KV within +-0.01 / +-0.0001 under
+// queries thousands of times larger (K scales ~1e-3 / 1e-5: q * scale products in fp16's
+// subnormal range); the scores keep their size, so the reference tolerances stay meaningful.
+TEST(HackGpu, DequantFp16DecodeTakesExtremeMagnitudes) {
+  KVD_REQUIRE_GPU();
+  const std::vector<std::uint32_t> lengths = {1000, 65, 300};
+  for (std::uint32_t dim : {64u, 128u}) {
+    CheckDecodeFp16(dim, 8, DType::kFloat16, lengths, 4, 16100 + dim, 60000.0f);
+    CheckDecodeFp16(dim, 4, DType::kBFloat16, lengths, 4, 16200 + dim, 60000.0f);
+    CheckDecodeFp16(dim, 8, DType::kFloat16, lengths, 4, 16300 + dim, 0.01f);
+    CheckDecodeFp16(dim, 3, DType::kBFloat16, lengths, 0, 16400 + dim, 0.0001f);
   }
 }
 

@@ -244,20 +244,24 @@ enum class HackDecodeMath : std::uint8_t {
   // reproducible bit for bit: where a warp takes more than two blocks of a split, the blocks are
   // dealt at run time, so two calls can differ in the last bits of the fp32 sums.
   kHomomorphicInt8 = 0,
-  // Dequantize on load: the codes are unpacked to fp16 in registers ((min + code * scale) / 4,
-  // rounded twice: min / 4 - scale, then the fused multiply-add) and both products run on fp16
-  // tensor cores with fp32 accumulation and an fp32 online softmax: attention over the dequantized
-  // KV, equal to DecodeAttention over DequantizeHack(chunk, fp32) within
-  // kHackDequantDecode*Tolerance. Closer to exact attention than kHomomorphicInt8 (no INT8 Q or P)
-  // but, as measured on the H200 (docs/benchmarks.md, 2026-12-02), slower at every measured shape;
-  // docs/hack.md ("Which attention path to call") says which to use. Queries times the softmax
-  // scale times 4 must be within fp16's range (|q * scale| <= 16376); bf16 unquantized tokens are
-  // converted to fp16 (exact for magnitudes >= 2^-12). lse is written; outputs of a query head
-  // with NaN / Inf values are not specified (untested). At most kHackDecodeFp16MaxWarps warps per
-  // CTA.
+  // Attention over the dequantized KV on fp16 tensor cores: the 2-bit codes enter the MMAs as
+  // fp16 values themselves, K's (scale, min) pairs are folded into the query per block (q * scale
+  // in fp16, normalised by powers of two per head and per block; the mins through one more MMA)
+  // and V's into the output; fp32 accumulation and online softmax. Equal to DecodeAttention over
+  // DequantizeHack(chunk, fp32) within kHackDequantDecode*Tolerance, closer to exact attention
+  // than kHomomorphicInt8 (no INT8 Q or P), and the same bits from call to call. On the H200
+  // (docs/benchmarks.md, 2026-12-04) faster than kHomomorphicInt8 from 32K tokens and at batch 16,
+  // slower at 4K batch 1; docs/hack.md ("Which attention path to call") says which to use. No
+  // range limit on q beyond |q * softmax_scale| < 2^100; unquantized tokens (fp16 or bf16) are
+  // scaled by a power of two per run of 64 before they are rounded to fp16. lse is written;
+  // outputs of a query head with NaN / Inf values are not specified (untested). At most
+  // kHackDecodeFp16MaxWarps warps per CTA.
   kDequantFp16 = 1,
 };
-inline constexpr std::uint32_t kHackDecodeFp16MaxWarps = 8;
+inline constexpr std::uint32_t kHackDecodeFp16MaxWarps = 12;
+// Warps per CTA the decode call gives the kDequantFp16 kernel unless a split has at least 8 blocks
+// per warp at kHackDecodeFp16MaxWarps.
+inline constexpr std::uint32_t kHackDecodeFp16FullWarps = 8;
 
 // Decode: query b ([q_heads][head_dim] at q + b * q_heads * head_dim) attends to every token of
 // sequence b. out: [num_seqs][q_heads][head_dim]; lse (optional): [num_seqs][q_heads], the natural

@@ -14,7 +14,8 @@
 //    HackPrefillMath::kDequantFp16 for every layer, with a staging scratch (the staged path: each
 //    layer's KV tiles unpacked once per call, docs/hack-gpu.md) unless --prefill-staged off. Time
 //    to first token = all of that.
-//  * then --decode decode steps, each over every layer with the default decode math: step s
+//  * then --decode decode steps, each over every layer with --decode-math (int8: the default,
+//    HackDecodeMath::kHomomorphicInt8; fp16: kDequantFp16): step s
 //    attends to P + new + s + 1 tokens (its unfinished block in the tail; at s = 63 the block is
 //    complete and quantized into a page); the steps' launches are captured into one CUDA graph
 //    and replayed, per token = replay / steps.
@@ -28,7 +29,7 @@
 //
 //   kvdepot_e2e_bench --addr unix:PATH [--prefixes 8192,32768] [--new 1024] [--decode 64]
 //                     [--layers 32] [--q-heads 32] [--kv-heads 8] [--head-dim 128] [--reps 5]
-//                     [--prefill-staged on|off]
+//                     [--prefill-staged on|off] [--decode-math int8|fp16]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -58,6 +59,7 @@ struct Options {
   std::vector<std::uint32_t> prefixes{8192, 32768};
   std::uint32_t new_tokens = 1024, decode = 64, q_heads = 32, reps = 5;
   bool prefill_staged = true;  // pass HackPrefillArgs::staging (one scratch for every layer)
+  cuda::HackDecodeMath decode_math = cuda::HackDecodeMath::kHomomorphicInt8;  // --decode-math
   KvShape shape{32, kChunkTokens, 8, 128};
 };
 
@@ -141,6 +143,14 @@ int main(int argc, char** argv) {
       o.shape.head_dim = v;
     } else if (a == "--reps") {
       o.reps = v;
+    } else if (a == "--decode-math") {
+      const std::string m = argv[i + 1];
+      if (m != "int8" && m != "fp16") {
+        std::fprintf(stderr, "--decode-math: int8 (kHomomorphicInt8) or fp16 (kDequantFp16)\n");
+        return 1;
+      }
+      o.decode_math =
+          m == "fp16" ? cuda::HackDecodeMath::kDequantFp16 : cuda::HackDecodeMath::kHomomorphicInt8;
     } else if (a == "--prefill-staged") {
       const std::string on = argv[i + 1];
       if (on != "on" && on != "off") {
@@ -420,6 +430,7 @@ int main(int argc, char** argv) {
       a.q_heads = o.q_heads;
       a.q = q->as<float>();
       a.out = out->as<float>() + layer * q_elems;
+      a.math = o.decode_math;
       kv.layer = layer;
       return cuda::EnqueueHackDecodeAttention(kv, a, *ws, stream);
     };
@@ -541,6 +552,7 @@ int main(int argc, char** argv) {
         a.q_heads = o.q_heads;
         a.q = q->as<float>();
         a.out = ref->as<float>();
+        a.math = o.decode_math;
         check(cuda::EnqueueHackDecodeAttention(ckv, a, *ws, stream));
         check(cuda::FinishHackAttention(*ws, stream));
         const std::size_t n = std::size_t{o.q_heads} * shape.head_dim;
@@ -583,7 +595,7 @@ int main(int argc, char** argv) {
         "\"hack_chunk_bytes\": %zu, \"raw_chunk_bytes\": %zu, "
         "\"hack_fetch_ms\": %.3f, \"hack_lease_ms\": %.3f, \"hack_quantize_new_ms\": %.3f, "
         "\"hack_prefill_ms\": %.3f, \"hack_prefill_staging_bytes\": %llu, \"hack_ttft_ms\": %.3f, "
-        "\"hack_decode_token_us_graph\": %.1f, "
+        "\"decode_math\": \"%s\", \"hack_decode_token_us_graph\": %.1f, "
         "\"hack_decode_token_us_stream\": %.1f, \"bf16_fetch_ms\": %.3f, "
         "\"check_max_rel_diff\": %.3g, \"raw_chunks_mismatching\": %d, "
         "\"leased_gpu_total\": %llu, \"leased_host_total\": %llu, \"raw_leased_gpu\": %llu, "
@@ -591,8 +603,9 @@ int main(int argc, char** argv) {
         prefix, o.new_tokens, o.decode, shape.layers, o.q_heads, shape.kv_heads, shape.head_dim,
         hack_containers[0].size(), raw_containers[0].size(), fetch_s * 1e3, lease_s * 1e3,
         quant_s * 1e3, prefill_s * 1e3, static_cast<unsigned long long>(staging_bytes),
-        ttft_s * 1e3, decode_graph_s * 1e6 / o.decode, decode_stream_s * 1e6 / o.decode,
-        raw_fetch_s * 1e3, max_rel, raw_mismatch, static_cast<unsigned long long>(st.leased_gpu),
+        ttft_s * 1e3, o.decode_math == cuda::HackDecodeMath::kDequantFp16 ? "fp16" : "int8",
+        decode_graph_s * 1e6 / o.decode, decode_stream_s * 1e6 / o.decode, raw_fetch_s * 1e3,
+        max_rel, raw_mismatch, static_cast<unsigned long long>(st.leased_gpu),
         static_cast<unsigned long long>(st.leased_host),
         static_cast<unsigned long long>(raw_from_gpu), ok ? "true" : "false");
     std::fflush(stdout);

@@ -29,13 +29,13 @@
 //
 // Work decomposition. A CTA owns (sequence, KV head, split) with the homomorphic decode kernel's
 // grid sizing and split merge; its W warps take the split's units (64-token blocks, then runs of
-// up to 64 unquantized sink / tail tokens) round-robin, each warp with its own online-softmax
-// state (lane (g, tq): query heads 2 tq, 2 tq + 1), and the warps merge in shared memory. Each
-// warp streams its blocks through a ring of kStages shared-memory stages with cp.async (a
-// block's 5,440 bytes at head_dim 128 copied kStages - 1 blocks ahead), laid out so that the
-// fragment loads are free of bank conflicts. Unquantized runs are read from global memory
-// element by element (a few per sequence at most), each of K and V scaled by a power of two that
-// brings its largest magnitude to [2^14, 2^15) before it is rounded to fp16.
+// up to kRunKeys = 8 unquantized sink / tail tokens) round-robin, each warp with its own
+// online-softmax state (lane (g, tq): query heads 2 tq, 2 tq + 1), and the warps merge in shared
+// memory. Each warp streams its blocks through a ring of kStages shared-memory stages with cp.async
+// (a block's 5,440 bytes at head_dim 128 copied kStages - 1 blocks ahead), laid out so that the
+// fragment loads are free of bank conflicts. An unquantized run is read from global memory straight
+// into MMA fragments (all its loads in flight at once); bf16 runs are scaled by a power of two as
+// they are rounded to fp16.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -64,6 +64,10 @@ using internal::kMaxDevices;
 using internal::MmaF16;
 
 constexpr std::uint32_t kP = 64;
+// Unquantized sink / tail tokens are attended in runs of up to kRunKeys (a unit of work): 8 or 16
+// (the MMA's 16 rows; a 16-key run's fragments spill registers at head_dim 128, and 8-key runs
+// spread a decode step's tail over twice the warps).
+constexpr std::uint32_t kRunKeys = 8;
 constexpr std::uint32_t kRows = 8;
 constexpr std::uint32_t kMaxSplits = 16;
 // Shared-memory stages per warp: a block is copied kStages - 1 blocks ahead of the one computed.
@@ -113,6 +117,9 @@ __device__ __forceinline__ std::uint32_t Transpose(std::uint32_t x) {
   std::uint32_t y;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
   return y;
+}
+__device__ __forceinline__ void PrefetchL2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
 }
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src) {
   const auto s = static_cast<std::uint32_t>(__cvta_generic_to_shared(dst));
@@ -203,7 +210,7 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
   }
   const std::uint32_t nb = bad_kind == 0 ? lay.blocks() : 0;
   const std::uint32_t nu = bad_kind == 0 ? unquantized : 0;
-  const std::uint32_t units = nb + (nu + kP - 1) / kP;
+  const std::uint32_t units = nb + (nu + kRunKeys - 1) / kRunKeys;
   // Splits share this sequence's units evenly (its units, not the grid's estimate).
   const std::uint32_t per_split = (units + p.splits - 1) / p.splits;
   const std::uint32_t ub = min(units, split * per_split);
@@ -272,6 +279,22 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
   for (std::uint32_t i = 0; i + 1 < kStages; ++i) {
     if (i < blocks) issue(first + i * W, ring + i * G::kStageBytes);
     CpAsyncCommit();
+  }
+
+  // The warp's unquantized runs (after its blocks): their rows are asked into L2 now.
+  const auto* tail = static_cast<const std::uint16_t*>(seq.tail);
+  auto run_row = [&](std::uint32_t r, std::uint32_t c, std::uint32_t key) {  // K (c = 0) or V
+    return tail +
+           ((std::uint64_t{p.layer} * 2u + c) * unquantized + r * kRunKeys + key) *
+               (std::uint64_t{p.kv_heads} * D) +
+           std::uint64_t{kvh} * D;
+  };
+  for (std::uint32_t u = first + blocks * W; u < ue; u += W) {
+    constexpr std::uint32_t kLines = D / 64;  // 128-byte lines of a row
+    const std::uint32_t r = u - nb, count = min(kRunKeys, nu - r * kRunKeys);
+    for (std::uint32_t i = lane; i < 2u * count * kLines; i += 32) {
+      PrefetchL2(run_row(r, i / (count * kLines), i / kLines % count) + 64u * (i % kLines));
+    }
   }
 
   // The query, fixed per call. Lane (g, tq) holds head g's dims of k-step ks: d, d + 8 (b0) and
@@ -479,96 +502,136 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
     }
   };
 
-  // Unquantized run r: tail rows [64 r, 64 r + count) (sinks first, then the tail), read from
-  // global memory. The run's K and V are each scaled by a power of two that brings their largest
-  // magnitude to [2^14, 2^15) before they are rounded to fp16 (any fp16 / bf16 value fits, small
-  // ones keep their precision): K times 2^-tk with b1, S = 2^(a + tk) acc; V times 2^-tv, O' +=
-  // 2^(tv - 16) acc.
+  // Unquantized run r: tail rows [kRunKeys r, + count) (sinks first, then the tail), read from
+  // global memory straight into fragments (kRunKeys rows of K and V: 4 KB at head_dim 128 and 8
+  // keys, every load independent, so one round trip; absent rows read as zero). fp16 K and V enter
+  // the MMAs as they are; bf16 ones are scaled by a power of two that brings the run's largest
+  // magnitude to [2^14, 2^15) (any bf16 value fits, small ones keep their precision) and rounded to
+  // fp16.
+  //   * S: the run's keys are the rows of one m-tile (row g: key g, g + 8: key g + 8), and the
+  //     reduction order is permuted so that a lane's K fragments are whole 16-byte chunks: k-step
+  //     2 j + h, pairs 2 tq and 2 tq + 8 are dimensions 32 j + 8 tq + 4 h + (0, 1) and (2, 3) (a
+  //     lane reads chunk 4 j + tq of rows g and g + 8; the query is read again in that order).
+  //   * movmatrix turns S's tile into Pᵀ's k-step over keys 0..15; Vᵀ's fragments are the
+  //     transposes of rows g / g + 8's words 8 mt + tq and 8 mt + 4 + tq (channels 16 mt + 2 tq
+  //     and 16 mt + 8 + 2 tq, two each).
+  // K times 2^-tk: S = 2^(a + tk) acc; V times 2^-tv: O' += 2^(tv - 16) acc.
   const bool bf16 = p.tail_bf16 != 0;
-  const auto* tail = static_cast<const std::uint16_t*>(seq.tail);
+
   auto attend_tail = [&](std::uint32_t r) {
-    const std::uint32_t t0 = r * kP, count = min(kP, nu - t0);
-    const std::uint32_t stride = p.kv_heads * D;  // between consecutive tokens
-    const std::uint16_t* rows[2];                 // token t0's K and V rows of this head
+    const std::uint32_t count = min(kRunKeys, nu - r * kRunKeys);
+    // Rows g and g + 8 (those of keys >= kRunKeys are zero constants).
+    const bool have[2] = {g < count, (kRunKeys > 8u) && g + 8u < count};
+    uint4 kf[2][D / 32];             // rows' chunks 4 j + tq
+    std::uint32_t vf[2][G::kMt][2];  // rows' words 8 mt + tq, 8 mt + 4 + tq
 #pragma unroll
-    for (std::uint32_t c = 0; c < 2; ++c) {
-      rows[c] = tail + ((std::uint64_t{p.layer} * 2u + c) * unquantized + t0) * stride +
-                std::uint64_t{kvh} * D;
-    }
-    auto value = [&](std::uint32_t c, std::uint32_t key, std::uint32_t d) {
-      const std::uint16_t bits = __ldg(rows[c] + key * stride + d);
-      return bf16 ? __uint_as_float(std::uint32_t{bits} << 16)
-                  : __half2float(__ushort_as_half(bits));
-    };
-    float largest[2] = {0.0f, 0.0f};
-#pragma unroll 1
-    for (std::uint32_t i = lane; i < count * D; i += 32) {
-      largest[0] = fmaxf(largest[0], fabsf(value(0, i / D, i % D)));
-      largest[1] = fmaxf(largest[1], fabsf(value(1, i / D, i % D)));
-    }
-    int shift[2];  // tk, tv
-    float down[2];
+    for (std::uint32_t h = 0; h < 2; ++h) {
+      if (h * 8u >= kRunKeys) {
 #pragma unroll
-    for (std::uint32_t c = 0; c < 2; ++c) {
+        for (std::uint32_t j = 0; j < D / 32; ++j) kf[h][j] = make_uint4(0, 0, 0, 0);
 #pragma unroll
-      for (std::uint32_t o = 16; o > 0; o >>= 1) {
-        largest[c] = fmaxf(largest[c], __shfl_xor_sync(kFull, largest[c], o));
+        for (std::uint32_t mt = 0; mt < G::kMt; ++mt) vf[h][mt][0] = vf[h][mt][1] = 0u;
+        continue;
       }
-      int e = 0;
-      if (largest[c] > 0.0f) frexpf(largest[c], &e);  // largest in [2^(e-1), 2^e)
-      shift[c] = e - 15;
-      down[c] = Pow2(-shift[c]);
+      const auto* k = reinterpret_cast<const uint4*>(run_row(r, 0, g + 8u * h));
+      const auto* v = reinterpret_cast<const std::uint32_t*>(run_row(r, 1, g + 8u * h));
+#pragma unroll
+      for (std::uint32_t j = 0; j < D / 32; ++j) {
+        kf[h][j] = have[h] ? __ldg(k + 4u * j + tq) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (std::uint32_t mt = 0; mt < G::kMt; ++mt) {
+        vf[h][mt][0] = have[h] ? __ldg(v + 8u * mt + tq) : 0u;
+        vf[h][mt][1] = have[h] ? __ldg(v + 8u * mt + 4u + tq) : 0u;
+      }
     }
-    auto elem = [&](std::uint32_t c, std::uint32_t key, std::uint32_t d) -> __half {
-      return key < count ? __float2half_rn(value(c, key, d) * down[c]) : __float2half(0.0f);
-    };
-    auto pack = [](__half lo, __half hi) { return AsU32(__halves2half2(lo, hi)); };
-    auto query = [&](std::uint32_t d) {  // b1's element, read again: the path is rare
-      return row ? IoToFloat(__ldg(qp + d)) * p.scale_log2 * Pow2(-a) : 0.0f;
-    };
+    // Head g's query, dimensions 32 j + 8 tq + 4 h + (0, 1) (qs[j][h][0]) and (2, 3) ([1]).
+    std::uint32_t qs[D / 32][2][2];
+#pragma unroll
+    for (std::uint32_t j = 0; j < D / 32; ++j) {
+      float x[8];
+      const float f = p.scale_log2 * Pow2(-a);
+#pragma unroll
+      for (std::uint32_t i = 0; i < 8; ++i) {
+        x[i] = row ? IoToFloat(__ldg(qp + 32u * j + 8u * tq + i)) * f : 0.0f;
+      }
+#pragma unroll
+      for (std::uint32_t h = 0; h < 2; ++h) {
+        qs[j][h][0] = PackHalf2(x[4 * h], x[4 * h + 1]);
+        qs[j][h][1] = PackHalf2(x[4 * h + 2], x[4 * h + 3]);
+      }
+    }
+    int tk = 0, tv = 0;
+    if (bf16) {
+      // The largest magnitudes' bits (bf16 orders as its magnitude bits), then the exponents.
+      std::uint32_t mk = 0, mv = 0;
+#pragma unroll
+      for (std::uint32_t h = 0; h < 2; ++h) {
+#pragma unroll
+        for (std::uint32_t j = 0; j < D / 32; ++j) {
+          mk = __vmaxu2(mk, kf[h][j].x & 0x7fff7fffu);
+          mk = __vmaxu2(mk, kf[h][j].y & 0x7fff7fffu);
+          mk = __vmaxu2(mk, kf[h][j].z & 0x7fff7fffu);
+          mk = __vmaxu2(mk, kf[h][j].w & 0x7fff7fffu);
+        }
+#pragma unroll
+        for (std::uint32_t mt = 0; mt < G::kMt; ++mt) {
+          mv = __vmaxu2(mv, vf[h][mt][0] & 0x7fff7fffu);
+          mv = __vmaxu2(mv, vf[h][mt][1] & 0x7fff7fffu);
+        }
+      }
+      mk = __reduce_max_sync(kFull, max(mk & 0xffffu, mk >> 16));
+      mv = __reduce_max_sync(kFull, max(mv & 0xffffu, mv >> 16));
+      // Biased exponent E >= 1: largest in [2^(E - 127), 2^(E - 126)), so t = E - 141. E = 0
+      // (zeros, subnormals below 2^-126): t = 0, and they round to fp16 zeros.
+      tk = (mk >> 7) != 0 ? static_cast<int>(mk >> 7) - 141 : 0;
+      tv = (mv >> 7) != 0 ? static_cast<int>(mv >> 7) - 141 : 0;
+      const float dk = Pow2(-tk), dv = Pow2(-tv);
+      auto to_half2 = [](std::uint32_t w, float down) {
+        return PackHalf2(__uint_as_float(w << 16) * down, __uint_as_float(w & 0xffff0000u) * down);
+      };
+#pragma unroll
+      for (std::uint32_t h = 0; h < 2; ++h) {
+#pragma unroll
+        for (std::uint32_t j = 0; j < D / 32; ++j) {
+          kf[h][j].x = to_half2(kf[h][j].x, dk);
+          kf[h][j].y = to_half2(kf[h][j].y, dk);
+          kf[h][j].z = to_half2(kf[h][j].z, dk);
+          kf[h][j].w = to_half2(kf[h][j].w, dk);
+        }
+#pragma unroll
+        for (std::uint32_t mt = 0; mt < G::kMt; ++mt) {
+          vf[h][mt][0] = to_half2(vf[h][mt][0], dv);
+          vf[h][mt][1] = to_half2(vf[h][mt][1], dv);
+        }
+      }
+    }
     float s[4][4];
 #pragma unroll
-    for (std::uint32_t mt = 0; mt < 4; ++mt) s[mt][0] = s[mt][1] = s[mt][2] = s[mt][3] = 0.0f;
-#pragma unroll 1
-    for (std::uint32_t ks = 0; ks < G::kKc; ++ks) {
-      const std::uint32_t d = tq * (D / 4) + (ks >> 2) * 16u + 2u * (ks & 3u);
-      const std::uint32_t qb0 = PackHalf2(query(d), query(d + 8)),
-                          qb1 = PackHalf2(query(d + 1), query(d + 9));
+    for (std::uint32_t i = 0; i < 4; ++i) s[0][i] = 0.0f;
 #pragma unroll
-      for (std::uint32_t mt = 0; mt < 4; ++mt) {
-        const std::uint32_t k0 = 8u * g + 2u * mt, k1 = k0 + 1u;
-        MmaF16(s[mt], pack(elem(0, k0, d), elem(0, k0, d + 8)),
-               pack(elem(0, k1, d), elem(0, k1, d + 8)),
-               pack(elem(0, k0, d + 1), elem(0, k0, d + 9)),
-               pack(elem(0, k1, d + 1), elem(0, k1, d + 9)), qb0, qb1);
-      }
+    for (std::uint32_t j = 0; j < D / 32; ++j) {
+      MmaF16(s[0], kf[0][j].x, kf[1][j].x, kf[0][j].y, kf[1][j].y, qs[j][0][0], qs[j][0][1]);
+      MmaF16(s[0], kf[0][j].z, kf[1][j].z, kf[0][j].w, kf[1][j].w, qs[j][1][0], qs[j][1][1]);
     }
-    const float st[2] = {Pow2(ah[0] + shift[0]), Pow2(ah[1] + shift[0])};
+    const float st[2] = {Pow2(ah[0] + tk), Pow2(ah[1] + tk)};
+    s[0][0] = have[0] ? s[0][0] * st[0] : -INFINITY;
+    s[0][1] = have[0] ? s[0][1] * st[1] : -INFINITY;
+    s[0][2] = have[1] ? s[0][2] * st[0] : -INFINITY;
+    s[0][3] = have[1] ? s[0][3] * st[1] : -INFINITY;
 #pragma unroll
-    for (std::uint32_t mt = 0; mt < 4; ++mt) {
-      const std::uint32_t k0 = 8u * g + 2u * mt;
-      const bool in0 = k0 < count, in1 = k0 + 1u < count;
-      s[mt][0] = in0 ? s[mt][0] * st[0] : -INFINITY;
-      s[mt][1] = in0 ? s[mt][1] * st[1] : -INFINITY;
-      s[mt][2] = in1 ? s[mt][2] * st[0] : -INFINITY;
-      s[mt][3] = in1 ? s[mt][3] * st[1] : -INFINITY;
-    }
+    for (std::uint32_t mt = 1; mt < 4; ++mt) s[mt][0] = s[mt][1] = s[mt][2] = s[mt][3] = -INFINITY;
     std::uint32_t pb[4][2];
     float corr[2], psum[2];
     softmax(s, false, pb, corr, psum);
-    const float vup = Pow2(shift[1] - 16);
+    const float vup = Pow2(tv - 16);
 #pragma unroll
     for (std::uint32_t mt = 0; mt < G::kMt; ++mt) {
-      const std::uint32_t ch0 = 16u * mt + g, ch1 = ch0 + 8u;
       float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 1
-      for (std::uint32_t kk = 0; kk < 4; ++kk) {
-        const std::uint32_t key = 16u * tq + 2u * kk;
-        MmaF16(acc, pack(elem(1, key, ch0), elem(1, key + 8u, ch0)),
-               pack(elem(1, key, ch1), elem(1, key + 8u, ch1)),
-               pack(elem(1, key + 1u, ch0), elem(1, key + 9u, ch0)),
-               pack(elem(1, key + 1u, ch1), elem(1, key + 9u, ch1)), pb[kk][0], pb[kk][1]);
-      }
+      const bool rows8 = kRunKeys > 8u;  // rows 8..15 are keys, not zeros
+      MmaF16(acc, Transpose(vf[0][mt][0]), Transpose(vf[0][mt][1]),
+             rows8 ? Transpose(vf[1][mt][0]) : 0u, rows8 ? Transpose(vf[1][mt][1]) : 0u, pb[0][0],
+             pb[0][1]);
 #pragma unroll
       for (std::uint32_t i = 0; i < 4; ++i) o[mt][i] = fmaf(o[mt][i], corr[i & 1u], acc[i] * vup);
     }

@@ -250,13 +250,13 @@ enum class HackDecodeMath : std::uint8_t {
   // and V's into the output; fp32 accumulation and online softmax. Equal to DecodeAttention over
   // DequantizeHack(chunk, fp32) within kHackDequantDecode*Tolerance, closer to exact attention
   // than kHomomorphicInt8 (no INT8 Q or P), and the same bits from call to call. On the H200
-  // (docs/benchmarks.md, 2026-12-04) over whole blocks faster than kHomomorphicInt8 from 32K
-  // tokens and at batch 16, slower at 4K batch 1; its unquantized tokens (a decode step's tail,
-  // sinks) are read element by element, ~100 us per run of 63: far slower then. docs/hack.md
-  // ("Which attention path to call") says which to use. No range limit on q beyond
-  // |q * softmax_scale| < 2^100; unquantized tokens (fp16 or bf16) are scaled by a power of two
-  // per run of 64 before they are rounded to fp16. lse is written; outputs of a query head with
-  // NaN / Inf values are not specified (untested). At most kHackDecodeFp16MaxWarps warps per CTA.
+  // (docs/benchmarks.md, 2026-12-04, session 24) faster than kHomomorphicInt8 wherever a decode
+  // step has unquantized tokens (its unfinished block, sinks) and from 32K tokens or at batch 16
+  // without; slower only at 4K batch 1 with none. docs/hack.md ("Which attention path to call")
+  // says which to use. No range limit on q beyond |q * softmax_scale| < 2^100; unquantized
+  // tokens are attended in runs of 8, fp16 ones as they are, bf16 ones scaled by a power of two
+  // per run before they are rounded to fp16. lse is written; outputs of a query head with NaN /
+  // Inf values are not specified (untested). At most kHackDecodeFp16MaxWarps warps per CTA.
   kDequantFp16 = 1,
 };
 inline constexpr std::uint32_t kHackDecodeFp16MaxWarps = 12;

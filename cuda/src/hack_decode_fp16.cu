@@ -23,7 +23,9 @@
 //   * O += P V as Oᵀ = Vᵀ Pᵀ (A = the V codes, channels as rows; B = Pᵀ): P's rows (keys) are
 //     multiplied by 2^(8 - 2 k(key)) when packed (an exact HMUL2 by a constant), so the product is
 //     2^-16 sum_t p_t code_tc for every key; per block and channel O' = O' corr + scale_c * that +
-//     min_c * 2^-16 sum_t p_t, with O' = O / 2^16 (put back when the output is normalised).
+//     min_c * 2^-16 sum_t p_t, with O' = O / 2^16 (put back when the output is normalised). That
+//     2^-16 sum_t p_t, and the softmax normaliser, come from 4 more MMAs against codes that are all
+//     1 (constant A fragments), not from a shuffle reduction.
 //   * Pᵀ comes from Sᵀ's accumulators by movmatrix (the key order of the S rows is V's word
 //     order: S m-tile mt row g is key 8 g + 2 mt, row g + 8 key 8 g + 2 mt + 1).
 //
@@ -354,36 +356,49 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
   // The online softmax of a unit's scores s (Sᵀ m-tiles: row g = key 8 g + 2 mt, row g + 8 = key
-  // 8 g + 2 mt + 1; columns heads 2 tq, 2 tq + 1; log2 units, masked keys -inf): m and l move on,
-  // corr is the factor O' takes, psum the unit's sum of p per head, and pb the Pᵀ B fragments of
-  // the unit's 4 key k-steps — with `quantized`, each key's p times 2^(8 - 2 PairShift) (see the
-  // file comment).
+  // 8 g + 2 mt + 1; columns heads 2 tq, 2 tq + 1; log2 units, masked keys -inf): m moves on, corr
+  // is the factor O' and l take, and pb the Pᵀ B fragments of the unit's 4 key k-steps — with
+  // `quantized`, each key's p times 2^(8 - 2 PairShift) (see the file comment), and l is left to
+  // the caller (a quantized block sums its p by MMA); otherwise l moves on and psum is the unit's
+  // sum of p per head.
   auto softmax = [&](float(&s)[4][4], bool quantized, std::uint32_t(&pb)[4][2], float(&corr)[2],
                      float(&psum)[2]) {
+    float lmx[2];
 #pragma unroll
     for (std::uint32_t e = 0; e < 2; ++e) {
-      float mx = -INFINITY;
+      lmx[e] = -INFINITY;
 #pragma unroll
-      for (std::uint32_t mt = 0; mt < 4; ++mt) mx = fmaxf(mx, fmaxf(s[mt][e], s[mt][e + 2]));
-      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 4));
-      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 8));
-      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 16));
-      const float mn = fmaxf(m[e], mx);
-      const float base = mn == -INFINITY ? 0.0f : mn;
-      corr[e] = Exp2(m[e] - base);
+      for (std::uint32_t mt = 0; mt < 4; ++mt) {
+        lmx[e] = fmaxf(lmx[e], fmaxf(s[mt][e], s[mt][e + 2]));
+      }
+    }
+#pragma unroll
+    for (std::uint32_t e = 0; e < 2; ++e) {
+      lmx[e] = fmaxf(lmx[e], __shfl_xor_sync(kFull, lmx[e], 4));
+      lmx[e] = fmaxf(lmx[e], __shfl_xor_sync(kFull, lmx[e], 8));
+      lmx[e] = fmaxf(lmx[e], __shfl_xor_sync(kFull, lmx[e], 16));
+    }
+#pragma unroll
+    for (std::uint32_t e = 0; e < 2; ++e) {
+      const float mn = fmaxf(m[e], lmx[e]);
+      corr[e] = Exp2(m[e] - (mn == -INFINITY ? 0.0f : mn));
       m[e] = mn;
-      float ps = 0.0f;
+      const float base = m[e] == -INFINITY ? 0.0f : m[e];
 #pragma unroll
       for (std::uint32_t mt = 0; mt < 4; ++mt) {
         s[mt][e] = Exp2(s[mt][e] - base);
         s[mt][e + 2] = Exp2(s[mt][e + 2] - base);
-        ps += s[mt][e] + s[mt][e + 2];
       }
-      ps += __shfl_xor_sync(kFull, ps, 4);
-      ps += __shfl_xor_sync(kFull, ps, 8);
-      ps += __shfl_xor_sync(kFull, ps, 16);
-      l[e] = l[e] * corr[e] + ps;
-      psum[e] = ps;
+      if (!quantized) {
+        float ps = 0.0f;
+#pragma unroll
+        for (std::uint32_t mt = 0; mt < 4; ++mt) ps += s[mt][e] + s[mt][e + 2];
+        ps += __shfl_xor_sync(kFull, ps, 4);
+        ps += __shfl_xor_sync(kFull, ps, 8);
+        ps += __shfl_xor_sync(kFull, ps, 16);
+        l[e] = l[e] * corr[e] + ps;
+        psum[e] = ps;
+      }
     }
 #pragma unroll
     for (std::uint32_t mt = 0; mt < 4; ++mt) {
@@ -474,7 +489,19 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
     std::uint32_t pb[4][2];
     float corr[2], psum[2];
     softmax(s, true, pb, corr, psum);
-    const float ps0 = psum[0] * (1.0f / 65536.0f), ps1 = psum[1] * (1.0f / 65536.0f);
+    // 2^-16 sum_t p_t per head, as P V's products have it: Pᵀ against codes that are all 1 (the
+    // A fragments are constants), so the sum is of the p the products take (rounded to fp16).
+    float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (std::uint32_t kk = 0; kk < 4; ++kk) {
+      constexpr std::uint32_t kOnes = 0x55555555u;  // 16 codes of 1
+      const std::uint32_t a0 = CodePair(kOnes, kOnes >> 10, 2 * kk);
+      const std::uint32_t a1 = CodePair(kOnes, kOnes >> 10, 2 * kk + 1);
+      MmaF16(sums, a0, a0, a1, a1, pb[kk][0], pb[kk][1]);
+    }
+    const float ps0 = sums[0], ps1 = sums[1];
+    l[0] = fmaf(l[0], corr[0], ps0 * 65536.0f);
+    l[1] = fmaf(l[1], corr[1], ps1 * 65536.0f);
 #pragma unroll
     for (std::uint32_t mt = 0; mt < G::kMt; ++mt) {
       const std::uint32_t ch0 = 16u * mt + g, ch1 = ch0 + 8u;
@@ -639,13 +666,17 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
 
   // ---- the warp's units: its blocks through the stage ring, then unquantized runs ----
   {
+    // Stage i % kStages is `now`, (i + kStages - 1) % kStages is `next` (the one just freed).
+    std::uint32_t now = 0, next = kStages - 1;
     for (std::uint32_t i = 0; i < blocks; ++i) {
       CpAsyncWait<kStages - 2>();  // block i's copies have landed (this lane's) ...
       __syncwarp();                // ... and every lane's; stage (i - 1) % kStages is free
       const std::uint32_t ahead = i + kStages - 1;
-      if (ahead < blocks) issue(first + ahead * W, ring + (ahead % kStages) * G::kStageBytes);
+      if (ahead < blocks) issue(first + ahead * W, ring + next * G::kStageBytes);
       CpAsyncCommit();
-      attend_block(ring + (i % kStages) * G::kStageBytes);
+      attend_block(ring + now * G::kStageBytes);
+      next = now;
+      now = now + 1 == kStages ? 0 : now + 1;
     }
     CpAsyncWait<0>();
     for (std::uint32_t u = first + blocks * W; u < ue; u += W) attend_tail(u - nb);

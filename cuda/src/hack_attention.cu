@@ -788,12 +788,6 @@ __device__ __forceinline__ void PrefetchFirstBlocks(const HackAttentionParams& p
   }
 }
 
-// Lets the grid launched after this one with programmatic stream serialization start (its CTAs
-// then wait in GridDependencyWait until this grid has completed); sm_90.
-__device__ __forceinline__ void GridDependencyLaunchDependents() {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
 // kTwin: each block is processed by a twin of warps (see Twin); the CTA has an even warp count.
 // IoT: q's and out's element (io_element.cuh); the queries are widened to fp32 in shared memory,
 // so the rest of the kernel is the same code for every IoT.
@@ -870,7 +864,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   // hint above (used only as said there); then the next decode call may be launched, its CTAs
   // waiting here on the SMs this call frees.
   internal::GridDependencyWait();
-  GridDependencyLaunchDependents();
+  internal::GridDependencyLaunchDependents();
 
   // The tile's query rows go to shared memory first (zero for rows outside the tile), 16 bytes per
   // cp.async (QIndex keeps 4 consecutive dims together): issued before the block copies, these

@@ -37,7 +37,10 @@
 // (a block's 5,440 bytes at head_dim 128 copied kStages - 1 blocks ahead), laid out so that the
 // fragment loads are free of bank conflicts. An unquantized run is read from global memory straight
 // into MMA fragments (all its loads in flight at once); bf16 runs are scaled by a power of two as
-// they are rounded to fp16.
+// they are rounded to fp16. Calls follow each other by programmatic dependent launch; where a
+// split has fewer than 96 blocks (so that a call's time is mostly its first blocks' latency), the
+// kernel asks L2 for its first blocks before it waits for the previous call, and lets the next
+// call launch once it has waited, so that the next call's prefetch overlaps this call's end.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -156,8 +159,90 @@ struct Geo16 {
   static_assert(kStageBytes % 16 == 0);
 };
 
-// IoT: q's and out's element (io_element.cuh).
-template <int D, typename IoT>
+// Before the kernel's dependency wait, so while the previous call may still run (and may be
+// writing what is read here): warp `warp` reads its sequence's descriptor as it stands (through
+// L2 only, so that the reads after the wait do not find it in L1), finds its units as the kernel
+// does after the wait, and asks L2 for the sections of its first kStages - 1 blocks (what its first
+// copies read) and for its unquantized runs' rows. A hint only: nothing is written, nothing read
+// here is used after the wait, a page outside the pool is skipped, and a prefetch of a stale or
+// unmapped address does not fault (as the homomorphic kernel's PrefetchFirstBlocks;
+// docs/hack-gpu.md). The kernel computes the same after the wait inline: sharing this code there
+// made the 128K batch-1 call 1% slower (ptxas' allocation at 168 registers; H200, session 25).
+template <int D>
+__device__ __forceinline__ void PrefetchFirstUnits(const HackAttentionParams& p,
+                                                   std::uint32_t seq_index, std::uint32_t kvh,
+                                                   std::uint32_t split, std::uint32_t warp,
+                                                   std::uint32_t W) {
+  using G = Geo16<D>;
+  const std::uint32_t lane = threadIdx.x & 31u;
+  const HackAttentionSeq* sp = p.seqs + seq_index;
+  const std::uint32_t tokens = __ldcg(&sp->tokens), sinks = __ldcg(&sp->sinks);
+  if (tokens == 0 || tokens > p.max_tokens || sinks > tokens) return;
+  auto pointer = [](const void* field) {
+    return reinterpret_cast<const std::uint8_t*>(
+        __ldcg(reinterpret_cast<const unsigned long long*>(field)));
+  };
+  hack::Layout lay;
+  lay.layers = p.layers;
+  lay.tokens = p.page_blocks == 0 ? tokens : p.page_blocks * kP;  // the sections' layout
+  lay.heads = p.kv_heads;
+  lay.dim = D;
+  lay.partition = kP;
+  lay.sinks = p.page_blocks == 0 ? sinks : 0;
+  lay.orientation = hack::kOrientChannel;
+  const std::uint64_t k_codes0 = lay.group(p.layer, 0, kvh, 0) * G::kCodeBytes;
+  const std::uint64_t v_codes0 = lay.group(p.layer, 1, kvh, 0) * G::kCodeBytes;
+  const std::uint64_t k_scales0 = lay.partition_base(p.layer, 0, kvh, 0) * 4u;
+  const std::uint64_t v_scales0 = lay.partition_base(p.layer, 1, kvh, 0) * 4u;
+  const std::uint32_t nb = (tokens - sinks) / kP, nu = tokens - nb * kP;
+  const std::uint32_t units = nb + (nu + kRunKeys - 1) / kRunKeys;
+  const std::uint32_t per_split = (units + p.splits - 1) / p.splits;
+  const std::uint32_t ub = min(units, split * per_split);
+  const std::uint32_t ue = min(units, ub + per_split), qe = min(ue, nb);
+  const std::uint32_t first = ub + warp;
+  const std::uint32_t blocks = first < qe ? (qe - first + W - 1) / W : 0;
+  const std::uint8_t* codes = p.page_blocks == 0 ? pointer(&sp->codes) : nullptr;
+  const std::uint8_t* scales = p.page_blocks == 0 ? pointer(&sp->scales) : nullptr;
+  constexpr std::uint32_t kCodeLines = G::kCodeBytes / 128, kScaleLines = D * 4 / 128;
+  for (std::uint32_t i = 0; i < blocks && i + 1 < kStages; ++i) {
+    const std::uint32_t j = first + i * W;
+    const std::uint8_t* c = codes + std::uint64_t{j} * G::kCodeBytes;
+    const std::uint8_t* s = scales + std::uint64_t{j} * D * 4u;
+    if (p.page_blocks != 0) {
+      const std::uint32_t entry = j / p.page_blocks, slot = j % p.page_blocks;
+      if (entry >= p.max_pages_per_seq) break;
+      const std::int32_t page =
+          __ldcg(p.block_tables + std::uint64_t{seq_index} * p.max_pages_per_seq + entry);
+      if (page < 0 || static_cast<std::uint32_t>(page) >= p.num_pages) break;
+      c = p.page_codes + static_cast<std::uint64_t>(page) * p.page_codes_bytes +
+          std::uint64_t{slot} * G::kCodeBytes;
+      s = p.page_scales + static_cast<std::uint64_t>(page) * p.page_scales_bytes +
+          std::uint64_t{slot} * D * 4u;
+    }
+    for (std::uint32_t l = lane; l < 2u * (kCodeLines + kScaleLines); l += 32) {
+      const std::uint32_t v = l & 1u, line = l >> 1;  // K (v = 0) or V
+      PrefetchL2(line < kCodeLines ? c + (v ? v_codes0 : k_codes0) + 128u * line
+                                   : s + (v ? v_scales0 : k_scales0) + 128u * (line - kCodeLines));
+    }
+  }
+  // Run r's rows (K, then V) of this KV head: [layers][K, V][nu][kv_heads][D] 2-byte elements.
+  const auto* tail = reinterpret_cast<const std::uint16_t*>(pointer(&sp->tail));
+  for (std::uint32_t u = first + blocks * W; u < ue; u += W) {
+    constexpr std::uint32_t kLines = D / 64;  // 128-byte lines of a row
+    const std::uint32_t r = u - nb, count = min(kRunKeys, nu - r * kRunKeys);
+    for (std::uint32_t i = lane; i < 2u * count * kLines; i += 32) {
+      const std::uint32_t c = i / (count * kLines), key = i / kLines % count;
+      PrefetchL2(tail +
+                 ((std::uint64_t{p.layer} * 2u + c) * nu + r * kRunKeys + key) *
+                     (std::uint64_t{p.kv_heads} * D) +
+                 std::uint64_t{kvh} * D + 64u * (i % kLines));
+    }
+  }
+}
+
+// IoT: q's and out's element (io_element.cuh). kEarly: the CTA prefetches its first units before
+// the dependency wait and lets the next call launch after it (see the wait below).
+template <int D, typename IoT, bool kEarly>
 __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
     HackDecodeFp16Kernel(const __grid_constant__ HackAttentionParams p) {
   using G = Geo16<D>;
@@ -177,8 +262,12 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
   const std::uint32_t seq_index = cta / p.kv_heads;
   const std::uint32_t pair = seq_index * p.kv_heads + kvh;
   // Programmatic dependent launch (see LaunchHackDecodeFp16): nothing in global memory is read or
-  // written before the grid this one depends on has completed.
+  // written before the grid this one depends on has completed. kEarly CTAs first ask L2 for their
+  // first units (hints only), and after the wait let the next call launch, so that its CTAs
+  // prefetch while this call's finish.
+  if constexpr (kEarly) PrefetchFirstUnits<D>(p, seq_index, kvh, split, warp, W);
   internal::GridDependencyWait();
+  if constexpr (kEarly) internal::GridDependencyLaunchDependents();
   const HackAttentionSeq seq = p.seqs[seq_index];
 
   // The sequence's layout; a bad descriptor gives no work (NaN outputs) and an error.
@@ -283,7 +372,8 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
     CpAsyncCommit();
   }
 
-  // The warp's unquantized runs (after its blocks): their rows are asked into L2 now.
+  // The warp's unquantized runs (after its blocks): their rows are asked into L2 now (kEarly: were,
+  // before the wait).
   const auto* tail = static_cast<const std::uint16_t*>(seq.tail);
   auto run_row = [&](std::uint32_t r, std::uint32_t c, std::uint32_t key) {  // K (c = 0) or V
     return tail +
@@ -291,7 +381,7 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
                (std::uint64_t{p.kv_heads} * D) +
            std::uint64_t{kvh} * D;
   };
-  for (std::uint32_t u = first + blocks * W; u < ue; u += W) {
+  for (std::uint32_t u = first + blocks * W; !kEarly && u < ue; u += W) {
     constexpr std::uint32_t kLines = D / 64;  // 128-byte lines of a row
     const std::uint32_t r = u - nb, count = min(kRunKeys, nu - r * kRunKeys);
     for (std::uint32_t i = lane; i < 2u * count * kLines; i += 32) {
@@ -800,7 +890,7 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
   if (tid == 0) p.counters[pair] = 0;  // ready for the next launch
 }
 
-std::atomic<std::size_t> g_decode_fp16_smem[2][kIoTypes][kMaxDevices];
+std::atomic<std::size_t> g_decode_fp16_smem[2][kIoTypes][2][kMaxDevices];
 
 // A warp's stage ring; the warps' merge buffers (O' [warps][8][D], then the warps' row maxima and
 // normalisers) reuse it once every warp is done.
@@ -835,10 +925,15 @@ cudaError_t LaunchHackDecodeFp16(const HackAttentionParams& params, cudaStream_t
   config.numAttrs = 1;
   return DispatchIo(params.io_dtype, [&](auto tag) {
     using IoT = typename decltype(tag)::type;
-    auto* kernel = HackDecodeFp16Kernel<HeadDim, IoT>;
+    // Splits of fewer than 96 blocks (at most kHackDecodeFp16FullWarps warps) take the kernel that
+    // prefetches before its dependency wait; longer ones, where the first blocks' latency is spread
+    // over many, the one without (H200: 3-4% faster there than with it; docs/hack-gpu.md).
+    const bool early = params.warps <= kHackDecodeFp16FullWarps;
+    auto* kernel = early ? HackDecodeFp16Kernel<HeadDim, IoT, true>
+                         : HackDecodeFp16Kernel<HeadDim, IoT, false>;
     const cudaError_t err =
         ConfigureSharedMemory(kernel, HackDecodeFp16SharedBytes<HeadDim>(kHackDecodeFp16MaxWarps),
-                              g_decode_fp16_smem[HeadDim == 64 ? 0 : 1][kIoIndex<IoT>]);
+                              g_decode_fp16_smem[HeadDim == 64 ? 0 : 1][kIoIndex<IoT>][early]);
     return err != cudaSuccess ? err : cudaLaunchKernelEx(&config, kernel, params);
   });
 }

@@ -119,6 +119,12 @@ __device__ __forceinline__ void GridDependencyWait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
+// Lets the grid launched after this one with programmatic stream serialization start (its CTAs
+// then wait in GridDependencyWait until this grid has completed); sm_90.
+__device__ __forceinline__ void GridDependencyLaunchDependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 // Devices whose shared-memory configuration ConfigureSharedMemory caches.
 inline constexpr int kMaxDevices = 64;
 

@@ -1363,6 +1363,10 @@ TEST(HackGpu, DequantFp16LongDecodeUsesSplitKv) {
   CheckDecodeFp16(128, 8, DType::kFloat16, {20000}, 0, 177);
   CheckDecodeFp16(128, 8, DType::kBFloat16, {20000, 3000}, 4, 178);
   CheckDecodeFp16(64, 3, DType::kFloat16, {12345}, 0, 179);
+  // Splits of 96 blocks or more get 12 warps and the kernel that does not prefetch before its
+  // dependency wait (LaunchHackDecodeFp16); the ones above, at most 8 and the one that does. 8
+  // sequences (16 pairs: 8 splits) sized for the longest: 782 blocks, 98 per split.
+  CheckDecodeFp16(128, 8, DType::kBFloat16, {50000, 1, 17, 65, 255, 1000, 64, 130}, 4, 180);
 }
 
 // Decode calls enqueued back to back on one stream, as an engine's layer loop or a CUDA graph

@@ -428,7 +428,10 @@ cudaError_t LaunchHackPrefillFp16Staging(const HackAttentionParams& params, cuda
 // The dequantize-on-load decode kernel (HackDecodeMath::kDequantFp16; grid: tiles * kv_heads *
 // splits CTAs of `warps` (1..kHackDecodeFp16MaxWarps) warps, sized as for the homomorphic decode
 // kernel). Reads the decode fields of `params` (seqs, max_tokens, tiles, splits, units_per_split,
-// warps, partials, counters, error and the KV fields). Defined ONLY for HeadDim in {64, 128};
+// warps, partials, counters, error and the KV fields). With programmatic dependent launch; with
+// at most kHackDecodeFp16FullWarps warps, its CTAs read the descriptors and ask L2 for their first
+// blocks before waiting for the previous grid (hints only: no result depends on what they read),
+// and let the next grid launch once they have waited. Defined ONLY for HeadDim in {64, 128};
 // prefer EnqueueHackDecodeAttention with args.math = kDequantFp16.
 template <int HeadDim>
 cudaError_t LaunchHackDecodeFp16(const HackAttentionParams& params, cudaStream_t stream);

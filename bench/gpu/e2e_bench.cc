@@ -29,7 +29,11 @@
 //
 //   kvdepot_e2e_bench --addr unix:PATH [--prefixes 8192,32768] [--new 1024] [--decode 64]
 //                     [--layers 32] [--q-heads 32] [--kv-heads 8] [--head-dim 128] [--reps 5]
-//                     [--prefill-staged on|off] [--decode-math int8|fp16]
+//                     [--prefill-staged on|off] [--decode-math int8|fp16] [--io fp32|bf16]
+//
+// --io: the queries' and outputs' element type of every attention call (HackPrefillArgs /
+// HackDecodeArgs::io_dtype; default fp32); bf16 is what an engine's activations are, and what the
+// SDPA bf16 baseline takes.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -42,6 +46,7 @@
 
 #include "kvdepot/client/gpu_fetch.h"
 #include "kvdepot/codec/codec.h"
+#include "kvdepot/codec/numeric.h"
 #include "kvdepot/codec/synth.h"
 #include "kvdepot/cuda/device.h"
 #include "kvdepot/cuda/hack.h"
@@ -60,6 +65,7 @@ struct Options {
   std::uint32_t new_tokens = 1024, decode = 64, q_heads = 32, reps = 5;
   bool prefill_staged = true;  // pass HackPrefillArgs::staging (one scratch for every layer)
   cuda::HackDecodeMath decode_math = cuda::HackDecodeMath::kHomomorphicInt8;  // --decode-math
+  DType io = DType::kFloat32;                                                 // --io
   KvShape shape{32, kChunkTokens, 8, 128};
 };
 
@@ -96,9 +102,16 @@ double RelMaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return mag > 0 ? diff / mag : diff;
 }
 
-std::vector<float> Download(const float* d, std::size_t n) {
+// n elements of `io` (fp32 or bf16) at device address d, as floats.
+std::vector<float> Download(const void* d, std::size_t n, DType io) {
   std::vector<float> h(n);
-  cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost);
+  if (io == DType::kFloat32) {
+    cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost);
+    return h;
+  }
+  std::vector<std::uint16_t> bits(n);
+  cudaMemcpy(bits.data(), d, n * 2, cudaMemcpyDeviceToHost);
+  for (std::size_t i = 0; i < n; ++i) h[i] = Bf16BitsToFloat(bits[i]);
   return h;
 }
 
@@ -151,6 +164,13 @@ int main(int argc, char** argv) {
       }
       o.decode_math =
           m == "fp16" ? cuda::HackDecodeMath::kDequantFp16 : cuda::HackDecodeMath::kHomomorphicInt8;
+    } else if (a == "--io") {
+      const std::string t = argv[i + 1];
+      if (t != "fp32" && t != "bf16") {
+        std::fprintf(stderr, "--io: fp32 or bf16 (the attention calls' q and out)\n");
+        return 1;
+      }
+      o.io = t == "bf16" ? DType::kBFloat16 : DType::kFloat32;
     } else if (a == "--prefill-staged") {
       const std::string on = argv[i + 1];
       if (on != "on" && on != "off") {
@@ -278,8 +298,18 @@ int main(int argc, char** argv) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       v = static_cast<float>(static_cast<double>(x >> 11) / 9007199254740992.0 * 4.0 - 2.0);
     }
-    cudaMemcpy(q->data(), hq.data(), hq.size() * 4, cudaMemcpyHostToDevice);
+    if (o.io == DType::kFloat32) {
+      cudaMemcpy(q->data(), hq.data(), hq.size() * 4, cudaMemcpyHostToDevice);
+    } else {
+      std::vector<std::uint16_t> bits(hq.size());
+      for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = FloatToBf16Bits(hq[i]);
+      cudaMemcpy(q->data(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice);
+    }
   }
+  // Layer l's attention output ([queries][q_heads][head_dim] of o.io).
+  auto out_at = [&](std::uint32_t layer) -> void* {
+    return out->as<std::byte>() + std::uint64_t{layer} * q_elems * DTypeSize(o.io);
+  };
   cuda::HackKvCache kv;
   kv.dtype = DType::kBFloat16;
   kv.layers = shape.layers;
@@ -363,8 +393,9 @@ int main(int argc, char** argv) {
       a.queries = o.new_tokens;
       a.first_position = prefix;
       a.q_heads = o.q_heads;
-      a.q = q->as<float>();
-      a.out = out->as<float>() + layer * q_elems;
+      a.q = q->data();
+      a.out = out_at(layer);
+      a.io_dtype = o.io;
       a.math = cuda::HackPrefillMath::kDequantFp16;
       a.staging = staging.data();
       a.staging_bytes = staging.size();
@@ -428,8 +459,9 @@ int main(int argc, char** argv) {
       a.num_seqs = 1;
       a.max_tokens = total + o.decode;
       a.q_heads = o.q_heads;
-      a.q = q->as<float>();
-      a.out = out->as<float>() + layer * q_elems;
+      a.q = q->data();
+      a.out = out_at(layer);
+      a.io_dtype = o.io;
       a.math = o.decode_math;
       kv.layer = layer;
       return cuda::EnqueueHackDecodeAttention(kv, a, *ws, stream);
@@ -531,13 +563,12 @@ int main(int argc, char** argv) {
         kv.layer = layer;
         cuda::HackPrefillArgs a = prefill_args(layer);
         check(cuda::EnqueueHackPrefillAttention(kv, a, *ws, stream));
-        a.out = ref->as<float>();
+        a.out = ref->data();
         a.seq = whole;
         check(cuda::EnqueueHackPrefillAttention(ckv, a, *ws, stream));
         check(cuda::FinishHackAttention(*ws, stream));
-        max_rel =
-            std::max(max_rel, RelMaxDiff(Download(out->as<float>() + layer * q_elems, q_elems),
-                                         Download(ref->as<float>(), q_elems)));
+        max_rel = std::max(max_rel, RelMaxDiff(Download(out_at(layer), q_elems, o.io),
+                                               Download(ref->data(), q_elems, o.io)));
       }
       for (const std::uint32_t s : {0u, o.decode - 1}) {
         check(decode_step(s, 0));
@@ -550,14 +581,15 @@ int main(int argc, char** argv) {
         a.num_seqs = 1;
         a.max_tokens = total + o.decode;
         a.q_heads = o.q_heads;
-        a.q = q->as<float>();
-        a.out = ref->as<float>();
+        a.q = q->data();
+        a.out = ref->data();
+        a.io_dtype = o.io;
         a.math = o.decode_math;
         check(cuda::EnqueueHackDecodeAttention(ckv, a, *ws, stream));
         check(cuda::FinishHackAttention(*ws, stream));
         const std::size_t n = std::size_t{o.q_heads} * shape.head_dim;
         max_rel = std::max(
-            max_rel, RelMaxDiff(Download(out->as<float>(), n), Download(ref->as<float>(), n)));
+            max_rel, RelMaxDiff(Download(out->data(), n, o.io), Download(ref->data(), n, o.io)));
       }
     }
 
@@ -595,7 +627,7 @@ int main(int argc, char** argv) {
         "\"hack_chunk_bytes\": %zu, \"raw_chunk_bytes\": %zu, "
         "\"hack_fetch_ms\": %.3f, \"hack_lease_ms\": %.3f, \"hack_quantize_new_ms\": %.3f, "
         "\"hack_prefill_ms\": %.3f, \"hack_prefill_staging_bytes\": %llu, \"hack_ttft_ms\": %.3f, "
-        "\"decode_math\": \"%s\", \"hack_decode_token_us_graph\": %.1f, "
+        "\"decode_math\": \"%s\", \"io\": \"%s\", \"hack_decode_token_us_graph\": %.1f, "
         "\"hack_decode_token_us_stream\": %.1f, \"bf16_fetch_ms\": %.3f, "
         "\"check_max_rel_diff\": %.3g, \"raw_chunks_mismatching\": %d, "
         "\"leased_gpu_total\": %llu, \"leased_host_total\": %llu, \"raw_leased_gpu\": %llu, "
@@ -604,8 +636,9 @@ int main(int argc, char** argv) {
         hack_containers[0].size(), raw_containers[0].size(), fetch_s * 1e3, lease_s * 1e3,
         quant_s * 1e3, prefill_s * 1e3, static_cast<unsigned long long>(staging_bytes),
         ttft_s * 1e3, o.decode_math == cuda::HackDecodeMath::kDequantFp16 ? "fp16" : "int8",
-        decode_graph_s * 1e6 / o.decode, decode_stream_s * 1e6 / o.decode, raw_fetch_s * 1e3,
-        max_rel, raw_mismatch, static_cast<unsigned long long>(st.leased_gpu),
+        o.io == DType::kBFloat16 ? "bf16" : "fp32", decode_graph_s * 1e6 / o.decode,
+        decode_stream_s * 1e6 / o.decode, raw_fetch_s * 1e3, max_rel, raw_mismatch,
+        static_cast<unsigned long long>(st.leased_gpu),
         static_cast<unsigned long long>(st.leased_host),
         static_cast<unsigned long long>(raw_from_gpu), ok ? "true" : "false");
     std::fflush(stdout);

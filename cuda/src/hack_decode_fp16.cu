@@ -138,6 +138,29 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// Elements [0, N) of src (16-byte aligned) as floats, zeros unless `use`, by 16-byte loads. A
+// query row is 16-byte aligned, and so is any run of 8 of its dims from a multiple of 8
+// (HackDecodeArgs::q must be, EnqueueHackDecodeAttention checks).
+template <std::uint32_t N, typename IoT>
+__device__ __forceinline__ void LoadFloats(const IoT* src, bool use, float (&out)[N]) {
+  constexpr std::uint32_t kPer = 16 / sizeof(IoT);
+  static_assert(N % kPer == 0);
+#pragma unroll
+  for (std::uint32_t c = 0; c < N / kPer; ++c) {
+    const uint4 w = use ? __ldg(reinterpret_cast<const uint4*>(src) + c) : make_uint4(0, 0, 0, 0);
+    const std::uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (std::uint32_t k = 0; k < kPer; ++k) {
+      if constexpr (sizeof(IoT) == 4) {
+        out[c * kPer + k] = __uint_as_float(words[k]);
+      } else {
+        out[c * kPer + k] =
+            IoToFloat<IoT>(make_uint2(words[k / 4 * 2], words[k / 4 * 2 + 1]), k % 4);
+      }
+    }
+  }
+}
+
 // A block's shared-memory stage. K codes: key r's D / 4 bytes at row (r / 8) * 9 + r % 8 (a
 // padding row after every 8: the 8 keys a fragment load reads, 8 g + nt for g = 0..7, fall in
 // different banks); V codes as stored (channel c's 16 bytes at 16 c: lanes read word tq of
@@ -398,10 +421,16 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
   int ah[2];    // heads 2 tq, 2 tq + 1: their exponents a
   float sb[2];  // and 2^a
   const bool row = g < p.group && bad_kind == 0;
+  // 16-bit queries by 16-byte loads in the kEarly kernel (H200, session 25: 4K batch 1 -5%, 32K
+  // -7%; the 12-warp kernel read 1-2% slower at batch 16 with them, fp32 ones spill registers),
+  // else element by element.
+  constexpr bool kVectorQ = kEarly && sizeof(IoT) == 2;
   const IoT* qp = static_cast<const IoT*>(p.q) +
                   (std::uint64_t{seq_index} * p.q_heads + kvh * p.group + (row ? g : 0)) * D;
   int a = 0;  // head g's exponent
   {
+    float qv[D / 4];  // dims tq D/4 .. (kVectorQ: by 16-byte loads)
+    if constexpr (kVectorQ) LoadFloats<D / 4>(qp + tq * (D / 4), row, qv);
     float qf[G::kKc][4];
     float qmax = 0.0f;
 #pragma unroll
@@ -410,7 +439,11 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
       const std::uint32_t dims[4] = {d, d + 8u, d + 1u, d + 9u};
 #pragma unroll
       for (std::uint32_t i = 0; i < 4; ++i) {
-        qf[ks][i] = row ? IoToFloat(__ldg(qp + dims[i])) * p.scale_log2 : 0.0f;
+        if constexpr (kVectorQ) {
+          qf[ks][i] = qv[dims[i] - tq * (D / 4)] * p.scale_log2;
+        } else {
+          qf[ks][i] = row ? IoToFloat(__ldg(qp + dims[i])) * p.scale_log2 : 0.0f;
+        }
         qmax = fmaxf(qmax, fabsf(qf[ks][i]));
       }
     }
@@ -668,9 +701,15 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
     for (std::uint32_t j = 0; j < D / 32; ++j) {
       float x[8];
       const float f = p.scale_log2 * Pow2(-a);
+      if constexpr (kVectorQ) {
+        LoadFloats<8>(qp + 32u * j + 8u * tq, row, x);
 #pragma unroll
-      for (std::uint32_t i = 0; i < 8; ++i) {
-        x[i] = row ? IoToFloat(__ldg(qp + 32u * j + 8u * tq + i)) * f : 0.0f;
+        for (std::uint32_t i = 0; i < 8; ++i) x[i] *= f;
+      } else {
+#pragma unroll
+        for (std::uint32_t i = 0; i < 8; ++i) {
+          x[i] = row ? IoToFloat(__ldg(qp + 32u * j + 8u * tq + i)) * f : 0.0f;
+        }
       }
 #pragma unroll
       for (std::uint32_t h = 0; h < 2; ++h) {

@@ -421,9 +421,9 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
   int ah[2];    // heads 2 tq, 2 tq + 1: their exponents a
   float sb[2];  // and 2^a
   const bool row = g < p.group && bad_kind == 0;
-  // 16-bit queries by 16-byte loads in the kEarly kernel (H200, session 25: 4K batch 1 -5%, 32K
-  // -7%; the 12-warp kernel read 1-2% slower at batch 16 with them, fp32 ones spill registers),
-  // else element by element.
+  // 16-bit queries by 16-byte loads in the kEarly kernel (H200, session 25: 4K batch 1 -7%, 32K
+  // -10%, 4K batch 16 -9%; the 12-warp kernel read 1-2% slower at batch 16 with them, and fp32
+  // ones made ptxas spill), else element by element.
   constexpr bool kVectorQ = kEarly && sizeof(IoT) == 2;
   const IoT* qp = static_cast<const IoT*>(p.q) +
                   (std::uint64_t{seq_index} * p.q_heads + kvh * p.group + (row ? g : 0)) * D;
@@ -966,7 +966,7 @@ cudaError_t LaunchHackDecodeFp16(const HackAttentionParams& params, cudaStream_t
     using IoT = typename decltype(tag)::type;
     // Splits of fewer than 96 blocks (at most kHackDecodeFp16FullWarps warps) take the kernel that
     // prefetches before its dependency wait; longer ones, where the first blocks' latency is spread
-    // over many, the one without (H200: 3-4% faster there than with it; docs/hack-gpu.md).
+    // over many, the one without (H200: 2-4% faster there than with it; docs/hack-gpu.md).
     const bool early = params.warps <= kHackDecodeFp16FullWarps;
     auto* kernel = early ? HackDecodeFp16Kernel<HeadDim, IoT, true>
                          : HackDecodeFp16Kernel<HeadDim, IoT, false>;

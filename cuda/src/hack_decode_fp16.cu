@@ -66,6 +66,7 @@ using internal::IoToFloat;
 using internal::kIoIndex;
 using internal::kIoTypes;
 using internal::kMaxDevices;
+using internal::LoadIo;
 using internal::MmaF16;
 
 constexpr std::uint32_t kP = 64;
@@ -136,29 +137,6 @@ __device__ __forceinline__ void CpAsyncCommit() {
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-// Elements [0, N) of src (16-byte aligned) as floats, zeros unless `use`, by 16-byte loads. A
-// query row is 16-byte aligned, and so is any run of 8 of its dims from a multiple of 8
-// (HackDecodeArgs::q must be, EnqueueHackDecodeAttention checks).
-template <std::uint32_t N, typename IoT>
-__device__ __forceinline__ void LoadFloats(const IoT* src, bool use, float (&out)[N]) {
-  constexpr std::uint32_t kPer = 16 / sizeof(IoT);
-  static_assert(N % kPer == 0);
-#pragma unroll
-  for (std::uint32_t c = 0; c < N / kPer; ++c) {
-    const uint4 w = use ? __ldg(reinterpret_cast<const uint4*>(src) + c) : make_uint4(0, 0, 0, 0);
-    const std::uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (std::uint32_t k = 0; k < kPer; ++k) {
-      if constexpr (sizeof(IoT) == 4) {
-        out[c * kPer + k] = __uint_as_float(words[k]);
-      } else {
-        out[c * kPer + k] =
-            IoToFloat<IoT>(make_uint2(words[k / 4 * 2], words[k / 4 * 2 + 1]), k % 4);
-      }
-    }
-  }
 }
 
 // A block's shared-memory stage. K codes: key r's D / 4 bytes at row (r / 8) * 9 + r % 8 (a
@@ -429,8 +407,9 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
                   (std::uint64_t{seq_index} * p.q_heads + kvh * p.group + (row ? g : 0)) * D;
   int a = 0;  // head g's exponent
   {
-    float qv[D / 4];  // dims tq D/4 .. (kVectorQ: by 16-byte loads)
-    if constexpr (kVectorQ) LoadFloats<D / 4>(qp + tq * (D / 4), row, qv);
+    float qv[D / 4];  // dims tq D/4 .. (kVectorQ: by 16-byte loads; q is 16-byte aligned, as
+                      // HackDecodeArgs::q must be, and so are 8 of its dims from a multiple of 8)
+    if constexpr (kVectorQ) LoadIo<D / 4>(qp + tq * (D / 4), row, qv);
     float qf[G::kKc][4];
     float qmax = 0.0f;
 #pragma unroll
@@ -702,7 +681,7 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
       float x[8];
       const float f = p.scale_log2 * Pow2(-a);
       if constexpr (kVectorQ) {
-        LoadFloats<8>(qp + 32u * j + 8u * tq, row, x);
+        LoadIo<8>(qp + 32u * j + 8u * tq, row, x);
 #pragma unroll
         for (std::uint32_t i = 0; i < 8; ++i) x[i] *= f;
       } else {

@@ -54,6 +54,20 @@ __device__ __forceinline__ float4 LoadIo4(const IoT* src) {
                      IoToFloat<IoT>(w, 3));
 }
 
+// Elements [0, N) of src (16-bit, 16-byte aligned) as floats by 16-byte loads; zeros unless `use`.
+template <std::uint32_t N, typename IoT>
+__device__ __forceinline__ void LoadIo(const IoT* src, bool use, float (&out)[N]) {
+  static_assert(sizeof(IoT) == 2 && N % 8 == 0);
+#pragma unroll
+  for (std::uint32_t c = 0; c < N / 8; ++c) {
+    const uint4 w = use ? __ldg(reinterpret_cast<const uint4*>(src) + c) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (std::uint32_t k = 0; k < 8; ++k) {
+      out[8 * c + k] = IoToFloat<IoT>(k < 4 ? make_uint2(w.x, w.y) : make_uint2(w.z, w.w), k % 4);
+    }
+  }
+}
+
 // x rounded to the element (identity for float).
 template <typename IoT>
 __device__ __forceinline__ IoT FloatToIo(float x) {

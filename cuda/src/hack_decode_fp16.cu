@@ -252,6 +252,12 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
   __shared__ float s_l[kMaxSplits][kRows];
   __shared__ float s_row_m[kRows], s_row_l[kRows];
   __shared__ std::uint32_t s_last;
+  // The query's B fragments per k-step and lane, {qh[ks][0], qh[ks][1], b1[ks][0], b1[ks][1]}
+  // below, the same for every warp: warp 0 writes them, the blocks read them (in registers they
+  // held 32 of the 12-warp kernel's 168; H200, session 26, with attend_block's scale words read
+  // per pair of k-steps and their maximum by one reduction: 4K batch 16 -3 to -4%, 128K batch 1
+  // -1%, the rest level, once the query is asked for first; without that, slower).
+  __shared__ uint4 s_qfrag[G::kKc][32];
 
   const std::uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u;
   const std::uint32_t g = lane >> 2, tq = lane & 3u;
@@ -343,27 +349,45 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
             p.page_scales + static_cast<std::uint64_t>(page) * p.page_scales_bytes +
                 std::uint64_t{slot} * D * 4u};
   };
-  // Block j's four sections into `stage` (Geo16's layout): 2.5 D 16-byte copies per warp.
+  // Block j's four sections into `stage` (Geo16's layout): 2.5 D 16-byte copies per warp. Lane
+  // copies K code chunk c = lane + 32 i (key c / kKWords) to k_dst + i kKDstStep (32 chunks are
+  // 32 / kKWords keys, whole groups of 8 rows, each group 9 rows with its padding), V code chunk c
+  // to 16 c, and the (scale, min) chunk `lane`; the sources are 16 c from the sections' starts.
+  // (Written so, the copies' addresses are a few bases plus constants: H200, session 26, batch 16
+  // -2%. 14 bulk copies per block on an mbarrier instead, lanes 0..13 one each, were 3-10% slower.)
+  constexpr std::uint32_t kKDstStep = 32u / G::kKWords / 8u * 9u * G::kKRow;
+  const std::uint32_t key0 = lane / G::kKWords;
+  const std::uint32_t k_dst =
+      G::kKOff + ((key0 >> 3) * 9u + (key0 & 7u)) * G::kKRow + (lane % G::kKWords) * 16u;
+  const std::uint32_t ks_dst = G::kKsOff + (lane / (D / 16)) * G::kKsRow + (lane % (D / 16)) * 16u;
   auto issue = [&](std::uint32_t j, std::uint8_t* stage) {
     const Src src = locate(j);
-    const std::uint8_t* kc = src.codes + k_codes0;
-    const std::uint8_t* vc = src.codes + v_codes0;
+    const std::uint8_t* kc = src.codes + k_codes0 + 16u * lane;
+    const std::uint8_t* vc = src.codes + v_codes0 + 16u * lane;
 #pragma unroll
     for (std::uint32_t i = 0; i < D / 32; ++i) {
-      const std::uint32_t c = lane + 32u * i, r = c / G::kKWords;
-      CpAsync16(stage + G::kKOff + ((r >> 3) * 9u + (r & 7u)) * G::kKRow + (c % G::kKWords) * 16u,
-                kc + 16u * c);
-      CpAsync16(stage + G::kVOff + 16u * c, vc + 16u * c);
+      CpAsync16(stage + k_dst + i * kKDstStep, kc + 512u * i);
+      CpAsync16(stage + G::kVOff + 16u * lane + 512u * i, vc + 512u * i);
     }
     if (lane < D / 4) {
-      CpAsync16(stage + G::kKsOff + (lane / (D / 16)) * G::kKsRow + (lane % (D / 16)) * 16u,
-                src.scales + k_scales0 + 16u * lane);
+      CpAsync16(stage + ks_dst, src.scales + k_scales0 + 16u * lane);
       CpAsync16(stage + G::kVsOff + 16u * lane, src.scales + v_scales0 + 16u * lane);
     }
   };
 
+  // The query is asked for first, ahead of the blocks' copies (behind them it waited for them:
+  // H200, session 26, 128K batch 1 -6%); 16-bit queries by 16-byte loads (q is 16-byte aligned, as
+  // HackDecodeArgs::q must be, and so are 8 of its dims from a multiple of 8), fp32 ones element by
+  // element below (by 16-byte loads ptxas spilled, session 25).
+  const bool row = g < p.group && bad_kind == 0;
+  constexpr bool kVectorQ = sizeof(IoT) == 2;
+  const IoT* qp = static_cast<const IoT*>(p.q) +
+                  (std::uint64_t{seq_index} * p.q_heads + kvh * p.group + (row ? g : 0)) * D;
+  float qv[D / 4];
+  if constexpr (kVectorQ) LoadIo<D / 4>(qp + tq * (D / 4), row, qv);
+
   // The warp's blocks ub + warp + k W go through its stage ring; the first kStages - 1 are asked
-  // for before the query is read, so the two latencies overlap.
+  // for before the query is prepared, so the two latencies overlap.
   std::uint8_t* ring = smem + std::size_t{warp} * kStages * G::kStageBytes;
   const std::uint32_t first = ub + warp;
   const std::uint32_t blocks = first < qe ? (qe - first + W - 1) / W : 0;
@@ -395,21 +419,11 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
   // 2 (ks % 4) + 1 of the lane's word ks / 4, in units of softmax_scale * log2(e) * 2^-a_g with
   // max |.| of the head in [1/4, 1/2): b1 as they are (the mins' and the unquantized keys' B), qh
   // times 2^14 * 4^-PairShift (the B that a block's normalised K scales multiply).
-  std::uint32_t b1[G::kKc][2], qh[G::kKc][2];
-  int ah[2];    // heads 2 tq, 2 tq + 1: their exponents a
-  float sb[2];  // and 2^a
-  const bool row = g < p.group && bad_kind == 0;
-  // 16-bit queries by 16-byte loads in the kEarly kernel (H200, session 25: 4K batch 1 -7%, 32K
-  // -10%, 4K batch 16 -9%; the 12-warp kernel read 1-2% slower at batch 16 with them, and fp32
-  // ones made ptxas spill), else element by element.
-  constexpr bool kVectorQ = kEarly && sizeof(IoT) == 2;
-  const IoT* qp = static_cast<const IoT*>(p.q) +
-                  (std::uint64_t{seq_index} * p.q_heads + kvh * p.group + (row ? g : 0)) * D;
-  int a = 0;  // head g's exponent
+  std::uint32_t b1[G::kKc][2], qh[G::kKc][2];  // (to s_qfrag)
+  int ah[2];                                   // heads 2 tq, 2 tq + 1: their exponents a
+  float sb[2];                                 // and 2^a
+  int a = 0;                                   // head g's exponent
   {
-    float qv[D / 4];  // dims tq D/4 .. (kVectorQ: by 16-byte loads; q is 16-byte aligned, as
-                      // HackDecodeArgs::q must be, and so are 8 of its dims from a multiple of 8)
-    if constexpr (kVectorQ) LoadIo<D / 4>(qp + tq * (D / 4), row, qv);
     float qf[G::kKc][4];
     float qmax = 0.0f;
 #pragma unroll
@@ -441,6 +455,7 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
       b1[ks][1] = PackHalf2(qf[ks][2] * f, qf[ks][3] * f);
       qh[ks][0] = PackHalf2(qf[ks][0] * f0, qf[ks][1] * f0);
       qh[ks][1] = PackHalf2(qf[ks][2] * f1, qf[ks][3] * f1);
+      if (warp == 0) s_qfrag[ks][lane] = make_uint4(qh[ks][0], qh[ks][1], b1[ks][0], b1[ks][1]);
     }
     // Lanes 8 tq and 8 tq + 4 hold heads 2 tq and 2 tq + 1.
     const int a0 = __shfl_sync(kFull, a, 8u * tq), a1 = __shfl_sync(kFull, a, 8u * tq + 4u);
@@ -449,6 +464,8 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
     sb[0] = Pow2(a0);
     sb[1] = Pow2(a1);
   }
+
+  __syncthreads();  // s_qfrag written
 
   // O' = O / 2^16: o[mt] = channels 16 mt + g (0, 1) and 16 mt + 8 + g (2, 3) of heads 2 tq (0, 2)
   // and 2 tq + 1 (1, 3). m, l: those heads' running maximum (log2 units) and normaliser.
@@ -519,15 +536,6 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
 
   // A quantized block from its stage.
   auto attend_block = [&](const std::uint8_t* stage) {
-    std::uint32_t ksw[D / 4];  // the (scale, min) words of dims tq D/4 ..
-#pragma unroll
-    for (std::uint32_t i = 0; i < D / 16; ++i) {
-      const uint4 e = *reinterpret_cast<const uint4*>(stage + G::kKsOff + tq * G::kKsRow + 16u * i);
-      ksw[4 * i] = e.x;
-      ksw[4 * i + 1] = e.y;
-      ksw[4 * i + 2] = e.z;
-      ksw[4 * i + 3] = e.w;
-    }
     std::uint32_t kw[8][G::kKWords];  // keys 8 g + nt, the lane's words
 #pragma unroll
     for (std::uint32_t nt = 0; nt < 8; ++nt) {
@@ -543,17 +551,16 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
     // The block's K scales times 2^n, n such that the largest is in [1, 2) (n = 15 - its fp16
     // exponent field; non-negative fp16 values order as their bits; at most [2, 4) for scales
     // >= 2^15): Q'' = qh * that stays below 2^15 (qh < 2^13) and far from fp16's subnormals
-    // whatever the scales' size.
-    __half2 smax = __float2half2_rn(0.0f);
-#pragma unroll
-    for (std::uint32_t ks = 0; ks < G::kKc; ++ks) {
-      const std::uint32_t i0 = 16u * (ks >> 2) + 2u * (ks & 3u);
-      smax = __hmax2(smax, __hmax2(AsHalf2(__byte_perm(ksw[i0], ksw[i0 + 8], 0x5410)),
-                                   AsHalf2(__byte_perm(ksw[i0 + 1], ksw[i0 + 9], 0x5410))));
+    // whatever the scales' size. The warp reads the D words once (lane L: 4 words of row
+    // L / (D / 16) % 4) and takes their largest scale by one warp reduction.
+    std::uint32_t top;
+    {
+      constexpr std::uint32_t kLanesPerRow = D / 16;  // 4 words each
+      const uint4 e = *reinterpret_cast<const uint4*>(
+          stage + G::kKsOff + (lane / kLanesPerRow % 4u) * G::kKsRow + 16u * (lane % kLanesPerRow));
+      top = __vmaxu2(__vmaxu2(e.x, e.y), __vmaxu2(e.z, e.w)) & 0xffffu;  // low halves: scales
+      top = __reduce_max_sync(kFull, top);
     }
-    std::uint32_t top = max(AsU32(smax) & 0xffffu, AsU32(smax) >> 16);
-    top = max(top, __shfl_xor_sync(kFull, top, 1));
-    top = max(top, __shfl_xor_sync(kFull, top, 2));
     const int n = max(-14, 15 - static_cast<int>(top >> 10));  // -14: Q'' < 2^13 * 4
     const __half2 up = Pow2Half2(n);
     float s[4][4], bias[4];
@@ -562,14 +569,22 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
     bias[0] = bias[1] = bias[2] = bias[3] = 0.0f;
 #pragma unroll
     for (std::uint32_t ks = 0; ks < G::kKc; ++ks) {
-      const std::uint32_t w = ks >> 2, jp = ks & 3u, i0 = 16u * w + 2u * jp;
-      const std::uint32_t e0 = ksw[i0], e1 = ksw[i0 + 8], e2 = ksw[i0 + 1], e3 = ksw[i0 + 9];
+      const std::uint32_t w = ks >> 2, jp = ks & 3u;
+      // The lane's (scale, min) words 16 w + 2 jp + (0, 8, 1, 9) (dims tq D/4 + those), read as
+      // 16-byte words shared by k-steps jp = 0, 1 and 2, 3.
+      const std::uint8_t* krow = stage + G::kKsOff + tq * G::kKsRow + 64u * w + 16u * (jp >> 1);
+      const uint4 lo = *reinterpret_cast<const uint4*>(krow);
+      const uint4 hi = *reinterpret_cast<const uint4*>(krow + 32u);
+      const bool odd = (jp & 1u) != 0;
+      const std::uint32_t e0 = odd ? lo.z : lo.x, e1 = odd ? hi.z : hi.x;
+      const std::uint32_t e2 = odd ? lo.w : lo.y, e3 = odd ? hi.w : hi.y;
       const __half2 sc0 = __hmul2(AsHalf2(__byte_perm(e0, e1, 0x5410)), up);
       const __half2 sc1 = __hmul2(AsHalf2(__byte_perm(e2, e3, 0x5410)), up);
-      const std::uint32_t q0 = AsU32(__hmul2(AsHalf2(qh[ks][0]), sc0));
-      const std::uint32_t q1 = AsU32(__hmul2(AsHalf2(qh[ks][1]), sc1));
+      const uint4 qfr = s_qfrag[ks][lane];
+      const std::uint32_t q0 = AsU32(__hmul2(AsHalf2(qfr.x), sc0));
+      const std::uint32_t q1 = AsU32(__hmul2(AsHalf2(qfr.y), sc1));
       const std::uint32_t mn0 = __byte_perm(e0, e1, 0x7632), mn1 = __byte_perm(e2, e3, 0x7632);
-      MmaF16(bias, mn0, mn0, mn1, mn1, b1[ks][0], b1[ks][1]);
+      MmaF16(bias, mn0, mn0, mn1, mn1, qfr.z, qfr.w);
 #pragma unroll
       for (std::uint32_t mt = 0; mt < 4; ++mt) {
         const std::uint32_t x0 = kw[2 * mt][w], x1 = kw[2 * mt + 1][w];

@@ -252,11 +252,11 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
   __shared__ float s_l[kMaxSplits][kRows];
   __shared__ float s_row_m[kRows], s_row_l[kRows];
   __shared__ std::uint32_t s_last;
-  // The query's B fragments per k-step and lane, {qh[ks][0], qh[ks][1], b1[ks][0], b1[ks][1]}
-  // below, the same for every warp: warp 0 writes them, the blocks read them (in registers they
-  // held 32 of the 12-warp kernel's 168; H200, session 26, with attend_block's scale words read
-  // per pair of k-steps and their maximum by one reduction: 4K batch 16 -3 to -4%, 128K batch 1
-  // -1%, the rest level, once the query is asked for first; without that, slower).
+  // The query's B fragments per k-step and lane, {qh0, qh1, b1_0, b1_1} below (qh, b1: pairs of
+  // k-step ks), the same for every warp: warp 0 writes them, the blocks read them (in registers
+  // they held 32 of the 12-warp kernel's 168; H200, session 26, with attend_block's scale words
+  // read per pair of k-steps and their maximum by one reduction: 4K batch 16 -3 to -4%, 128K batch
+  // 1 -1%, the rest level, once the query is asked for first; without that, slower).
   __shared__ uint4 s_qfrag[G::kKc][32];
 
   const std::uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u;
@@ -418,11 +418,10 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
   // d + 1, d + 9 (b1), d = tq D/4 + 16 (ks / 4) + 2 (ks % 4), i.e. code pairs 2 (ks % 4) and
   // 2 (ks % 4) + 1 of the lane's word ks / 4, in units of softmax_scale * log2(e) * 2^-a_g with
   // max |.| of the head in [1/4, 1/2): b1 as they are (the mins' and the unquantized keys' B), qh
-  // times 2^14 * 4^-PairShift (the B that a block's normalised K scales multiply).
-  std::uint32_t b1[G::kKc][2], qh[G::kKc][2];  // (to s_qfrag)
-  int ah[2];                                   // heads 2 tq, 2 tq + 1: their exponents a
-  float sb[2];                                 // and 2^a
-  int a = 0;                                   // head g's exponent
+  // times 2^14 * 4^-PairShift (the B that a block's normalised K scales multiply); to s_qfrag.
+  int ah[2];    // heads 2 tq, 2 tq + 1: their exponents a
+  float sb[2];  // and 2^a
+  int a = 0;    // head g's exponent
   {
     float qf[G::kKc][4];
     float qmax = 0.0f;
@@ -451,11 +450,11 @@ __global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
       const int k0 = 2 * static_cast<int>(PairShift(2u * (ks & 3u)));
       const int k1 = 2 * static_cast<int>(PairShift(2u * (ks & 3u) + 1u));
       const float f = Pow2(-a), f0 = Pow2(14 - a - k0), f1 = Pow2(14 - a - k1);
-      b1[ks][0] = PackHalf2(qf[ks][0] * f, qf[ks][1] * f);
-      b1[ks][1] = PackHalf2(qf[ks][2] * f, qf[ks][3] * f);
-      qh[ks][0] = PackHalf2(qf[ks][0] * f0, qf[ks][1] * f0);
-      qh[ks][1] = PackHalf2(qf[ks][2] * f1, qf[ks][3] * f1);
-      if (warp == 0) s_qfrag[ks][lane] = make_uint4(qh[ks][0], qh[ks][1], b1[ks][0], b1[ks][1]);
+      const std::uint32_t b1_0 = PackHalf2(qf[ks][0] * f, qf[ks][1] * f);
+      const std::uint32_t b1_1 = PackHalf2(qf[ks][2] * f, qf[ks][3] * f);
+      const std::uint32_t qh0 = PackHalf2(qf[ks][0] * f0, qf[ks][1] * f0);
+      const std::uint32_t qh1 = PackHalf2(qf[ks][2] * f1, qf[ks][3] * f1);
+      if (warp == 0) s_qfrag[ks][lane] = make_uint4(qh0, qh1, b1_0, b1_1);
     }
     // Lanes 8 tq and 8 tq + 4 hold heads 2 tq and 2 tq + 1.
     const int a0 = __shfl_sync(kFull, a, 8u * tq), a1 = __shfl_sync(kFull, a, 8u * tq + 4u);

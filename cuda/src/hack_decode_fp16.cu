@@ -242,9 +242,15 @@ __device__ __forceinline__ void PrefetchFirstUnits(const HackAttentionParams& p,
 }
 
 // IoT: q's and out's element (io_element.cuh). kEarly: the CTA prefetches its first units before
-// the dependency wait and lets the next call launch after it (see the wait below).
+// the dependency wait and lets the next call launch after it (see the wait below). A kEarly kernel
+// is launched with at most kHackDecodeFp16FullWarps warps (LaunchHackDecodeFp16), and bounded by
+// those it may use 200 registers where the 12-warp bound held it to 168 (H200, session 27: 4K
+// batch 1 with a 63-token tail -3%, 4K -1%, 32K -0.7%; 4K batch 16 +1%).
+constexpr std::uint32_t MaxThreads(bool early) {
+  return 32 * (early ? kHackDecodeFp16FullWarps : kHackDecodeFp16MaxWarps);
+}
 template <int D, typename IoT, bool kEarly>
-__global__ void __launch_bounds__(kHackDecodeFp16MaxWarps * 32, 1)
+__global__ void __launch_bounds__(MaxThreads(kEarly), 1)
     HackDecodeFp16Kernel(const __grid_constant__ HackAttentionParams p) {
   using G = Geo16<D>;
   extern __shared__ __align__(16) std::uint8_t smem[];

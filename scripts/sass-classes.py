@@ -6,8 +6,8 @@ names each 16-byte sm_90 instruction by its opcode (the first word's low 12 bits
 operation and its operand form) from a table learned from `cuobjdump -sass` listings of this
 project's own cubins (scripts/sass-opcodes.json), and decodes BRA targets, so that a kernel
 variant's register spills (STL / LDL) and its hottest loop's instruction mix can be read before a
-GPU runs it (docs/cuda.md, "Before a GPU runs them"). Operands, predicates and
-modifiers are not decoded; an opcode the table lacks prints as ?XXX (learn it from a listing).
+GPU runs it (docs/cuda.md, "Before a GPU runs them"). Operands, predicates and modifiers are not
+decoded; an opcode the table lacks prints as ?XXX (learn it from a listing).
 
 Usage:
   scripts/sass-classes.py CUBIN [NAME_PART] [--mix]

@@ -113,7 +113,7 @@ def report(path, part, mix):
 
 
 def learn(paths):
-    table = {k: v for k, v in load_table().items()}
+    table = load_table()
     for path in paths:
         for ops in listing(path).values():
             for bits, op in ops:

@@ -8,8 +8,7 @@ this checks the scheme, not the CUDA (kvdepot_gpu_tests does that on the GPU mac
 def sim(pairs, U, C, W):
     total = pairs*U; run = (total + C - 1)//C
     covered = [0]*total
-    writes = {}   # (cta, slot, pair) partial written
-    ctas = []
+    writes = {}   # (cta, slot) -> the pair whose partial it writes
     for c in range(C):
         v0 = min(total, c*run); v1 = min(total, v0+run)
         if v0 == v1: continue
@@ -22,8 +21,7 @@ def sim(pairs, U, C, W):
             if a < boundary and b > boundary: crossing = True
             if a >= boundary and a < b and first1 == W: first1 = w
         ncross = 0
-        slot_writers = {0: [], 1: []}; slot_users_prologue = {0: [], 1: []}
-        final_slots = []
+        slot_writers = {0: [], 1: []}; slot1_prologue_users = False
         for w in range(W):
             w0 = v0 + w*n//W; w1 = v0+(w+1)*n//W
             lo0, hi0, hi1, parts = w0, w1, 0, 1
@@ -38,19 +36,17 @@ def sim(pairs, U, C, W):
                 for u in range(lo, hi): covered[pair*U+u] += 1
                 writer = (w == 0) if slot == 0 else ((w == first1) if part == 0 else (first1 == W))
                 if writer: slot_writers[slot].append((w, part))
-                if part == 0: slot_users_prologue[slot].append(w)
+                if part == 0: slot1_prologue_users |= slot == 1
                 else:
                     # crossing warp uses slot 1 after switch: must be written by a prologue writer or itself
                     assert first1 < W or writer
-            final_slots.append(slot)
         assert ncross <= 1 and crossing == (ncross == 1)
         # slot 0 written exactly once in prologue (warp 0)
         assert slot_writers[0] == [(0, 0)], slot_writers
-        if slot_users_prologue[1]:
+        if slot1_prologue_users:
             assert any(p == 0 for _, p in slot_writers[1]) and len(slot_writers[1]) == 1, (slot_writers, first1)
         slots = 2 if boundary != (1<<32)-1 else 1
         for sl in range(slots): writes[(c, sl)] = pair0+sl
-        ctas.append(c)
     assert all(x == 1 for x in covered), 'coverage'
     # contributors
     for pr in range(pairs):
@@ -59,7 +55,6 @@ def sim(pairs, U, C, W):
         got = sorted(2*c+sl for (c, sl), p in writes.items() if p == pr)
         exp = sorted(2*c + (0 if c*run//U == pr else 1) for c in range(first, last+1))
         assert got == exp, (pr, got, exp)
-    return True
 n = 0
 for pairs in list(range(1, 132)):
     for U in [1, 2, 3, 5, 7, 64, 97, 110, 129, 513, 520, 783, 2049]:

@@ -76,6 +76,10 @@ constexpr std::uint32_t kP = 64;
 constexpr std::uint32_t kRunKeys = 8;
 constexpr std::uint32_t kRows = 8;
 constexpr std::uint32_t kMaxSplits = 16;
+// The CTA merge's rows of O' in shared memory are D + kMergePad floats apart: a lane's fragment
+// stores (rows 2 tq, 2 tq + 1; channels 16 mt + g, + 8) then fall in 32 distinct banks, where rows
+// D apart put the four tq in one bank (4-way conflicts on 32 stores per lane).
+constexpr std::uint32_t kMergePad = 4;
 // Shared-memory stages per warp: a block is copied kStages - 1 blocks ahead of the one computed.
 constexpr std::uint32_t kStages = 3;
 constexpr unsigned kFull = 0xffffffffu;
@@ -256,7 +260,6 @@ __global__ void __launch_bounds__(MaxThreads(kEarly), 1)
   extern __shared__ __align__(16) std::uint8_t smem[];
   __shared__ float s_m[kMaxSplits][kRows];
   __shared__ float s_l[kMaxSplits][kRows];
-  __shared__ float s_row_m[kRows], s_row_l[kRows];
   __shared__ std::uint32_t s_last;
   // The query's B fragments per k-step and lane, {qh0, qh1, b1_0, b1_1} below (qh, b1: pairs of
   // k-step ks), the same for every warp: warp 0 writes them, the blocks read them (in registers
@@ -392,15 +395,22 @@ __global__ void __launch_bounds__(MaxThreads(kEarly), 1)
   float qv[D / 4];
   if constexpr (kVectorQ) LoadIo<D / 4>(qp + tq * (D / 4), row, qv);
 
-  // The warp's blocks ub + warp + k W go through its stage ring; the first kStages - 1 are asked
-  // for before the query is prepared, so the two latencies overlap.
+  // The warp's blocks ub + warp + k W go through its stage ring, the first kStages - 1 asked for
+  // before the loop. A kEarly CTA asks for them before it prepares the query (they are in L2 by
+  // then, asked for before the wait: the two latencies overlap); the others after (the query is
+  // then not served behind every warp's first copies from HBM; H200, session 29: 128K batch 1
+  // -1.9%, batch 16 level; the kEarly kernel so was 3.5-5.5% slower at 4K and 32K).
   std::uint8_t* ring = smem + std::size_t{warp} * kStages * G::kStageBytes;
   const std::uint32_t first = ub + warp;
   const std::uint32_t blocks = first < qe ? (qe - first + W - 1) / W : 0;
+  // (The same loop written out twice below: as one lambda called from either place ptxas
+  // scheduled the kEarly kernels differently from the code measured.)
+  if constexpr (kEarly) {
 #pragma unroll
-  for (std::uint32_t i = 0; i + 1 < kStages; ++i) {
-    if (i < blocks) issue(first + i * W, ring + i * G::kStageBytes);
-    CpAsyncCommit();
+    for (std::uint32_t i = 0; i + 1 < kStages; ++i) {
+      if (i < blocks) issue(first + i * W, ring + i * G::kStageBytes);
+      CpAsyncCommit();
+    }
   }
 
   // The warp's unquantized runs (after its blocks): their rows are asked into L2 now (kEarly: were,
@@ -470,6 +480,13 @@ __global__ void __launch_bounds__(MaxThreads(kEarly), 1)
     sb[1] = Pow2(a1);
   }
 
+  if constexpr (!kEarly) {  // the first copies, after the query (see `ring` above)
+#pragma unroll
+    for (std::uint32_t i = 0; i + 1 < kStages; ++i) {
+      if (i < blocks) issue(first + i * W, ring + i * G::kStageBytes);
+      CpAsyncCommit();
+    }
+  }
   __syncthreads();  // s_qfrag written
 
   // O' = O / 2^16: o[mt] = channels 16 mt + g (0, 1) and 16 mt + 8 + g (2, 3) of heads 2 tq (0, 2)
@@ -810,20 +827,22 @@ __global__ void __launch_bounds__(MaxThreads(kEarly), 1)
     for (std::uint32_t u = first + blocks * W; u < ue; u += W) attend_tail(u - nb);
   }
 
-  // ---- merge the warps: O' [W][8 heads][D] (over the stage rings), then maxima and normalisers
+  // ---- merge the warps: O' [W][8 heads][D + kMergePad] (over the stage rings), then maxima and
+  // normalisers
   __syncthreads();
-  float* s_o = reinterpret_cast<float*>(smem);  // [W][kRows][D]
-  float* s_wm = s_o + W * kRows * D;            // [W][kRows]
+  constexpr std::uint32_t kORow = D + kMergePad;
+  float* s_o = reinterpret_cast<float*>(smem);  // [W][kRows][kORow]
+  float* s_wm = s_o + W * kRows * kORow;        // [W][kRows]
   float* s_wl = s_wm + W * kRows;               // [W][kRows]
   {
-    float* ow = s_o + warp * kRows * D;
+    float* ow = s_o + warp * kRows * kORow;
 #pragma unroll
     for (std::uint32_t mt = 0; mt < G::kMt; ++mt) {
       const std::uint32_t c0 = 16u * mt + g, c1 = c0 + 8u;
-      ow[(2u * tq) * D + c0] = o[mt][0];
-      ow[(2u * tq + 1u) * D + c0] = o[mt][1];
-      ow[(2u * tq) * D + c1] = o[mt][2];
-      ow[(2u * tq + 1u) * D + c1] = o[mt][3];
+      ow[(2u * tq) * kORow + c0] = o[mt][0];
+      ow[(2u * tq + 1u) * kORow + c0] = o[mt][1];
+      ow[(2u * tq) * kORow + c1] = o[mt][2];
+      ow[(2u * tq + 1u) * kORow + c1] = o[mt][3];
     }
     if (g == 0) {
       s_wm[warp * kRows + 2u * tq] = m[0];
@@ -831,20 +850,6 @@ __global__ void __launch_bounds__(MaxThreads(kEarly), 1)
       s_wl[warp * kRows + 2u * tq] = l[0];
       s_wl[warp * kRows + 2u * tq + 1u] = l[1];
     }
-  }
-  __syncthreads();
-  if (tid < kRows) {
-    float M = -INFINITY;
-    for (std::uint32_t w = 0; w < W; ++w) M = fmaxf(M, s_wm[w * kRows + tid]);
-    float L = 0.0f;
-    for (std::uint32_t w = 0; w < W; ++w) {
-      const float mw = s_wm[w * kRows + tid];
-      const float weight = mw == -INFINITY ? 0.0f : Exp2(mw - M);
-      s_wm[w * kRows + tid] = weight;
-      L += s_wl[w * kRows + tid] * weight;
-    }
-    s_row_m[tid] = M;
-    s_row_l[tid] = L;
   }
   __syncthreads();
 
@@ -868,74 +873,82 @@ __global__ void __launch_bounds__(MaxThreads(kEarly), 1)
   };
   constexpr std::uint32_t kSlot = kRows * (D + 2);
   float* part = p.partials + (std::uint64_t{pair} * p.splits + split) * kSlot;
+  // Each thread weighs its row's warps itself (the warps' maxima and normalisers are broadcast
+  // reads): no stage of one thread per row between two more barriers. (With kMergePad, the split
+  // merge's weights per thread and thread 0's fence below; H200, session 29: 4K and 32K batch 1
+  // -4 to -6%, 128K -2%, 4K batch 16 -5%, 32K and 128K batch 16 level.)
   for (std::uint32_t i = tid; i < rows * (D / 4); i += blockDim.x) {
     const std::uint32_t r = i / (D / 4), d = i % (D / 4) * 4u;
+    float M = -INFINITY;
+    for (std::uint32_t w = 0; w < W; ++w) M = fmaxf(M, s_wm[w * kRows + r]);
+    float L = 0.0f;
     float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (std::uint32_t w = 0; w < W; ++w) {
-      accumulate(a, s_wm[w * kRows + r],
-                 *reinterpret_cast<const float4*>(s_o + (w * kRows + r) * D + d));
+      const float mw = s_wm[w * kRows + r];
+      const float weight = mw == -INFINITY ? 0.0f : Exp2(mw - M);
+      L += s_wl[w * kRows + r] * weight;
+      accumulate(a, weight, *reinterpret_cast<const float4*>(s_o + (w * kRows + r) * kORow + d));
     }
     if (p.splits == 1) {
-      write_out(r, d, a, s_row_m[r], s_row_l[r]);
+      write_out(r, d, a, M, L);
     } else {
       __stcg(reinterpret_cast<float4*>(part + r * D + d), a);
+      if (d == 0) {
+        __stcg(part + kRows * D + r, M);
+        __stcg(part + kRows * D + kRows + r, L);
+      }
     }
   }
   if (p.splits == 1) return;
-  if (tid < kRows) {
-    __stcg(part + kRows * D + tid, s_row_m[tid]);
-    __stcg(part + kRows * D + kRows + tid, s_row_l[tid]);
-  }
-  __threadfence();
+  // The arrival: the CTA's partial stores, then thread 0's fence and atomic (and, in the last CTA,
+  // its fence before the CTA reads the others' partials), barriers on either side: the pattern of
+  // cooperative groups' grid sync, one fence where every thread fenced.
   __syncthreads();
-  if (tid == 0) s_last = atomicAdd(p.counters + pair, 1u) == p.splits - 1 ? 1u : 0u;
+  if (tid == 0) {
+    __threadfence();
+    const bool last = atomicAdd(p.counters + pair, 1u) == p.splits - 1;
+    if (last) __threadfence();
+    s_last = last ? 1u : 0u;
+  }
   __syncthreads();
   if (s_last == 0) return;
-  __threadfence();
 
-  // The last split to arrive merges all of them (log-sum-exp rule).
+  // The last split to arrive merges all of them (log-sum-exp rule), each thread weighing its row's
+  // splits itself from their maxima and normalisers (one L2 round trip into shared memory first).
   const float* parts = p.partials + std::uint64_t{pair} * p.splits * kSlot;
-  for (std::uint32_t i = tid; i < p.splits * kRows; i += blockDim.x) {
-    const std::uint32_t sp = i / kRows, r = i % kRows;
+  for (std::uint32_t i = tid; i < p.splits * rows; i += blockDim.x) {
+    const std::uint32_t sp = i / rows, r = i % rows;
     s_m[sp][r] = __ldcg(parts + sp * kSlot + kRows * D + r);
     s_l[sp][r] = __ldcg(parts + sp * kSlot + kRows * D + kRows + r);
-  }
-  __syncthreads();
-  if (tid < kRows) {
-    float M = -INFINITY;
-    for (std::uint32_t sp = 0; sp < p.splits; ++sp) M = fmaxf(M, s_m[sp][tid]);
-    float L = 0.0f;
-    for (std::uint32_t sp = 0; sp < p.splits; ++sp) {
-      const float ms = s_m[sp][tid];
-      const float weight = ms == -INFINITY ? 0.0f : Exp2(ms - M);
-      s_m[sp][tid] = weight;
-      L += s_l[sp][tid] * weight;
-    }
-    s_row_m[tid] = M;
-    s_row_l[tid] = L;
   }
   __syncthreads();
   for (std::uint32_t i = tid; i < rows * (D / 4); i += blockDim.x) {
     const std::uint32_t r = i / (D / 4), d = i % (D / 4) * 4u;
     const float* src = parts + r * D + d;
+    float M = -INFINITY;
+    for (std::uint32_t sp = 0; sp < p.splits; ++sp) M = fmaxf(M, s_m[sp][r]);
+    float L = 0.0f;
     float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 16
     for (std::uint32_t sp = 0; sp < p.splits; ++sp) {
-      accumulate(a, s_m[sp][r], __ldcg(reinterpret_cast<const float4*>(src + sp * kSlot)));
+      const float ms = s_m[sp][r];
+      const float weight = ms == -INFINITY ? 0.0f : Exp2(ms - M);
+      L += s_l[sp][r] * weight;
+      accumulate(a, weight, __ldcg(reinterpret_cast<const float4*>(src + sp * kSlot)));
     }
-    write_out(r, d, a, s_row_m[r], s_row_l[r]);
+    write_out(r, d, a, M, L);
   }
   if (tid == 0) p.counters[pair] = 0;  // ready for the next launch
 }
 
 std::atomic<std::size_t> g_decode_fp16_smem[2][kIoTypes][2][kMaxDevices];
 
-// A warp's stage ring; the warps' merge buffers (O' [warps][8][D], then the warps' row maxima and
-// normalisers) reuse it once every warp is done.
+// A warp's stage ring; the warps' merge buffers (O' [warps][8][D + kMergePad], then the warps' row
+// maxima and normalisers) reuse it once every warp is done.
 template <int HeadDim>
 std::size_t HackDecodeFp16SharedBytes(std::uint32_t warps) {
   const std::size_t rings = std::size_t{warps} * kStages * Geo16<HeadDim>::kStageBytes;
-  const std::size_t merge = std::size_t{warps} * kRows * (HeadDim + 2) * sizeof(float);
+  const std::size_t merge = std::size_t{warps} * kRows * (HeadDim + kMergePad + 2) * sizeof(float);
   return rings > merge ? rings : merge;
 }
 

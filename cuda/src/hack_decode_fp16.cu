@@ -399,7 +399,7 @@ __global__ void __launch_bounds__(MaxThreads(kEarly), 1)
   // before the loop. A kEarly CTA asks for them before it prepares the query (they are in L2 by
   // then, asked for before the wait: the two latencies overlap); the others after (the query is
   // then not served behind every warp's first copies from HBM; H200, session 29: 128K batch 1
-  // -1.9%, batch 16 level; the kEarly kernel so was 3.5-5.5% slower at 4K and 32K).
+  // -1.9%, batch 16 level; the kEarly kernel so was 3.6-5.5% slower at 4K and 32K).
   std::uint8_t* ring = smem + std::size_t{warp} * kStages * G::kStageBytes;
   const std::uint32_t first = ub + warp;
   const std::uint32_t blocks = first < qe ? (qe - first + W - 1) / W : 0;

@@ -245,6 +245,19 @@ __device__ __forceinline__ void PrefetchFirstUnits(const HackAttentionParams& p,
   }
 }
 
+// A warp's first kStages - 1 blocks (first + i W, of its `blocks`) into its ring's first stages, a
+// commit group each (empty past `blocks`), so that the block loop's waits count them.
+template <typename Issue>
+__device__ __forceinline__ void IssueFirstBlocks(Issue& issue, std::uint32_t first,
+                                                 std::uint32_t blocks, std::uint32_t W,
+                                                 std::uint8_t* ring, std::uint32_t stage_bytes) {
+#pragma unroll
+  for (std::uint32_t i = 0; i + 1 < kStages; ++i) {
+    if (i < blocks) issue(first + i * W, ring + i * stage_bytes);
+    CpAsyncCommit();
+  }
+}
+
 // IoT: q's and out's element (io_element.cuh). kEarly: the CTA prefetches its first units before
 // the dependency wait and lets the next call launch after it (see the wait below). A kEarly kernel
 // is launched with at most kHackDecodeFp16FullWarps warps (LaunchHackDecodeFp16), and bounded by
@@ -403,15 +416,7 @@ __global__ void __launch_bounds__(MaxThreads(kEarly), 1)
   std::uint8_t* ring = smem + std::size_t{warp} * kStages * G::kStageBytes;
   const std::uint32_t first = ub + warp;
   const std::uint32_t blocks = first < qe ? (qe - first + W - 1) / W : 0;
-  // (The same loop written out twice below: as one lambda called from either place ptxas
-  // scheduled the kEarly kernels differently from the code measured.)
-  if constexpr (kEarly) {
-#pragma unroll
-    for (std::uint32_t i = 0; i + 1 < kStages; ++i) {
-      if (i < blocks) issue(first + i * W, ring + i * G::kStageBytes);
-      CpAsyncCommit();
-    }
-  }
+  if constexpr (kEarly) IssueFirstBlocks(issue, first, blocks, W, ring, G::kStageBytes);
 
   // The warp's unquantized runs (after its blocks): their rows are asked into L2 now (kEarly: were,
   // before the wait).
@@ -480,13 +485,8 @@ __global__ void __launch_bounds__(MaxThreads(kEarly), 1)
     sb[1] = Pow2(a1);
   }
 
-  if constexpr (!kEarly) {  // the first copies, after the query (see `ring` above)
-#pragma unroll
-    for (std::uint32_t i = 0; i + 1 < kStages; ++i) {
-      if (i < blocks) issue(first + i * W, ring + i * G::kStageBytes);
-      CpAsyncCommit();
-    }
-  }
+  // The first copies, after the query (see `ring` above).
+  if constexpr (!kEarly) IssueFirstBlocks(issue, first, blocks, W, ring, G::kStageBytes);
   __syncthreads();  // s_qfrag written
 
   // O' = O / 2^16: o[mt] = channels 16 mt + g (0, 1) and 16 mt + 8 + g (2, 3) of heads 2 tq (0, 2)

@@ -16,10 +16,14 @@
 #       prints no row that fails).
 #       --tests first runs each DIR's decode GPU tests (gtest filter *Decode*), stopping at a
 #       failure.
+#   scripts/gpu-variants.sh table FILE [BASE_DIR]   (either machine) run's output saved in FILE as a
+#       Markdown table, each folder's runs and its mean's change against BASE_DIR's (default: the
+#       first folder) per shape (scripts/gpu-variants-table.py).
 # Env: LENGTHS (default 4096,4159,32768,32831,131072,131135), BATCHES (default 1,16), JOBS (build).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+caller="$PWD"
 cd "$root"
 lengths=${LENGTHS:-4096,4159,32768,32831,131072,131135}
 batches=${BATCHES:-1,16}
@@ -86,5 +90,6 @@ run() {
 case "${1:-}" in
   build) shift; build "$@" ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,19p' "$0" >&2; exit 2 ;;
+  table) shift; cd "$caller"; exec python3 "$root/scripts/gpu-variants-table.py" "$@" ;;
+  *) sed -n '2,22p' "$0" >&2; exit 2 ;;
 esac

@@ -7,8 +7,8 @@
 #       bench/gpu/variants/*.patch): a detached worktree at HEAD with the patch applied, built by
 #       scripts/build-gpu.sh; its kvdepot_hack_bench and kvdepot_gpu_tests go to .gpu-NAME/bin
 #       (NAME: the patch's file name without .patch), and this checkout's own (its .gpu build,
-#       brought up to date first) to .gpu-main/bin. Git ignores .gpu-*; carry the bin folders
-#       (14 MB each; a call carries 64 MiB in 8 paths).
+#       brought up to date first) to .gpu-main/bin, stripped. Git ignores .gpu-*; carry the bin
+#       folders (13 MB each; a call carries 64 MiB in 8 paths, the working tree's ~6 MB included).
 #   scripts/gpu-variants.sh run [--tests] DIR...   (on the GPU machine) two rounds, each running
 #       every DIR's decode rows (`kvdepot_hack_bench --only decode`, fp16 path, bf16 q / out, graph
 #       replay) in turn, the second round in reverse order; prints "DIR batch tokens µs" per row
@@ -29,9 +29,9 @@ lengths=${LENGTHS:-4096,4159,32768,32831,131072,131135}
 batches=${BATCHES:-1,16}
 binaries=(kvdepot_hack_bench kvdepot_gpu_tests)
 
-copy_bins() {  # from_dir to_dir
+copy_bins() {  # from_dir to_dir; stripped (~0.7 MB less each: a call carries 64 MiB, the tree too)
   mkdir -p "$2"
-  for b in "${binaries[@]}"; do cp "$1/$b" "$2/$b"; done
+  for b in "${binaries[@]}"; do cp "$1/$b" "$2/$b" && strip "$2/$b"; done
 }
 
 build() {

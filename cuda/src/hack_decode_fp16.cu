@@ -259,15 +259,19 @@ __device__ __forceinline__ void IssueFirstBlocks(Issue& issue, std::uint32_t fir
 }
 
 // IoT: q's and out's element (io_element.cuh). kEarly: the CTA prefetches its first units before
-// the dependency wait and lets the next call launch after it (see the wait below). A kEarly kernel
-// is launched with at most kHackDecodeFp16FullWarps warps (LaunchHackDecodeFp16), and bounded by
-// those it may use 200 registers where the 12-warp bound held it to 168 (H200, session 27: 4K
-// batch 1 with a 63-token tail -3%, 4K -1%, 32K -0.7%; 4K batch 16 +1%).
-constexpr std::uint32_t MaxThreads(bool early) {
-  return 32 * (early ? kHackDecodeFp16FullWarps : kHackDecodeFp16MaxWarps);
+// the dependency wait and lets the next call launch after it (see the wait below). kFewWarps: the
+// kernel is launched with at most kHackDecodeFp16FullWarps warps (LaunchHackDecodeFp16), and
+// bounded by those it may use 200 registers where the 12-warp bound held it to 168 (H200, session
+// 27: 4K batch 1 with a 63-token tail -3%, 4K -1%, 32K -0.7%; 4K batch 16 +1%). Three
+// instantiations run: few warps and early (short splits), many warps and early (a split sequence
+// of many blocks: 128K at batch 1), many warps and not early (whole sequences: batch 16). The
+// second is its own kernel because a run-time choice inside the third cost batch 16 1% (its
+// registers; session 29, `late-prefetch-when-split`).
+constexpr std::uint32_t MaxThreads(bool few_warps) {
+  return 32 * (few_warps ? kHackDecodeFp16FullWarps : kHackDecodeFp16MaxWarps);
 }
-template <int D, typename IoT, bool kEarly>
-__global__ void __launch_bounds__(MaxThreads(kEarly), 1)
+template <int D, typename IoT, bool kEarly, bool kFewWarps>
+__global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
     HackDecodeFp16Kernel(const __grid_constant__ HackAttentionParams p) {
   using G = Geo16<D>;
   extern __shared__ __align__(16) std::uint8_t smem[];
@@ -914,34 +918,69 @@ __global__ void __launch_bounds__(MaxThreads(kEarly), 1)
   if (s_last == 0) return;
 
   // The last split to arrive merges all of them (log-sum-exp rule), each thread weighing its row's
-  // splits itself from their maxima and normalisers (one L2 round trip into shared memory first).
+  // splits itself. The few-warp kernel (short splits: the merge is a large part of its call) loads
+  // its row's split maxima and normalisers in the same round trip as its splits' partial outputs,
+  // every load of the merge in flight at once, predicated up to kMaxSplits rather than a loop that
+  // stops at p.splits, which serialised them (session 29); absent splits weigh 0 and add exact
+  // zeros (H100, session 31: 4K batch 1 -6.2%). The 12-warp kernels stage the maxima and
+  // normalisers through shared memory first (the one-trip merge there: 128K batch 1 +1.3%).
   const float* parts = p.partials + std::uint64_t{pair} * p.splits * kSlot;
-  for (std::uint32_t i = tid; i < p.splits * rows; i += blockDim.x) {
-    const std::uint32_t sp = i / rows, r = i % rows;
-    s_m[sp][r] = __ldcg(parts + sp * kSlot + kRows * D + r);
-    s_l[sp][r] = __ldcg(parts + sp * kSlot + kRows * D + kRows + r);
-  }
-  __syncthreads();
-  for (std::uint32_t i = tid; i < rows * (D / 4); i += blockDim.x) {
-    const std::uint32_t r = i / (D / 4), d = i % (D / 4) * 4u;
-    const float* src = parts + r * D + d;
-    float M = -INFINITY;
-    for (std::uint32_t sp = 0; sp < p.splits; ++sp) M = fmaxf(M, s_m[sp][r]);
-    float L = 0.0f;
-    float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 16
-    for (std::uint32_t sp = 0; sp < p.splits; ++sp) {
-      const float ms = s_m[sp][r];
-      const float weight = ms == -INFINITY ? 0.0f : Exp2(ms - M);
-      L += s_l[sp][r] * weight;
-      accumulate(a, weight, __ldcg(reinterpret_cast<const float4*>(src + sp * kSlot)));
+  if constexpr (kFewWarps) {
+    for (std::uint32_t i = tid; i < rows * (D / 4); i += blockDim.x) {
+      const std::uint32_t r = i / (D / 4), d = i % (D / 4) * 4u;
+      const float* src = parts + r * D + d;
+      const float* ml = parts + kRows * D + r;  // the split's maximum; its normaliser kRows after
+      float ms[kMaxSplits], ls[kMaxSplits];
+      float4 xs[kMaxSplits];
+#pragma unroll
+      for (std::uint32_t sp = 0; sp < kMaxSplits; ++sp) {
+        const bool have = sp < p.splits;
+        ms[sp] = have ? __ldcg(ml + sp * kSlot) : -INFINITY;
+        ls[sp] = have ? __ldcg(ml + sp * kSlot + kRows) : 0.0f;
+        xs[sp] = have ? __ldcg(reinterpret_cast<const float4*>(src + sp * kSlot))
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+      float M = -INFINITY;
+#pragma unroll
+      for (std::uint32_t sp = 0; sp < kMaxSplits; ++sp) M = fmaxf(M, ms[sp]);
+      float L = 0.0f;
+      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (std::uint32_t sp = 0; sp < kMaxSplits; ++sp) {
+        const float weight = ms[sp] == -INFINITY ? 0.0f : Exp2(ms[sp] - M);
+        L += ls[sp] * weight;
+        accumulate(a, weight, xs[sp]);
+      }
+      write_out(r, d, a, M, L);
     }
-    write_out(r, d, a, M, L);
+  } else {
+    for (std::uint32_t i = tid; i < p.splits * rows; i += blockDim.x) {
+      const std::uint32_t sp = i / rows, r = i % rows;
+      s_m[sp][r] = __ldcg(parts + sp * kSlot + kRows * D + r);
+      s_l[sp][r] = __ldcg(parts + sp * kSlot + kRows * D + kRows + r);
+    }
+    __syncthreads();
+    for (std::uint32_t i = tid; i < rows * (D / 4); i += blockDim.x) {
+      const std::uint32_t r = i / (D / 4), d = i % (D / 4) * 4u;
+      const float* src = parts + r * D + d;
+      float M = -INFINITY;
+      for (std::uint32_t sp = 0; sp < p.splits; ++sp) M = fmaxf(M, s_m[sp][r]);
+      float L = 0.0f;
+      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 16
+      for (std::uint32_t sp = 0; sp < p.splits; ++sp) {
+        const float ms = s_m[sp][r];
+        const float weight = ms == -INFINITY ? 0.0f : Exp2(ms - M);
+        L += s_l[sp][r] * weight;
+        accumulate(a, weight, __ldcg(reinterpret_cast<const float4*>(src + sp * kSlot)));
+      }
+      write_out(r, d, a, M, L);
+    }
   }
   if (tid == 0) p.counters[pair] = 0;  // ready for the next launch
 }
 
-std::atomic<std::size_t> g_decode_fp16_smem[2][kIoTypes][2][kMaxDevices];
+std::atomic<std::size_t> g_decode_fp16_smem[2][kIoTypes][3][kMaxDevices];
 
 // A warp's stage ring; the warps' merge buffers (O' [warps][8][D + kMergePad], then the warps' row
 // maxima and normalisers) reuse it once every warp is done.
@@ -977,14 +1016,18 @@ cudaError_t LaunchHackDecodeFp16(const HackAttentionParams& params, cudaStream_t
   return DispatchIo(params.io_dtype, [&](auto tag) {
     using IoT = typename decltype(tag)::type;
     // Splits of fewer than 96 blocks (at most kHackDecodeFp16FullWarps warps) take the kernel that
-    // prefetches before its dependency wait; longer ones, where the first blocks' latency is spread
-    // over many, the one without (H200: 2-4% faster there than with it; docs/hack-gpu.md).
-    const bool early = params.warps <= kHackDecodeFp16FullWarps;
-    auto* kernel = early ? HackDecodeFp16Kernel<HeadDim, IoT, true>
-                         : HackDecodeFp16Kernel<HeadDim, IoT, false>;
+    // prefetches before its dependency wait; longer ones of a split sequence (128K at batch 1) its
+    // 12-warp instantiation; whole sequences of many blocks (batch 16), where the first blocks'
+    // latency is spread over many, the one without (H200: 2-4% faster there than with it;
+    // docs/hack-gpu.md).
+    const bool few = params.warps <= kHackDecodeFp16FullWarps;
+    const int which = few ? 0 : params.splits > 1 ? 1 : 2;
+    auto* kernel = which == 0   ? HackDecodeFp16Kernel<HeadDim, IoT, true, true>
+                   : which == 1 ? HackDecodeFp16Kernel<HeadDim, IoT, true, false>
+                                : HackDecodeFp16Kernel<HeadDim, IoT, false, false>;
     const cudaError_t err =
         ConfigureSharedMemory(kernel, HackDecodeFp16SharedBytes<HeadDim>(kHackDecodeFp16MaxWarps),
-                              g_decode_fp16_smem[HeadDim == 64 ? 0 : 1][kIoIndex<IoT>][early]);
+                              g_decode_fp16_smem[HeadDim == 64 ? 0 : 1][kIoIndex<IoT>][which]);
     return err != cudaSuccess ? err : cudaLaunchKernelEx(&config, kernel, params);
   });
 }

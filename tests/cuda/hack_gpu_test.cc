@@ -1363,10 +1363,19 @@ TEST(HackGpu, DequantFp16LongDecodeUsesSplitKv) {
   CheckDecodeFp16(128, 8, DType::kFloat16, {20000}, 0, 177);
   CheckDecodeFp16(128, 8, DType::kBFloat16, {20000, 3000}, 4, 178);
   CheckDecodeFp16(64, 3, DType::kFloat16, {12345}, 0, 179);
-  // Splits of 96 blocks or more get 12 warps and the kernel that does not prefetch before its
-  // dependency wait (LaunchHackDecodeFp16); the ones above, at most 8 and the one that does. 8
-  // sequences (16 pairs: 8 splits) sized for the longest: 782 blocks, 98 per split.
+  // Splits of 96 blocks or more get 12 warps (LaunchHackDecodeFp16); the ones above, at most 8
+  // and the kernel that prefetches before its dependency wait. 8 sequences (16 pairs: 8 splits)
+  // sized for the longest: 782 blocks, 98 per split, a split sequence: the 12-warp kernel that
+  // prefetches too.
   CheckDecodeFp16(128, 8, DType::kBFloat16, {50000, 1, 17, 65, 255, 1000, 64, 130}, 4, 180);
+  // Whole sequences (more pairs than SMs: one split each) of 97 blocks: the 12-warp kernel that
+  // does not prefetch, as batch 16 at 32K runs it.
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  std::vector<std::uint32_t> whole(static_cast<std::size_t>(sms) / 2 + 1, 65);
+  whole[0] = 6200;
+  CheckDecodeFp16(128, 8, DType::kBFloat16, whole, 4, 181);
 }
 
 // Decode calls enqueued back to back on one stream, as an engine's layer loop or a CUDA graph

@@ -994,6 +994,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       // arrival with the expected bytes, then the copy's transactions). The copy writes through
       // the async proxy, as the wgmmas read: no proxy fence.
       if (warp == 0) {
+        // Launched as the staging kernel's programmatic dependent (LaunchHackPrefillFp16): the
+        // images are read only once that grid has completed and its writes are visible. Nothing
+        // else in this kernel reads what it writes (the consumers read q, written before it).
+        internal::GridDependencyWait();
         const std::uint32_t n_tiles =
             SeqGeometry::Of(SeqGeometry::LayoutOf<D>(p)).Count(cq.max_key);
         const std::uint8_t* const images =
@@ -1225,6 +1229,9 @@ __global__ void __launch_bounds__(128)
   constexpr int D = 128;
   using G = Fp16Geo<D>;
   extern __shared__ __align__(128) std::uint8_t smem_raw[];
+  // The attention kernel may launch now: its CTAs take the SMs as this grid's leave, and prepare
+  // (barriers, queries) until their producers' dependency wait.
+  internal::GridDependencyLaunchDependents();
   const KvSource<D, 128> src(p, threadIdx.x, blockIdx.y);
   src.Fill(src.geo.At(blockIdx.x), smem_raw);
   __syncthreads();
@@ -1287,6 +1294,16 @@ cudaError_t LaunchHackPrefillFp16(const HackAttentionParams& params, cudaStream_
   config.blockDim = dim3(ws ? kWsThreads : kThreads);
   config.dynamicSmemBytes = smem;
   config.stream = stream;
+  // Staged: the attention kernel is the staging kernel's programmatic dependent, launched as its
+  // CTAs trigger rather than after it has completed (the producer waits before the first image).
+  // Only there: everything else it reads was complete before the staging kernel started.
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  if (staged) {
+    config.attrs = &attr;
+    config.numAttrs = 1;
+  }
   auto launch = [&](auto kernel, std::atomic<std::size_t>(&configured)[kMaxDevices]) {
     const cudaError_t err = ConfigureSharedMemory(kernel, smem, configured);
     return err != cudaSuccess ? err : cudaLaunchKernelEx(&config, kernel, params);

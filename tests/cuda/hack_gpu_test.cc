@@ -1368,8 +1368,9 @@ TEST(HackGpu, DequantFp16LongDecodeUsesSplitKv) {
   // sized for the longest: 782 blocks, 98 per split, a split sequence: the 12-warp kernel that
   // prefetches too.
   CheckDecodeFp16(128, 8, DType::kBFloat16, {50000, 1, 17, 65, 255, 1000, 64, 130}, 4, 180);
-  // Whole sequences (more pairs than SMs: one split each) of 97 blocks: the 12-warp kernel that
-  // does not prefetch, as batch 16 at 32K runs it.
+  // Whole sequences (more pairs than SMs: one split each), the grid sized for the longest's 97
+  // units (6,200 tokens with 4 sinks: 96 blocks and 52 unquantized tokens), so 12 warps: the
+  // 12-warp kernel that does not prefetch, as batch 16 at 32K runs it.
   int device = 0, sms = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);

@@ -18,7 +18,7 @@ METRIC = re.compile(r"\bkvdepot_[a-z0-9_]+")
 # kvdepot or kvdepotd is checked all the same.
 OTHER_TOOLS = re.compile(
     r"\b(cmake|ctest|pip|pytest|fio|redis-server|redis-benchmark|redis-cli|vllm|nsys|ncu|nvcc|"
-    r"promtool|prometheus|systemd-run|git|gtest|llvm-symbolizer|lmcache|"
+    r"nvidia-smi|promtool|prometheus|systemd-run|git|gtest|llvm-symbolizer|lmcache|"
     r"kvdepot_[a-z0-9_]*bench|kvdepot_hack_accuracy|kvdepot_hack_quality|kvdepot_cachegen_rd|kvdepot_eviction_trace|"
     r"kvdepot_gpu_fetch|torch_sdpa\.py|[a-z_]+_tests)\b|\b(scripts|bench)/\S+|Nsight")
 RUNS_KVDEPOT = re.compile(r"\bkvdepotd\s+--|\bkvdepot\s+(--|(ping|stats|top|ls|inspect|get|put|"

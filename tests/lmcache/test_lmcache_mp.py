@@ -351,13 +351,26 @@ def test_close_with_requests_in_flight(daemon):
     native = load_native_plugin(address=daemon.addr, num_workers=2, timeout_ms=5000)
     objs = random_objects(8, 1 << 20, seed=5)
     wire = [k.wire() for k in keys_for(8, start=500)]
+    targets = [[bytearray(1 << 20) for _ in range(8)] for _ in range(12)]
     futures = []
-    for round_ in range(12):
-        futures.append(native.submit_batch_set(wire, [o.byte_array for o in objs]))
-        futures.append(native.submit_batch_get(wire, [bytearray(1 << 20) for _ in range(8)]))
-    start = time.monotonic()
-    native.close()
-    assert time.monotonic() - start < 5, "close() waited longer than one I/O timeout"
+    # The daemon is stopped while the batches are submitted and until close() has begun, so work
+    # is still queued when close() is called (on a loaded machine the two workers could otherwise
+    # finish all of it first, and there would be nothing left to cancel); it resumes 0.2 s into
+    # close(), whose workers then finish the keys in flight and fail the rest as closed.
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    resume = threading.Timer(0.2, os.kill, (daemon.proc.pid, signal.SIGCONT))
+    try:
+        for round_ in range(12):
+            futures.append(native.submit_batch_set(wire, [o.byte_array for o in objs]))
+            futures.append(native.submit_batch_get(wire, targets[round_]))
+        start = time.monotonic()
+        resume.start()
+        native.close()
+        elapsed = time.monotonic() - start
+    finally:
+        resume.cancel()
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+    assert elapsed < 5, "close() waited longer than one I/O timeout"
     # Every submitted batch still has exactly one completion: done, or failed as closed.
     done = drain_until(native, futures, timeout=1)
     cancelled = [e for ok, e, _ in done.values() if not ok and "closed" in e]

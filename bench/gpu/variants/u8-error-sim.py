@@ -33,6 +33,10 @@ def quantize(x):  # [T, D] -> codes [B, 64, D], scale [B, D], min [B, D]
     return np.clip(np.rint((blocks - mn[:, None]) / sc[:, None]), 0, 3), sc, mn
 
 
+def dequantize(codes, sc, mn):  # back to [T, D]
+    return (mn[:, None] + codes * sc[:, None]).reshape(-1, codes.shape[2])
+
+
 def attention(q, k, v, sl):
     s = (q @ k.T) * sl
     p = np.exp2(s - s.max(1, keepdims=True))
@@ -50,9 +54,7 @@ def run(tokens, seed, dim=128, heads=8):
     exact = attention(q, k, v, sl)
     kc, ks, km = quantize(k)
     vc, vs, vm = quantize(v)
-    kd = (km[:, None] + kc * ks[:, None]).reshape(tokens, dim)
-    vd = (vm[:, None] + vc * vs[:, None]).reshape(tokens, dim)
-    fp16_path = attention(q, kd, vd, sl)
+    fp16_path = attention(q, dequantize(kc, ks, km), dequantize(vc, vs, vm), sl)
 
     qs = q * sl
     a = np.floor(np.log2(np.abs(qs).max(1))) + 2  # max |qs| 2^-a in [1/4, 1/2)

@@ -420,7 +420,18 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
   std::uint8_t* ring = smem + std::size_t{warp} * kStages * G::kStageBytes;
   const std::uint32_t first = ub + warp;
   const std::uint32_t blocks = first < qe ? (qe - first + W - 1) / W : 0;
-  if constexpr (kEarly) IssueFirstBlocks(issue, first, blocks, W, ring, G::kStageBytes);
+  // The 12-warp kernel of split sequences (128K at batch 1) asks here for its first block only, and
+  // for the second beside the third once the first has landed: every warp's first block then is
+  // not served behind the others' second blocks (after the dependency wait all 128 CTAs ask at
+  // once; H200, session 36: 128K batch 1 -3.4 to -3.9%; in the few-warp kernel too, 4K batch 1 and
+  // 16 +1 to +4%).
+  constexpr bool kOneFirst = kEarly && !kFewWarps;
+  if constexpr (kOneFirst) {
+    if (blocks > 0) issue(first, ring);
+    CpAsyncCommit();
+  } else if constexpr (kEarly) {
+    IssueFirstBlocks(issue, first, blocks, W, ring, G::kStageBytes);
+  }
 
   // The warp's unquantized runs (after its blocks): their rows are asked into L2 now (kEarly: were,
   // before the wait).
@@ -818,8 +829,15 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
     // Stage i % kStages is `now`, (i + kStages - 1) % kStages is `next` (the one just freed).
     std::uint32_t now = 0, next = kStages - 1;
     for (std::uint32_t i = 0; i < blocks; ++i) {
-      CpAsyncWait<kStages - 2>();  // block i's copies have landed (this lane's) ...
-      __syncwarp();                // ... and every lane's; stage (i - 1) % kStages is free
+      if (kOneFirst && i == 0) {
+        CpAsyncWait<0>();  // block 0's copies have landed (this lane's) ...
+        __syncwarp();      // ... and every lane's
+        if (blocks > 1) issue(first + W, ring + G::kStageBytes);
+        CpAsyncCommit();
+      } else {
+        CpAsyncWait<kStages - 2>();  // block i's copies have landed (this lane's) ...
+        __syncwarp();                // ... and every lane's; stage (i - 1) % kStages is free
+      }
       const std::uint32_t ahead = i + kStages - 1;
       if (ahead < blocks) issue(first + ahead * W, ring + next * G::kStageBytes);
       CpAsyncCommit();
@@ -831,18 +849,31 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
     for (std::uint32_t u = first + blocks * W; u < ue; u += W) attend_tail(u - nb);
   }
 
-  // ---- merge the warps: each writes its O' [8 heads][D + kMergePad], then its maxima and
-  // normalisers, into its own stage ring as soon as its units are done (no barrier before the
-  // writes: no other warp uses that ring; H100, session 36: batch 1 -1.0 to -2.3%, 128K batch 16
-  // -2.9%, 32K level, against all warps writing into the first rings after a CTA barrier), then
-  // one barrier.
+  // ---- merge the warps: O' [8 heads][D + kMergePad], then maxima and normalisers, per warp. The
+  // kEarly kernels (batch 1) write each warp's into its own stage ring as soon as its units are
+  // done (no barrier before the writes: no other warp uses that ring), then one barrier (H200,
+  // session 36: batch 1 -1.6 to -2.4%, 4K batch 16 -3.0%); the whole-sequence kernel (batch 16)
+  // waits for every warp and writes them one after another from the start of shared memory (its
+  // warps writing into their own rings were +1.3 to +1.6% at 32K and 128K batch 16 on the H200,
+  // though -2.9% at 128K on an H100).
+  constexpr bool kOwnRing = kEarly;
+  if constexpr (kOwnRing) {
+    __syncwarp();  // every lane is past its last read of the ring
+  } else {
+    __syncthreads();  // every warp is past its last read of the rings
+  }
   constexpr std::uint32_t kORow = D + kMergePad;
   constexpr std::uint32_t kWarpFloats = kStages * G::kStageBytes / 4u;  // a ring, in floats
   static_assert(kRows * (kORow + 2u) <= kWarpFloats && G::kStageBytes % 16u == 0u);
-  float* const s_w = reinterpret_cast<float*>(smem);  // warp w's at s_w + w kWarpFloats
-  __syncwarp();  // every lane is past its last read of the ring
+  // Warp w's O' rows at s_o + w o_step (rows kORow apart), its maxima at s_wm + w m_step, its
+  // normalisers at s_wl + w m_step.
+  constexpr std::uint32_t o_step = kOwnRing ? kWarpFloats : kRows * kORow;
+  constexpr std::uint32_t m_step = kOwnRing ? kWarpFloats : kRows;
+  float* const s_o = reinterpret_cast<float*>(smem);
+  float* const s_wm = s_o + (kOwnRing ? kRows * kORow : W * kRows * kORow);
+  float* const s_wl = s_wm + (kOwnRing ? kRows : W * kRows);
   {
-    float* ow = s_w + warp * kWarpFloats;
+    float* ow = s_o + warp * o_step;
 #pragma unroll
     for (std::uint32_t mt = 0; mt < G::kMt; ++mt) {
       const std::uint32_t c0 = 16u * mt + g, c1 = c0 + 8u;
@@ -852,20 +883,13 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
       ow[(2u * tq + 1u) * kORow + c1] = o[mt][3];
     }
     if (g == 0) {
-      float* ml = ow + kRows * kORow;  // maxima, then normalisers
-      ml[2u * tq] = m[0];
-      ml[2u * tq + 1u] = m[1];
-      ml[kRows + 2u * tq] = l[0];
-      ml[kRows + 2u * tq + 1u] = l[1];
+      s_wm[warp * m_step + 2u * tq] = m[0];
+      s_wm[warp * m_step + 2u * tq + 1u] = m[1];
+      s_wl[warp * m_step + 2u * tq] = l[0];
+      s_wl[warp * m_step + 2u * tq + 1u] = l[1];
     }
   }
   __syncthreads();
-  auto w_max = [&](std::uint32_t w, std::uint32_t r) {
-    return s_w[w * kWarpFloats + kRows * kORow + r];
-  };
-  auto w_sum = [&](std::uint32_t w, std::uint32_t r) {
-    return s_w[w * kWarpFloats + kRows * kORow + kRows + r];
-  };
 
   const std::uint32_t rows = min(p.group, kRows);
   auto write_out = [&](std::uint32_t r, std::uint32_t d, float4 a, float M, float L) {
@@ -894,15 +918,15 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
   for (std::uint32_t i = tid; i < rows * (D / 4); i += blockDim.x) {
     const std::uint32_t r = i / (D / 4), d = i % (D / 4) * 4u;
     float M = -INFINITY;
-    for (std::uint32_t w = 0; w < W; ++w) M = fmaxf(M, w_max(w, r));
+    for (std::uint32_t w = 0; w < W; ++w) M = fmaxf(M, s_wm[w * m_step + r]);
     float L = 0.0f;
     float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (std::uint32_t w = 0; w < W; ++w) {
-      const float mw = w_max(w, r);
+      const float mw = s_wm[w * m_step + r];
       const float weight = mw == -INFINITY ? 0.0f : Exp2(mw - M);
-      L += w_sum(w, r) * weight;
-      accumulate(a, weight,
-                 *reinterpret_cast<const float4*>(s_w + w * kWarpFloats + r * kORow + d));
+      L += s_wl[w * m_step + r] * weight;
+      const std::uint32_t at = kOwnRing ? w * o_step + r * kORow : (w * kRows + r) * kORow;
+      accumulate(a, weight, *reinterpret_cast<const float4*>(s_o + at + d));
     }
     if (p.splits == 1) {
       write_out(r, d, a, M, L);
@@ -993,7 +1017,7 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
 
 std::atomic<std::size_t> g_decode_fp16_smem[2][kIoTypes][3][kMaxDevices];
 
-// A warp's stage ring (each warp's merge buffer lies in its own ring once its units are done).
+// A warp's stage ring (the warps' merge buffers lie in the rings once the warps' units are done).
 template <int HeadDim>
 std::size_t HackDecodeFp16SharedBytes(std::uint32_t warps) {
   return std::size_t{warps} * kStages * Geo16<HeadDim>::kStageBytes;

@@ -423,8 +423,8 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
   // The 12-warp kernel of split sequences (128K at batch 1) asks here for its first block only, and
   // for the second beside the third once the first has landed: every warp's first block then is
   // not served behind the others' second blocks (after the dependency wait all 128 CTAs ask at
-  // once; H200, session 36: 128K batch 1 -3.4 to -3.9%; in the few-warp kernel too, 4K batch 1 and
-  // 16 +1 to +4%).
+  // once; H200, session 36: 128K batch 1 -3.4 to -3.9%). The few-warp kernel asks for both: its
+  // warps have one to four blocks, and the same there was 1.5-3.6% slower at 4K batch 1 and 16.
   constexpr bool kOneFirst = kEarly && !kFewWarps;
   if constexpr (kOneFirst) {
     if (blocks > 0) issue(first, ring);
@@ -925,6 +925,7 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
       const float mw = s_wm[w * m_step + r];
       const float weight = mw == -INFINITY ? 0.0f : Exp2(mw - M);
       L += s_wl[w * m_step + r] * weight;
+      // (One offset, written for the whole-sequence kernel as it was: its code is then 98cf9f3's.)
       const std::uint32_t at = kOwnRing ? w * o_step + r * kORow : (w * kRows + r) * kORow;
       accumulate(a, weight, *reinterpret_cast<const float4*>(s_o + at + d));
     }

@@ -852,7 +852,7 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
   // ---- merge the warps: O' [8 heads][D + kMergePad], then maxima and normalisers, per warp. The
   // kEarly kernels (batch 1) write each warp's into its own stage ring as soon as its units are
   // done (no barrier before the writes: no other warp uses that ring), then one barrier (H200,
-  // session 36: batch 1 -1.6 to -2.4%, 4K batch 16 -3.0%); the whole-sequence kernel (batch 16)
+  // session 36: batch 1 -1.6 to -2.3%, 4K batch 16 -3.0%); the whole-sequence kernel (batch 16)
   // waits for every warp and writes them one after another from the start of shared memory (its
   // warps writing into their own rings were +1.3 to +1.6% at 32K and 128K batch 16 on the H200,
   // though -2.9% at 128K on an H100).

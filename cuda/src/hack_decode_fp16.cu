@@ -31,16 +31,18 @@
 //
 // Work decomposition. A CTA owns (sequence, KV head, split) with the homomorphic decode kernel's
 // grid sizing and split merge; its W warps take the split's units (64-token blocks, then runs of
-// up to kRunKeys = 8 unquantized sink / tail tokens) round-robin, each warp with its own
-// online-softmax state (lane (g, tq): query heads 2 tq, 2 tq + 1), and the warps merge in shared
-// memory. Each warp streams its blocks through a ring of kStages shared-memory stages with cp.async
-// (a block's 5,440 bytes at head_dim 128 copied kStages - 1 blocks ahead), laid out so that the
-// fragment loads are free of bank conflicts. An unquantized run is read from global memory straight
-// into MMA fragments (all its loads in flight at once); bf16 runs are scaled by a power of two as
-// they are rounded to fp16. Calls follow each other by programmatic dependent launch; where a
-// split has fewer than 96 blocks (so that a call's time is mostly its first blocks' latency), the
-// kernel asks L2 for its first blocks before it waits for the previous call, and lets the next
-// call launch once it has waited, so that the next call's prefetch overlaps this call's end.
+// up to kRunKeys = 8 unquantized sink / tail tokens) round-robin — a split is a contiguous range
+// of the sequence's units, or, in the split 12-warp kernel, every S-th unit (S splits) — each warp
+// with its own online-softmax state (lane (g, tq): query heads 2 tq, 2 tq + 1), and the warps merge
+// in shared memory. Each warp streams its blocks through a ring of kStages shared-memory stages
+// with cp.async (a block's 5,440 bytes at head_dim 128 copied kStages - 1 blocks ahead), laid out
+// so that the fragment loads are free of bank conflicts. An unquantized run is read from global
+// memory straight into MMA fragments (all its loads in flight at once); bf16 runs are scaled by a
+// power of two as they are rounded to fp16. Calls follow each other by programmatic dependent
+// launch; where a split has fewer than 96 blocks (so that a call's time is mostly its first blocks'
+// latency), the kernel asks L2 for its first blocks before it waits for the previous call, and lets
+// the next call launch once it has waited, so that the next call's prefetch overlaps this call's
+// end.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -167,13 +169,14 @@ struct Geo16 {
 // Before the kernel's dependency wait, so while the previous call may still run (and may be
 // writing what is read here): warp `warp` reads its sequence's descriptor as it stands (through
 // L2 only, so that the reads after the wait do not find it in L1), finds its units as the kernel
-// does after the wait, and asks L2 for the sections of its first kStages - 1 blocks (what its first
-// copies read) and for its unquantized runs' rows. A hint only: nothing is written, nothing read
-// here is used after the wait, a page outside the pool is skipped, and a prefetch of a stale or
-// unmapped address does not fault (as the homomorphic kernel's PrefetchFirstBlocks;
-// docs/hack-gpu.md). The kernel computes the same after the wait inline: sharing this code there
-// made the 128K batch-1 call 1% slower (ptxas' allocation at 168 registers; H200, session 25).
-template <int D>
+// does after the wait (kStrided: the split kernel's deal), and asks L2 for the sections of its
+// first kStages - 1 blocks (what its first copies read) and for its unquantized runs' rows. A hint
+// only: nothing is written, nothing read here is used after the wait, a page outside the pool is
+// skipped, and a prefetch of a stale or unmapped address does not fault (as the homomorphic
+// kernel's PrefetchFirstBlocks; docs/hack-gpu.md). The kernel computes the same after the wait
+// inline: sharing this code there made the 128K batch-1 call 1% slower (ptxas' allocation at 168
+// registers; H200, session 25).
+template <int D, bool kStrided>
 __device__ __forceinline__ void PrefetchFirstUnits(const HackAttentionParams& p,
                                                    std::uint32_t seq_index, std::uint32_t kvh,
                                                    std::uint32_t split, std::uint32_t warp,
@@ -204,13 +207,15 @@ __device__ __forceinline__ void PrefetchFirstUnits(const HackAttentionParams& p,
   const std::uint32_t per_split = (units + p.splits - 1) / p.splits;
   const std::uint32_t ub = min(units, split * per_split);
   const std::uint32_t ue = min(units, ub + per_split), qe = min(ue, nb);
-  const std::uint32_t first = ub + warp;
-  const std::uint32_t blocks = first < qe ? (qe - first + W - 1) / W : 0;
+  const std::uint32_t first = kStrided ? split + p.splits * warp : ub + warp;
+  const std::uint32_t stride = kStrided ? p.splits * W : W;
+  const std::uint32_t end = kStrided ? units : ue, qend = kStrided ? nb : qe;
+  const std::uint32_t blocks = first < qend ? (qend - first + stride - 1) / stride : 0;
   const std::uint8_t* codes = p.page_blocks == 0 ? pointer(&sp->codes) : nullptr;
   const std::uint8_t* scales = p.page_blocks == 0 ? pointer(&sp->scales) : nullptr;
   constexpr std::uint32_t kCodeLines = G::kCodeBytes / 128, kScaleLines = D * 4 / 128;
   for (std::uint32_t i = 0; i < blocks && i + 1 < kStages; ++i) {
-    const std::uint32_t j = first + i * W;
+    const std::uint32_t j = first + i * stride;
     const std::uint8_t* c = codes + std::uint64_t{j} * G::kCodeBytes;
     const std::uint8_t* s = scales + std::uint64_t{j} * D * 4u;
     if (p.page_blocks != 0) {
@@ -232,7 +237,7 @@ __device__ __forceinline__ void PrefetchFirstUnits(const HackAttentionParams& p,
   }
   // Run r's rows (K, then V) of this KV head: [layers][K, V][nu][kv_heads][D] 2-byte elements.
   const auto* tail = reinterpret_cast<const std::uint16_t*>(pointer(&sp->tail));
-  for (std::uint32_t u = first + blocks * W; u < ue; u += W) {
+  for (std::uint32_t u = first + blocks * stride; u < end; u += stride) {
     constexpr std::uint32_t kLines = D / 64;  // 128-byte lines of a row
     const std::uint32_t r = u - nb, count = min(kRunKeys, nu - r * kRunKeys);
     for (std::uint32_t i = lane; i < 2u * count * kLines; i += 32) {
@@ -245,15 +250,15 @@ __device__ __forceinline__ void PrefetchFirstUnits(const HackAttentionParams& p,
   }
 }
 
-// A warp's first kStages - 1 blocks (first + i W, of its `blocks`) into its ring's first stages, a
-// commit group each (empty past `blocks`), so that the block loop's waits count them.
+// A warp's first kStages - 1 blocks (first + i stride, of its `blocks`) into its ring's first
+// stages, a commit group each (empty past `blocks`), so that the block loop's waits count them.
 template <typename Issue>
 __device__ __forceinline__ void IssueFirstBlocks(Issue& issue, std::uint32_t first,
-                                                 std::uint32_t blocks, std::uint32_t W,
+                                                 std::uint32_t blocks, std::uint32_t stride,
                                                  std::uint8_t* ring, std::uint32_t stage_bytes) {
 #pragma unroll
   for (std::uint32_t i = 0; i + 1 < kStages; ++i) {
-    if (i < blocks) issue(first + i * W, ring + i * stage_bytes);
+    if (i < blocks) issue(first + i * stride, ring + i * stage_bytes);
     CpAsyncCommit();
   }
 }
@@ -298,7 +303,9 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
   // written before the grid this one depends on has completed. kEarly CTAs first ask L2 for their
   // first units (hints only), and after the wait let the next call launch, so that its CTAs
   // prefetch while this call's finish.
-  if constexpr (kEarly) PrefetchFirstUnits<D>(p, seq_index, kvh, split, warp, W);
+  if constexpr (kEarly) {
+    PrefetchFirstUnits<D, /*kStrided=*/!kFewWarps>(p, seq_index, kvh, split, warp, W);
+  }
   internal::GridDependencyWait();
   if constexpr (kEarly) internal::GridDependencyLaunchDependents();
   const HackAttentionSeq seq = p.seqs[seq_index];
@@ -335,7 +342,8 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
   const std::uint32_t nb = bad_kind == 0 ? lay.blocks() : 0;
   const std::uint32_t nu = bad_kind == 0 ? unquantized : 0;
   const std::uint32_t units = nb + (nu + kRunKeys - 1) / kRunKeys;
-  // Splits share this sequence's units evenly (its units, not the grid's estimate).
+  // Splits share this sequence's units evenly (its units, not the grid's estimate): a contiguous
+  // range [ub, ue) each, or every S-th unit in the split 12-warp kernel (kStrided below).
   const std::uint32_t per_split = (units + p.splits - 1) / p.splits;
   const std::uint32_t ub = min(units, split * per_split);
   const std::uint32_t ue = min(units, ub + per_split);
@@ -412,14 +420,23 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
   float qv[D / 4];
   if constexpr (kVectorQ) LoadIo<D / 4>(qp + tq * (D / 4), row, qv);
 
-  // The warp's blocks ub + warp + k W go through its stage ring, the first kStages - 1 asked for
+  // The warp's blocks (units below nb) go through its stage ring, the first kStages - 1 asked for
   // before the loop. A kEarly CTA asks for them before it prepares the query (they are in L2 by
   // then, asked for before the wait: the two latencies overlap); the others after (the query is
   // then not served behind every warp's first copies from HBM; H200, session 29: 128K batch 1
   // -1.9%, batch 16 level; the kEarly kernel so was 3.6-5.5% slower at 4K and 32K).
   std::uint8_t* ring = smem + std::size_t{warp} * kStages * G::kStageBytes;
-  const std::uint32_t first = ub + warp;
-  const std::uint32_t blocks = first < qe ? (qe - first + W - 1) / W : 0;
+  // The warp's units are first + k stride. The split 12-warp kernel (128K at batch 1) deals a
+  // sequence's units to its S splits strided (split s: units s + k S; its warp w those of them
+  // with k = w + i W), so that at each step the S CTAs of a KV head read neighbouring blocks rather
+  // than S ranges far apart (H100, session 37, 128K batch 1 -1.0 to -1.1%); the others take a
+  // contiguous range per split (the few-warp kernel's splits are short, the whole-sequence kernel
+  // has one).
+  constexpr bool kStrided = kEarly && !kFewWarps;
+  const std::uint32_t first = kStrided ? split + p.splits * warp : ub + warp;
+  const std::uint32_t stride = kStrided ? p.splits * W : W;
+  const std::uint32_t end = kStrided ? units : ue, qend = kStrided ? nb : qe;
+  const std::uint32_t blocks = first < qend ? (qend - first + stride - 1) / stride : 0;
   // The 12-warp kernel of split sequences (128K at batch 1) asks here for its first block only, and
   // for the second beside the third once the first has landed: every warp's first block then is
   // not served behind the others' second blocks (after the dependency wait all 128 CTAs ask at
@@ -430,7 +447,7 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
     if (blocks > 0) issue(first, ring);
     CpAsyncCommit();
   } else if constexpr (kEarly) {
-    IssueFirstBlocks(issue, first, blocks, W, ring, G::kStageBytes);
+    IssueFirstBlocks(issue, first, blocks, stride, ring, G::kStageBytes);
   }
 
   // The warp's unquantized runs (after its blocks): their rows are asked into L2 now (kEarly: were,
@@ -442,7 +459,7 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
                (std::uint64_t{p.kv_heads} * D) +
            std::uint64_t{kvh} * D;
   };
-  for (std::uint32_t u = first + blocks * W; !kEarly && u < ue; u += W) {
+  for (std::uint32_t u = first + blocks * stride; !kEarly && u < end; u += stride) {
     constexpr std::uint32_t kLines = D / 64;  // 128-byte lines of a row
     const std::uint32_t r = u - nb, count = min(kRunKeys, nu - r * kRunKeys);
     for (std::uint32_t i = lane; i < 2u * count * kLines; i += 32) {
@@ -501,7 +518,7 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
   }
 
   // The first copies, after the query (see `ring` above).
-  if constexpr (!kEarly) IssueFirstBlocks(issue, first, blocks, W, ring, G::kStageBytes);
+  if constexpr (!kEarly) IssueFirstBlocks(issue, first, blocks, stride, ring, G::kStageBytes);
   __syncthreads();  // s_qfrag written
 
   // O' = O / 2^16: o[mt] = channels 16 mt + g (0, 1) and 16 mt + 8 + g (2, 3) of heads 2 tq (0, 2)
@@ -832,21 +849,21 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
       if (kOneFirst && i == 0) {
         CpAsyncWait<0>();  // block 0's copies have landed (this lane's) ...
         __syncwarp();      // ... and every lane's
-        if (blocks > 1) issue(first + W, ring + G::kStageBytes);
+        if (blocks > 1) issue(first + stride, ring + G::kStageBytes);
         CpAsyncCommit();
       } else {
         CpAsyncWait<kStages - 2>();  // block i's copies have landed (this lane's) ...
         __syncwarp();                // ... and every lane's; stage (i - 1) % kStages is free
       }
       const std::uint32_t ahead = i + kStages - 1;
-      if (ahead < blocks) issue(first + ahead * W, ring + next * G::kStageBytes);
+      if (ahead < blocks) issue(first + ahead * stride, ring + next * G::kStageBytes);
       CpAsyncCommit();
       attend_block(ring + now * G::kStageBytes);
       next = now;
       now = now + 1 == kStages ? 0 : now + 1;
     }
     CpAsyncWait<0>();
-    for (std::uint32_t u = first + blocks * W; u < ue; u += W) attend_tail(u - nb);
+    for (std::uint32_t u = first + blocks * stride; u < end; u += stride) attend_tail(u - nb);
   }
 
   // ---- merge the warps: O' [8 heads][D + kMergePad], then maxima and normalisers, per warp. The

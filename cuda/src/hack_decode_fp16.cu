@@ -962,8 +962,9 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
   // and, in the last CTA, acquires the others'), and a barrier before the last CTA reads them —
   // cooperative groups' grid sync arrives so (`atom.add.release.gpu` after a CTA barrier). In
   // place of a fence, the atomic and a second fence in the last CTA (`__threadfence`, a fence.sc):
-  // H100, session 37, 4K batch 1 -5.5%, 32K -2.0%, 128K -1.0%. The whole-sequence kernel (one
-  // split: it never arrives) keeps the fences, so that its code stays what batch 16 measured.
+  // H100, session 37, 4K batch 1 -4.6 to -5.5%, 32K -2.0 to -2.5%, 128K -0.8 to -1.0%. The
+  // whole-sequence kernel (one split: it never arrives) keeps the fences, so that its code stays
+  // what batch 16 measured.
   __syncthreads();
   if (tid == 0) {
     bool last;

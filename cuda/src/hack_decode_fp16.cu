@@ -303,9 +303,9 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
   // written before the grid this one depends on has completed. kEarly CTAs first ask L2 for their
   // first units (hints only), and after the wait let the next call launch, so that its CTAs
   // prefetch while this call's finish.
-  if constexpr (kEarly) {
-    PrefetchFirstUnits<D, /*kStrided=*/!kFewWarps>(p, seq_index, kvh, split, warp, W);
-  }
+  // The split 12-warp kernel deals units to its splits strided (see `first` below).
+  constexpr bool kStrided = kEarly && !kFewWarps;
+  if constexpr (kEarly) PrefetchFirstUnits<D, kStrided>(p, seq_index, kvh, split, warp, W);
   internal::GridDependencyWait();
   if constexpr (kEarly) internal::GridDependencyLaunchDependents();
   const HackAttentionSeq seq = p.seqs[seq_index];
@@ -432,7 +432,6 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
   // than S ranges far apart (H100, session 37, 128K batch 1 -1.0 to -1.1%); the others take a
   // contiguous range per split (the few-warp kernel's splits are short, the whole-sequence kernel
   // has one).
-  constexpr bool kStrided = kEarly && !kFewWarps;
   const std::uint32_t first = kStrided ? split + p.splits * warp : ub + warp;
   const std::uint32_t stride = kStrided ? p.splits * W : W;
   const std::uint32_t end = kStrided ? units : ue, qend = kStrided ? nb : qe;

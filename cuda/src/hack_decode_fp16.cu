@@ -39,10 +39,10 @@
 // so that the fragment loads are free of bank conflicts. An unquantized run is read from global
 // memory straight into MMA fragments (all its loads in flight at once); bf16 runs are scaled by a
 // power of two as they are rounded to fp16. Calls follow each other by programmatic dependent
-// launch; where a split has fewer than 96 blocks (so that a call's time is mostly its first blocks'
-// latency), the kernel asks L2 for its first blocks before it waits for the previous call, and lets
-// the next call launch once it has waited, so that the next call's prefetch overlaps this call's
-// end.
+// launch; where a split has fewer than 96 blocks or the sequence is split (so that a call's time is
+// much its first blocks' latency), the kernel asks L2 for its first blocks before it waits for the
+// previous call, and lets the next call launch once it has waited, so that the next call's
+// prefetch overlaps this call's end.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -268,8 +268,9 @@ __device__ __forceinline__ void IssueFirstBlocks(Issue& issue, std::uint32_t fir
 // kernel is launched with at most kHackDecodeFp16FullWarps warps (LaunchHackDecodeFp16), and
 // bounded by those it may use 200 registers where the 12-warp bound held it to 168 (H200, session
 // 27: 4K batch 1 with a 63-token tail -3%, 4K -1%, 32K -0.7%; 4K batch 16 +1%). Three
-// instantiations run: few warps and early (short splits), many warps and early (a split sequence
-// of many blocks: 128K at batch 1), many warps and not early (whole sequences: batch 16). The
+// instantiations run: few warps and early (short splits, and split sequences of up to 128 blocks
+// per split: 128K at batch 1), many warps and early (split sequences of more blocks per split:
+// longer than 128K at batch 1), many warps and not early (whole sequences: batch 16). The
 // second is its own kernel because a run-time choice inside the third cost batch 16 1% (its
 // registers; session 29, `late-prefetch-when-split`).
 constexpr std::uint32_t MaxThreads(bool few_warps) {
@@ -426,8 +427,8 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
   // then not served behind every warp's first copies from HBM; H200, session 29: 128K batch 1
   // -1.9%, batch 16 level; the kEarly kernel so was 3.6-5.5% slower at 4K and 32K).
   std::uint8_t* ring = smem + std::size_t{warp} * kStages * G::kStageBytes;
-  // The warp's units are first + k stride. The split 12-warp kernel (128K at batch 1) deals a
-  // sequence's units to its S splits strided (split s: units s + k S; its warp w those of them
+  // The warp's units are first + k stride. The split 12-warp kernel (beyond 128K at batch 1) deals
+  // a sequence's units to its S splits strided (split s: units s + k S; its warp w those of them
   // with k = w + i W), so that at each step the S CTAs of a KV head read neighbouring blocks rather
   // than S ranges far apart (H100, session 37, 128K batch 1 -1.0 to -1.1%); the others take a
   // contiguous range per split (the few-warp kernel's splits are short, the whole-sequence kernel
@@ -436,11 +437,12 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
   const std::uint32_t stride = kStrided ? p.splits * W : W;
   const std::uint32_t end = kStrided ? units : ue, qend = kStrided ? nb : qe;
   const std::uint32_t blocks = first < qend ? (qend - first + stride - 1) / stride : 0;
-  // The 12-warp kernel of split sequences (128K at batch 1) asks here for its first block only, and
-  // for the second beside the third once the first has landed: every warp's first block then is
-  // not served behind the others' second blocks (after the dependency wait all 128 CTAs ask at
-  // once; H200, session 36: 128K batch 1 -3.4 to -3.9%). The few-warp kernel asks for both: its
-  // warps have one to four blocks, and the same there was 1.5-3.6% slower at 4K batch 1 and 16.
+  // The 12-warp kernel of split sequences (beyond 128K at batch 1) asks here for its first block
+  // only, and for the second beside the third once the first has landed: every warp's first block
+  // then is not served behind the others' second blocks (after the dependency wait all 128 CTAs ask
+  // at once; H200, session 36: 128K batch 1 -3.4 to -3.9%). The few-warp kernel asks for both: its
+  // warps have one to four blocks up to 32K, and the same there was 1.5-3.6% slower at 4K batch 1
+  // and 16 (at 128K batch 1, since session 38 on that kernel with 16 blocks a warp: not measured).
   constexpr bool kOneFirst = kEarly && !kFewWarps;
   if constexpr (kOneFirst) {
     if (blocks > 0) issue(first, ring);
@@ -1079,9 +1081,10 @@ cudaError_t LaunchHackDecodeFp16(const HackAttentionParams& params, cudaStream_t
   config.numAttrs = 1;
   return DispatchIo(params.io_dtype, [&](auto tag) {
     using IoT = typename decltype(tag)::type;
-    // Splits of fewer than 96 blocks (at most kHackDecodeFp16FullWarps warps) take the kernel that
-    // prefetches before its dependency wait; longer ones of a split sequence (128K at batch 1) its
-    // 12-warp instantiation; whole sequences of many blocks (batch 16), where the first blocks'
+    // Calls of at most kHackDecodeFp16FullWarps warps (splits of fewer than 96 blocks, and split
+    // sequences of up to 128 blocks per split: 128K at batch 1; see LaunchHackDecodeFp16's caller)
+    // take the kernel that prefetches before its dependency wait; longer splits of a split sequence
+    // its 12-warp instantiation; whole sequences of many blocks (batch 16), where the first blocks'
     // latency is spread over many, the one without (H200: 2-4% faster there than with it;
     // docs/hack-gpu.md).
     const bool few = params.warps <= kHackDecodeFp16FullWarps;

@@ -1363,17 +1363,24 @@ TEST(HackGpu, DequantFp16LongDecodeUsesSplitKv) {
   CheckDecodeFp16(128, 8, DType::kFloat16, {20000}, 0, 177);
   CheckDecodeFp16(128, 8, DType::kBFloat16, {20000, 3000}, 4, 178);
   CheckDecodeFp16(64, 3, DType::kFloat16, {12345}, 0, 179);
-  // Splits of 96 blocks or more get 12 warps (LaunchHackDecodeFp16); the ones above, at most 8
-  // and the kernel that prefetches before its dependency wait. 8 sequences (16 pairs: 8 splits)
-  // sized for the longest: 782 blocks, 98 per split, a split sequence: the 12-warp kernel that
-  // prefetches too.
+  // Splits of 96 blocks or more get 12 warps (EnqueueHackDecodeAttention), except split sequences
+  // of up to 128 blocks per split; the ones above, at most 8 and the kernel that prefetches before
+  // its dependency wait. 8 sequences (16 pairs: 8 splits) sized for the longest: 782 blocks, 98 per
+  // split, a split sequence, so still 8 warps (as 128K tokens at batch 1 run).
   CheckDecodeFp16(128, 8, DType::kBFloat16, {50000, 1, 17, 65, 255, 1000, 64, 130}, 4, 180);
-  // Whole sequences (more pairs than SMs: one split each), the grid sized for the longest's 97
-  // units (6,200 tokens with 4 sinks: 96 blocks and 52 unquantized tokens), so 12 warps: the
-  // 12-warp kernel that does not prefetch, as batch 16 at 32K runs it.
   int device = 0, sms = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  // A split sequence of more than 128 blocks per split: the 12-warp kernel that prefetches too.
+  // sms / 16 + 1 sequences (more than sms / 8 pairs: at most 7 splits), sized for the longest's
+  // 938 units: 134 or more per split (a chunk holds at most kMaxTokens = 65536 tokens).
+  std::vector<std::uint32_t> split12(static_cast<std::size_t>(sms) / 16 + 1, 130);
+  split12[0] = 60000;
+  split12[1] = 17;
+  CheckDecodeFp16(128, 8, DType::kBFloat16, split12, 4, 182);
+  // Whole sequences (more pairs than SMs: one split each), the grid sized for the longest's 97
+  // units (6,200 tokens with 4 sinks: 96 blocks and 52 unquantized tokens), so 12 warps: the
+  // 12-warp kernel that does not prefetch, as batch 16 at 32K runs it.
   std::vector<std::uint32_t> whole(static_cast<std::size_t>(sms) / 2 + 1, 65);
   whole[0] = 6200;
   CheckDecodeFp16(128, 8, DType::kBFloat16, whole, 4, 181);

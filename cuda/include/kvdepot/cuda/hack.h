@@ -260,8 +260,9 @@ enum class HackDecodeMath : std::uint8_t {
   kDequantFp16 = 1,
 };
 inline constexpr std::uint32_t kHackDecodeFp16MaxWarps = 12;
-// Warps per CTA the decode call gives the kDequantFp16 kernel unless a split has at least 8 blocks
-// per warp at kHackDecodeFp16MaxWarps.
+// Warps per CTA the decode call gives the kDequantFp16 kernel where a split has fewer than 8 blocks
+// per warp at kHackDecodeFp16MaxWarps, and where a sequence is split into splits of at most 16
+// blocks per warp at this count (128K tokens at batch 1).
 inline constexpr std::uint32_t kHackDecodeFp16FullWarps = 8;
 
 // Decode: query b ([q_heads][head_dim] at q + b * q_heads * head_dim) attends to every token of
@@ -429,10 +430,10 @@ cudaError_t LaunchHackPrefillFp16Staging(const HackAttentionParams& params, cuda
 // splits CTAs of `warps` (1..kHackDecodeFp16MaxWarps) warps, sized as for the homomorphic decode
 // kernel). Reads the decode fields of `params` (seqs, max_tokens, tiles, splits, units_per_split,
 // warps, partials, counters, error and the KV fields). With programmatic dependent launch; with
-// at most kHackDecodeFp16FullWarps warps, its CTAs read the descriptors and ask L2 for their first
-// blocks before waiting for the previous grid (hints only: no result depends on what they read),
-// and let the next grid launch once they have waited. Defined ONLY for HeadDim in {64, 128};
-// prefer EnqueueHackDecodeAttention with args.math = kDequantFp16.
+// at most kHackDecodeFp16FullWarps warps or more than one split, its CTAs read the descriptors and
+// ask L2 for their first blocks before waiting for the previous grid (hints only: no result
+// depends on what they read), and let the next grid launch once they have waited. Defined ONLY for
+// HeadDim in {64, 128}; prefer EnqueueHackDecodeAttention with args.math = kDequantFp16.
 template <int HeadDim>
 cudaError_t LaunchHackDecodeFp16(const HackAttentionParams& params, cudaStream_t stream);
 

@@ -1485,18 +1485,20 @@ Status EnqueueHackDecodeAttention(const HackKvCache& kv, const HackDecodeArgs& a
   const std::uint64_t units = (std::uint64_t{args.max_tokens} + kP - 1) / kP;
   SizeGrid(workspace, units, units, kDecodeUnitsPerWarp, fp16 ? kHackDecodeFp16MaxWarps : kMaxWarps,
            params);
-  // The fp16 kernel's ninth to twelfth warps pay only where each warp then has 8 blocks or more
-  // (a CTA per SM either way; H200, docs/hack-gpu.md): splits of 32 and 64 blocks (32K and 64K
-  // tokens at batch 1) ran 5-7% faster on 8 warps than on 12, of 256 (16K at batch 16) 5% slower.
-  // A split sequence of up to 128 blocks per split (128K tokens at batch 1) runs on 8 warps too,
-  // 16 blocks each where 12 warps take 10 or 11: H100s, session 38, 128K batch 1 -3.0 to -4.5% in
-  // five calls (each a fresh machine), 96 and 112 blocks per split -0.4%; at 160 and 192, 8 warps
-  // were 6.6% slower and level (one call). (On the H200 in session 23, before the 8-warp kernel had
-  // its own register bound, 128 blocks ran 1% slower on 8 warps; not measured there since.)
-  const bool few_blocks = params.units_per_split < 8 * kHackDecodeFp16MaxWarps;
-  const bool split_of_at_most_128 =
-      params.splits > 1 && params.units_per_split <= 16 * kHackDecodeFp16FullWarps;
-  if (fp16 && params.warps > kHackDecodeFp16FullWarps && (few_blocks || split_of_at_most_128)) {
+  // The fp16 kernel's ninth to twelfth warps pay only where each warp then has many blocks (a CTA
+  // per SM either way). H200, session 23 (one kernel, 8 or 12 warps): splits of 32 and 64 blocks
+  // (32K and 64K tokens at batch 1) ran 5-7% faster on 8 warps than on 12, of 128 1% and of 256
+  // (16K at batch 16) 5% slower. Since session 27 the 8-warp calls run their own kernel (200
+  // registers; it asks L2 for its first blocks before the dependency wait and lets the next call
+  // launch early), and on H100s in session 38 it was faster than 12 warps for split sequences of up
+  // to 128 blocks per split (128K tokens at batch 1: -3.0 to -4.5% in five calls, each a fresh
+  // machine; 96 and 112 blocks -0.4%; 160 +6.6% and 192 level, one call) and for whole sequences of
+  // up to 256 blocks (batch 16 at 6K-16K tokens: -6.1 to -10.2%, two calls; 512 level, 1,024 and
+  // 2,048 +7.4% and +10.3%). Not measured on the H200 since session 23.
+  const std::uint32_t blocks_on_8_warps =
+      (params.splits > 1 ? 16u : 32u) * kHackDecodeFp16FullWarps;
+  if (fp16 && params.warps > kHackDecodeFp16FullWarps &&
+      params.units_per_split <= blocks_on_8_warps) {
     params.warps = kHackDecodeFp16FullWarps;
   }
   // Few blocks per warp (4K tokens at batch 1: one): the call's time is one block's chain of work

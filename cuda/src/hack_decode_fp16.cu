@@ -39,8 +39,8 @@
 // so that the fragment loads are free of bank conflicts. An unquantized run is read from global
 // memory straight into MMA fragments (all its loads in flight at once); bf16 runs are scaled by a
 // power of two as they are rounded to fp16. Calls follow each other by programmatic dependent
-// launch; where a split has fewer than 96 blocks or the sequence is split (so that a call's time is
-// much its first blocks' latency), the kernel asks L2 for its first blocks before it waits for the
+// launch; on at most 8 warps, or where the sequence is split (calls whose time is much their first
+// blocks' latency and their end), the kernel asks L2 for its first blocks before it waits for the
 // previous call, and lets the next call launch once it has waited, so that the next call's
 // prefetch overlaps this call's end.
 #include <cuda_fp16.h>
@@ -268,9 +268,10 @@ __device__ __forceinline__ void IssueFirstBlocks(Issue& issue, std::uint32_t fir
 // kernel is launched with at most kHackDecodeFp16FullWarps warps (LaunchHackDecodeFp16), and
 // bounded by those it may use 200 registers where the 12-warp bound held it to 168 (H200, session
 // 27: 4K batch 1 with a 63-token tail -3%, 4K -1%, 32K -0.7%; 4K batch 16 +1%). Three
-// instantiations run: few warps and early (short splits, and split sequences of up to 128 blocks
-// per split: 128K at batch 1), many warps and early (split sequences of more blocks per split:
-// longer than 128K at batch 1), many warps and not early (whole sequences: batch 16). The
+// instantiations run: few warps and early (split sequences of up to 128 blocks per split: 128K at
+// batch 1; whole sequences of up to 256: batch 16 up to 16K), many warps and early (split
+// sequences of more blocks per split: longer than 128K at batch 1), many warps and not early
+// (longer whole sequences: batch 16 from 32K). The
 // second is its own kernel because a run-time choice inside the third cost batch 16 1% (its
 // registers; session 29, `late-prefetch-when-split`).
 constexpr std::uint32_t MaxThreads(bool few_warps) {
@@ -442,7 +443,8 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
   // then is not served behind the others' second blocks (after the dependency wait all 128 CTAs ask
   // at once; H200, session 36: 128K batch 1 -3.4 to -3.9%). The few-warp kernel asks for both: its
   // warps have one to four blocks up to 32K, and the same there was 1.5-3.6% slower at 4K batch 1
-  // and 16 (at 128K batch 1, since session 38 on that kernel with 16 blocks a warp: not measured).
+  // and 16; for warps of 12 blocks or more (128K batch 1, batch 16 at 6K-16K, since session 38 on
+  // this kernel) +0.5 to +1.4% at 128K batch 1 (H100, session 38, `few-one-first`).
   constexpr bool kOneFirst = kEarly && !kFewWarps;
   if constexpr (kOneFirst) {
     if (blocks > 0) issue(first, ring);
@@ -1081,12 +1083,12 @@ cudaError_t LaunchHackDecodeFp16(const HackAttentionParams& params, cudaStream_t
   config.numAttrs = 1;
   return DispatchIo(params.io_dtype, [&](auto tag) {
     using IoT = typename decltype(tag)::type;
-    // Calls of at most kHackDecodeFp16FullWarps warps (splits of fewer than 96 blocks, and split
-    // sequences of up to 128 blocks per split: 128K at batch 1; see LaunchHackDecodeFp16's caller)
-    // take the kernel that prefetches before its dependency wait; longer splits of a split sequence
-    // its 12-warp instantiation; whole sequences of many blocks (batch 16), where the first blocks'
-    // latency is spread over many, the one without (H200: 2-4% faster there than with it;
-    // docs/hack-gpu.md).
+    // Calls of at most kHackDecodeFp16FullWarps warps (split sequences of up to 128 blocks per
+    // split: 128K at batch 1; whole sequences of up to 256: batch 16 up to 16K; see
+    // EnqueueHackDecodeAttention) take the kernel that prefetches before its dependency wait;
+    // longer splits of a split sequence its 12-warp instantiation; longer whole sequences (batch 16
+    // from 32K), where the first blocks' latency is spread over many, the one without (H200: 2-4%
+    // faster there than with it; docs/hack-gpu.md).
     const bool few = params.warps <= kHackDecodeFp16FullWarps;
     const int which = few ? 0 : params.splits > 1 ? 1 : 2;
     auto* kernel = which == 0   ? HackDecodeFp16Kernel<HeadDim, IoT, true, true>

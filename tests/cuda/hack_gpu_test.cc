@@ -1363,10 +1363,10 @@ TEST(HackGpu, DequantFp16LongDecodeUsesSplitKv) {
   CheckDecodeFp16(128, 8, DType::kFloat16, {20000}, 0, 177);
   CheckDecodeFp16(128, 8, DType::kBFloat16, {20000, 3000}, 4, 178);
   CheckDecodeFp16(64, 3, DType::kFloat16, {12345}, 0, 179);
-  // Splits of 96 blocks or more get 12 warps (EnqueueHackDecodeAttention), except split sequences
-  // of up to 128 blocks per split; the ones above, at most 8 and the kernel that prefetches before
+  // Splits of more than 128 blocks (split sequences) or 256 (whole ones) get 12 warps
+  // (EnqueueHackDecodeAttention); the ones above, at most 8 and the kernel that prefetches before
   // its dependency wait. 8 sequences (16 pairs: 8 splits) sized for the longest: 782 blocks, 98 per
-  // split, a split sequence, so still 8 warps (as 128K tokens at batch 1 run).
+  // split, a split sequence on 8 warps (as 128K tokens at batch 1 run).
   CheckDecodeFp16(128, 8, DType::kBFloat16, {50000, 1, 17, 65, 255, 1000, 64, 130}, 4, 180);
   int device = 0, sms = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
@@ -1379,11 +1379,14 @@ TEST(HackGpu, DequantFp16LongDecodeUsesSplitKv) {
   split12[1] = 17;
   CheckDecodeFp16(128, 8, DType::kBFloat16, split12, 4, 182);
   // Whole sequences (more pairs than SMs: one split each), the grid sized for the longest's 97
-  // units (6,200 tokens with 4 sinks: 96 blocks and 52 unquantized tokens), so 12 warps: the
-  // 12-warp kernel that does not prefetch, as batch 16 at 32K runs it.
+  // units (6,200 tokens with 4 sinks: 96 blocks and 52 unquantized tokens): 8 warps, as batch 16
+  // at 6K runs it; then for 313 units (20,000 tokens): the 12-warp kernel that does not prefetch,
+  // as batch 16 at 32K runs it.
   std::vector<std::uint32_t> whole(static_cast<std::size_t>(sms) / 2 + 1, 65);
   whole[0] = 6200;
   CheckDecodeFp16(128, 8, DType::kBFloat16, whole, 4, 181);
+  whole[0] = 20000;
+  CheckDecodeFp16(128, 8, DType::kBFloat16, whole, 4, 183);
 }
 
 // Decode calls enqueued back to back on one stream, as an engine's layer loop or a CUDA graph

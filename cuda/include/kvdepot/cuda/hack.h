@@ -260,9 +260,9 @@ enum class HackDecodeMath : std::uint8_t {
   kDequantFp16 = 1,
 };
 inline constexpr std::uint32_t kHackDecodeFp16MaxWarps = 12;
-// Warps per CTA the decode call gives the kDequantFp16 kernel where a split has fewer than 8 blocks
-// per warp at kHackDecodeFp16MaxWarps, and where a sequence is split into splits of at most 16
-// blocks per warp at this count (128K tokens at batch 1).
+// Warps per CTA the decode call gives the kDequantFp16 kernel where a split sequence has at most 16
+// blocks per warp at this count (128K tokens at batch 1) and a whole one at most 32 (batch 16 up
+// to 16K tokens); more blocks get kHackDecodeFp16MaxWarps.
 inline constexpr std::uint32_t kHackDecodeFp16FullWarps = 8;
 
 // Decode: query b ([q_heads][head_dim] at q + b * q_heads * head_dim) attends to every token of

@@ -1494,7 +1494,8 @@ Status EnqueueHackDecodeAttention(const HackKvCache& kv, const HackDecodeArgs& a
   // to 128 blocks per split (128K tokens at batch 1: -3.0 to -4.5% in five calls, each a fresh
   // machine; 96 and 112 blocks -0.4%; 160 +6.6% and 192 level, one call) and for whole sequences of
   // up to 256 blocks (batch 16 at 6K-16K tokens: -6.1 to -10.2%, two calls; 512 level, 1,024 and
-  // 2,048 +7.4% and +10.3%). Not measured on the H200 since session 23.
+  // 2,048 +7.4% and +10.3%). All at head_dim 128 (64 takes the same bound); not measured on the
+  // H200 since session 23.
   const std::uint32_t blocks_on_8_warps =
       (params.splits > 1 ? 16u : 32u) * kHackDecodeFp16FullWarps;
   if (fp16 && params.warps > kHackDecodeFp16FullWarps &&

@@ -39,10 +39,10 @@
 // so that the fragment loads are free of bank conflicts. An unquantized run is read from global
 // memory straight into MMA fragments (all its loads in flight at once); bf16 runs are scaled by a
 // power of two as they are rounded to fp16. Calls follow each other by programmatic dependent
-// launch; on at most 8 warps, or where the sequence is split (calls whose time is much their first
-// blocks' latency and their end), the kernel asks L2 for its first blocks before it waits for the
-// previous call, and lets the next call launch once it has waited, so that the next call's
-// prefetch overlaps this call's end.
+// launch; in calls on at most 8 warps and in those of split sequences (short calls, where the
+// first blocks' latency and the call's end weigh most), the kernel asks L2 for its first blocks
+// before it waits for the previous call, and lets the next call launch once it has waited, so that
+// the next call's prefetch overlaps this call's end.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -271,9 +271,8 @@ __device__ __forceinline__ void IssueFirstBlocks(Issue& issue, std::uint32_t fir
 // instantiations run: few warps and early (split sequences of up to 128 blocks per split: 128K at
 // batch 1; whole sequences of up to 256: batch 16 up to 16K), many warps and early (split
 // sequences of more blocks per split: longer than 128K at batch 1), many warps and not early
-// (longer whole sequences: batch 16 from 32K). The
-// second is its own kernel because a run-time choice inside the third cost batch 16 1% (its
-// registers; session 29, `late-prefetch-when-split`).
+// (longer whole sequences: batch 16 from 32K). The second is its own kernel because a run-time
+// choice inside the third cost batch 16 1% (its registers; session 29, `late-prefetch-when-split`).
 constexpr std::uint32_t MaxThreads(bool few_warps) {
   return 32 * (few_warps ? kHackDecodeFp16FullWarps : kHackDecodeFp16MaxWarps);
 }

@@ -304,8 +304,10 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
   // written before the grid this one depends on has completed. kEarly CTAs first ask L2 for their
   // first units (hints only), and after the wait let the next call launch, so that its CTAs
   // prefetch while this call's finish.
-  // The split 12-warp kernel deals units to its splits strided (see `first` below).
-  constexpr bool kStrided = kEarly && !kFewWarps;
+  // The split 12-warp kernel (early, many warps) deals units to its splits strided (see `first`
+  // below) and asks for its first block alone (see kOneFirst).
+  constexpr bool kSplitKernel = kEarly && !kFewWarps;
+  constexpr bool kStrided = kSplitKernel;
   if constexpr (kEarly) PrefetchFirstUnits<D, kStrided>(p, seq_index, kvh, split, warp, W);
   internal::GridDependencyWait();
   if constexpr (kEarly) internal::GridDependencyLaunchDependents();
@@ -444,7 +446,7 @@ __global__ void __launch_bounds__(MaxThreads(kFewWarps), 1)
   // warps have one to four blocks up to 32K, and the same there was 1.5-3.6% slower at 4K batch 1
   // and 16; for warps of 12 blocks or more (128K batch 1, batch 16 at 6K-16K, since session 38 on
   // this kernel) +0.5 to +1.4% at 128K batch 1 (H100, session 38, `few-one-first`).
-  constexpr bool kOneFirst = kEarly && !kFewWarps;
+  constexpr bool kOneFirst = kSplitKernel;
   if constexpr (kOneFirst) {
     if (blocks > 0) issue(first, ring);
     CpAsyncCommit();

@@ -49,6 +49,7 @@
 #include "kvdepot/codec/hack_format.h"
 #include "kvdepot/cuda/hack.h"
 #include "launch.h"
+#include "wgmma.cuh"
 
 namespace kvdepot::cuda {
 
@@ -57,12 +58,17 @@ namespace {
 using internal::ConfigureSharedMemory;
 using internal::DispatchIo;
 using internal::Exp2;
+using internal::FenceOperands;
 using internal::IoToFloat;
+using internal::KeepLive;
 using internal::kIoIndex;
 using internal::kIoTypes;
 using internal::kMaxDevices;
 using internal::SharedAddress;
 using internal::StoreOut2;
+using internal::WgmmaCommit;
+using internal::WgmmaFence;
+using internal::WgmmaWait;
 
 constexpr std::uint32_t kP = 64;  // keys per tile: one HACK block
 constexpr std::uint32_t kWarps = 8;
@@ -115,40 +121,9 @@ __device__ __forceinline__ std::uint64_t SwizzledDesc(std::uint32_t shared_addr)
          (static_cast<std::uint64_t>(1) << 16) | (static_cast<std::uint64_t>(1024 >> 4) << 32) |
          (static_cast<std::uint64_t>(1) << 62);
 }
-__device__ __forceinline__ void WgmmaFence() {
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void WgmmaCommit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-// Orders the compiler's uses of accumulator registers against the asynchronous wgmma (issued
-// before / waited for by the asm statements around it).
-template <int N>
-__device__ __forceinline__ void FenceOperands(float (&d)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
-  }
-}
 // Makes this thread's generic-proxy shared-memory writes visible to wgmma (the async proxy).
 __device__ __forceinline__ void FenceProxyAsync() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-// Waits until at most N of this thread's committed wgmma groups are pending.
-template <int N>
-__device__ __forceinline__ void WgmmaWait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-// Keeps A-operand registers live (and unreused) until this point: the wgmmas read them until the
-// wait before it.
-template <int N>
-__device__ __forceinline__ void KeepLive(std::uint32_t (&a)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[i][e])::"memory");
-  }
 }
 // mbarrier in shared memory (state-space address `bar`): init with an arrival count, arrive
 // (release, CTA scope), and wait until the phase of parity `parity` has completed (acquire).

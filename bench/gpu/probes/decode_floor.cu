@@ -15,48 +15,57 @@
 //   fold-mma  fold, and every 4 pairs one mma.sync.m16n8k16 (f16 -> f32): 64 per block and KV
 //               head, what a kernel with S^T = K Q^T and O^T = V^T P^T issues (variant D);
 //   full-mma  full, and the same MMAs;
-//   step1/2   fold-mma and the rest of such a kernel's per-block work, approximated (see Step).
+//   step1/2   fold-mma and the rest of such a kernel's per-block work, approximated (see Step);
+//   step-o8   step1's S side, and O's products as e4m3 wgmma over a warpgroup's 4 units, P through
+//               shared memory (StepO8Products; docs/hack-gpu.md, "Session 39").
 // A warp streams the (sequence, head, block) units gw, gw + W, ... (W warps in the grid), the next
-// unit's 10 x 16 bytes per lane loaded into registers while this one is processed. Timing: a CUDA
+// unit's 10 x 16 bytes per lane loaded into registers while this one is processed. Each mode's
+// line ends with the UTC time it ended, to read beside an nvidia-smi clock log. Timing: a CUDA
 // graph of 18 launches over 3 rotating copies of the data (3 x 84 MB at 128K tokens, batch 1: more
 // than the 60 MB L2), replayed 30 times; the median per launch is reported, best over the grid
 // shapes tried (CTAs per SM x warps per CTA).
 //
 // Build (from the repository root):
-//   nvcc -O3 -std=c++17 -arch=sm_90a -I cuda/src -o decode_floor bench/gpu/probes/decode_floor.cu
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I cuda/src
+//     -o decode_floor bench/gpu/probes/decode_floor.cu
+// (-arch=sm_90a fails with nvcc 13.0 here: it also assembles compute_90 PTX, without wgmma.)
 // Run:
 //   ./decode_floor [tokens (131072)] [batch (1)]
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
+#include "check.cuh"
 #include "mma_sync.cuh"  // cuda/src: -I cuda/src
+#include "wgmma.cuh"     // cuda/src
+#include "wgmma_n8.cuh"
 
 namespace {
 
+using kvdepot::cuda::internal::FenceOperands;
+using kvdepot::cuda::internal::KeepLive;
 using kvdepot::cuda::internal::MmaF16;
+using kvdepot::cuda::internal::WgmmaCommit;
+using kvdepot::cuda::internal::WgmmaFence;
+using kvdepot::cuda::internal::WgmmaWait;
+using probes::TileDesc;
+using probes::WgmmaE4m3N8;
 
 constexpr int kKvHeads = 8;
 constexpr int kBlockBytes = 5120;               // per (block, KV head)
 constexpr int kLaneChunks = kBlockBytes / 512;  // 16-byte chunks per lane: 4 K, 4 V, 1 + 1 scales
 constexpr int kCalls = 18, kSets = 3, kReps = 30;
 
-enum Mode { kRead, kFold, kFull, kFoldMma, kFullMma, kStep1, kStep2 };
-const char* const kModeNames[] = {"read", "fold", "full", "fold-mma", "full-mma", "step1", "step2"};
-
-#define CHECK(x)                                                                       \
-  do {                                                                                 \
-    const cudaError_t e_ = (x);                                                        \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+enum Mode { kRead, kFold, kFull, kFoldMma, kFullMma, kStep1, kStep2, kStepO8 };
+const char* const kModeNames[] = {"read",     "fold",  "full",  "fold-mma",
+                                  "full-mma", "step1", "step2", "step-o8"};
 
 __device__ __forceinline__ std::uint32_t AsU32(__half2 h) {
   return *reinterpret_cast<std::uint32_t*>(&h);
@@ -176,6 +185,137 @@ __device__ __forceinline__ float Exp2(float x) {
   return y;
 }
 
+// step-o8's O side (docs/hack-gpu.md, "Session 39": the form to build next), for one step of the
+// warpgroup: each warp has S and P of its own unit (step's S side, unchanged); P goes to shared
+// memory as e4m3 (P^T, K-major: [16-key group][head][16 keys], the lane's 8 keys of head h, rows g
+// and g + 8 of the 4 m-tiles, at bytes (g % 2) * 8 of group g / 2), with the warp's corrections
+// and sums of p; one named barrier over the warpgroup; then O^T = V^T P^T for the step's 4 units
+// as 16 wgmma.m64n8k32.e4m3 (4 units x 2 m-tiles of 64 channels x 2 k-steps of 32 keys), A from V
+// codes as e4m3 quads (4 LOP3 and one shift per word; the warp's own V words stand in for its
+// 16-channel slice of each unit: the same count), B the units' P^T; O' kept per source warp (4
+// states x 2 m-tiles, in step's o[8][4]) and updated as step does, V's (scale, min) by shuffles.
+__device__ __forceinline__ void StepO8Products(const uint4 (&cur)[kLaneChunks],
+                                               const float (&s)[4][4], const float (&corr)[2],
+                                               const float (&psum)[2], const std::uint32_t (&vs)[4],
+                                               std::uint8_t* pb, float* cs, std::uint32_t wg,
+                                               std::uint32_t wq, std::uint32_t lane,
+                                               float (&o)[8][4]) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const std::uint32_t tq = lane & 3u, g = lane >> 2;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    std::uint32_t c[4];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+      std::uint16_t h;
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(s[mt][e + 2]), "f"(s[mt][e]));
+      c[mt] = h;
+    }
+    *reinterpret_cast<uint2*>(pb + wq * 512 + (g >> 1) * 128 + (2 * tq + e) * 16 + (g & 1) * 8) =
+        make_uint2(c[0] | c[1] << 16, c[2] | c[3] << 16);
+  }
+  if (g == 0) {
+    cs[wq * 16 + 2 * tq] = corr[0], cs[wq * 16 + 2 * tq + 1] = corr[1];
+    cs[wq * 16 + 8 + 2 * tq] = psum[0], cs[wq * 16 + 8 + 2 * tq + 1] = psum[1];
+  }
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("bar.sync %0, 128;" ::"r"(1u + wg) : "memory");
+  const auto p_addr = static_cast<std::uint32_t>(__cvta_generic_to_shared(pb));
+  float ob[4][2][4] = {};
+  std::uint64_t desc[4][2];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      desc[u][k] = TileDesc(p_addr + u * 512 + k * 256);
+      asm volatile("" : "+l"(desc[u][k])::"memory");  // computed before the first fence
+    }
+  }
+  FenceOperands(reinterpret_cast<float(&)[8][4]>(ob));  // zeroed before the first fence too
+  std::uint32_t a[2][4][4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {  // unit u of the step: this warp's V words i = 4 + u
+    std::uint32_t(&set)[4][4] = a[u & 1];
+    const std::uint32_t words[4] = {cur[4 + u].x, cur[4 + u].y, cur[4 + u].z, cur[4 + u].w};
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const std::uint32_t x = words[w], x4 = x >> 4;
+      set[w][0] = x & 0x03030303u, set[w][1] = x & 0x0C0C0C0Cu;
+      set[w][2] = x4 & 0x03030303u, set[w][3] = x4 & 0x0C0C0C0Cu;
+    }
+    KeepLive(set);  // unpacked before the fence (else ptxas injects one before each wgmma)
+    WgmmaFence();
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {  // m-tile f / 2, k-step f % 2
+      WgmmaE4m3N8(ob[u][f / 2], set[f], desc[u][f % 2]);
+    }
+    WgmmaCommit();
+    WgmmaWait<1>();
+    KeepLive(a[(u + 1) & 1]);  // the previous unit's set, read until the wait above
+  }
+  WgmmaWait<0>();
+  KeepLive(a[1]);
+  FenceOperands(reinterpret_cast<float(&)[8][4]>(ob));
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const float2 cu = *reinterpret_cast<const float2*>(cs + u * 16 + 2 * tq);
+    const float2 pu = *reinterpret_cast<const float2*>(cs + u * 16 + 8 + 2 * tq);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      const std::uint32_t e = __shfl_sync(kAll, vs[(2 * u + mt) & 3], (lane + 2 * u + mt) & 31);
+      const float2 sm0 = __half22float2(AsHalf2(__byte_perm(e, e, 0x1010)));
+      const float2 sm1 = __half22float2(AsHalf2(__byte_perm(e, e, 0x3232)));
+      float(&ou)[4] = o[2 * u + mt];
+      ou[0] = fmaf(ou[0], cu.x, fmaf(sm0.x, ob[u][mt][0], sm0.y * pu.x));
+      ou[1] = fmaf(ou[1], cu.y, fmaf(sm0.x, ob[u][mt][1], sm0.y * pu.y));
+      ou[2] = fmaf(ou[2], cu.x, fmaf(sm1.x, ob[u][mt][2], sm1.y * pu.x));
+      ou[3] = fmaf(ou[3], cu.y, fmaf(sm1.x, ob[u][mt][3], sm1.y * pu.y));
+    }
+  }
+}
+
+// step's O side: P packed and transposed (movmatrix) into the B operands of the 32 O^T = V^T P^T
+// MMAs into a per-block accumulator, then O = O * corr + Vscale * that + Vmin * sum(p).
+__device__ __forceinline__ void StepF16Products(const uint4 (&cur)[kLaneChunks],
+                                                const float (&s)[4][4], const float (&corr)[2],
+                                                const float (&psum)[2],
+                                                const std::uint32_t (&vs)[4], std::uint32_t bias,
+                                                std::uint32_t lane, float (&o)[8][4]) {
+  constexpr unsigned kAll = 0xffffffffu;
+  std::uint32_t pk[4][2];
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {  // P^T as B fragments: pack, transpose
+    pk[mt][0] = Transpose(AsU32(__floats2half2_rn(s[mt][0], s[mt][1])));
+    pk[mt][1] = Transpose(AsU32(__floats2half2_rn(s[mt][2], s[mt][3])));
+  }
+  // O^T += V^T P^T per block: 8 m-tiles of 16 channels x 4 k-steps of 16 keys.
+  float ob[8][4] = {};
+#pragma unroll
+  for (int i = 4; i < 8; ++i) {
+    const std::uint32_t words[4] = {cur[i].x, cur[i].y, cur[i].z, cur[i].w};
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const std::uint32_t x = words[w], x10 = x >> 10;
+      const int f = 8 * (i - 4) + 2 * w;  // m-tile f / 4, k-step f % 4
+      MmaF16(ob[f / 4], Pair<0>(x, x10, bias), Pair<1>(x, x10, bias), Pair<2>(x, x10, bias),
+             Pair<3>(x, x10, bias), pk[f % 4][0], pk[f % 4][1]);
+      MmaF16(ob[(f + 1) / 4], Pair<4>(x, x10, bias), Pair<5>(x, x10, bias), Pair<6>(x, x10, bias),
+             Pair<7>(x, x10, bias), pk[(f + 1) % 4][0], pk[(f + 1) % 4][1]);
+    }
+  }
+  // O = O * corr + Vscale * (V codes P) + Vmin * sum(p), per channel (rows g, g + 8).
+#pragma unroll
+  for (int mt = 0; mt < 8; ++mt) {
+    const std::uint32_t e = __shfl_sync(kAll, vs[mt & 3], (lane + mt) & 31);
+    const float2 sm0 = __half22float2(AsHalf2(__byte_perm(e, e, 0x1010)));
+    const float2 sm1 = __half22float2(AsHalf2(__byte_perm(e, e, 0x3232)));
+    o[mt][0] = fmaf(o[mt][0], corr[0], fmaf(sm0.x, ob[mt][0], sm0.y * psum[0]));
+    o[mt][1] = fmaf(o[mt][1], corr[1], fmaf(sm0.x, ob[mt][1], sm0.y * psum[1]));
+    o[mt][2] = fmaf(o[mt][2], corr[0], fmaf(sm1.x, ob[mt][2], sm1.y * psum[0]));
+    o[mt][3] = fmaf(o[mt][3], corr[1], fmaf(sm1.x, ob[mt][3], sm1.y * psum[1]));
+  }
+}
+
 // step: the per-block work of a decode kernel with folded scales, on the same units (the fold's
 // unpack, the scales read, 64 MMAs), approximated by instruction class and count rather than by
 // exact fragment bookkeeping (which lane's scale word goes where): per block Q' = q (x) K scale
@@ -187,7 +327,7 @@ __device__ __forceinline__ float Exp2(float x) {
 // accumulator, and O = O * corr + Vscale * that + Vmin * sum(p), V's (scale, min) fetched by
 // shuffles. 8-warp CTAs: Step<2> two per SM (at most 128 registers: ptxas spills), Step<1> one
 // (no spills; the register file then holds 8 warps per SM).
-template <int kCtasPerSm>
+template <int kCtasPerSm, bool kO8>
 __global__ void __launch_bounds__(256, kCtasPerSm)
     Step(const uint4* __restrict__ data, std::uint64_t units, std::uint32_t bias,
          std::uint32_t* __restrict__ out) {
@@ -195,6 +335,11 @@ __global__ void __launch_bounds__(256, kCtasPerSm)
   const std::uint64_t gw = (std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x) >> 5;
   const std::uint64_t warps = std::uint64_t{gridDim.x} * blockDim.x >> 5;
   constexpr unsigned kAll = 0xffffffffu;
+  // step-o8: per warpgroup, two buffers (by step parity) of 4 warps' P^T (512 bytes each) and
+  // their corrections and sums of p (16 floats each).
+  __shared__ __align__(128) std::uint8_t pbuf[kO8 ? 2 * 2 * 4 * 512 : 16];
+  __shared__ float pcs[kO8 ? 2 * 2 * 4 * 16 : 4];
+  const std::uint32_t wg = threadIdx.x >> 7, wq = (threadIdx.x >> 5) & 3u;
   std::uint32_t q[8][2];  // the query fragments (B of S^T = K Q^T), fixed per call
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
@@ -204,10 +349,13 @@ __global__ void __launch_bounds__(256, kCtasPerSm)
   const __half2 neg1024 = __float2half2_rn(-1024.0f);
   float o[8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  uint4 cur[kLaneChunks], next[kLaneChunks];
+  uint4 cur[kLaneChunks], next[kLaneChunks] = {};
   std::uint64_t u = gw;
   if (u < units) LoadUnit(data, u, lane, next);
-  for (; u < units; u += warps) {
+  // step-o8's warpgroups run in step (named barriers, wgmma): every warp of one takes as many
+  // trips as its first (a warp past the end redoes its last unit).
+  const std::uint64_t lead = kO8 ? gw & ~std::uint64_t{3} : gw;
+  for (std::uint32_t it = 0; lead + std::uint64_t{it} * warps < units; ++it, u += warps) {
     TakeUnit(data, units, u + warps, lane, cur, next);
     const std::uint32_t ks[4] = {cur[8].x, cur[8].y, cur[8].z, cur[8].w};
     const std::uint32_t vs[4] = {cur[9].x, cur[9].y, cur[9].z, cur[9].w};
@@ -253,7 +401,6 @@ __global__ void __launch_bounds__(256, kCtasPerSm)
     }
     // Online softmax of the lane's two heads (columns 2 tq, 2 tq + 1).
     float corr[2], psum[2];
-    std::uint32_t pk[4][2];
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       float mx = s[0][e];
@@ -278,36 +425,11 @@ __global__ void __launch_bounds__(256, kCtasPerSm)
       ps += __shfl_xor_sync(kAll, ps, 16);
       psum[e] = ps;
     }
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt) {  // P^T as B fragments: pack, transpose
-      pk[mt][0] = Transpose(AsU32(__floats2half2_rn(s[mt][0], s[mt][1])));
-      pk[mt][1] = Transpose(AsU32(__floats2half2_rn(s[mt][2], s[mt][3])));
-    }
-    // O^T += V^T P^T per block: 8 m-tiles of 16 channels x 4 k-steps of 16 keys.
-    float ob[8][4] = {};
-#pragma unroll
-    for (int i = 4; i < 8; ++i) {
-      const std::uint32_t words[4] = {cur[i].x, cur[i].y, cur[i].z, cur[i].w};
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        const std::uint32_t x = words[w], x10 = x >> 10;
-        const int f = 8 * (i - 4) + 2 * w;  // m-tile f / 4, k-step f % 4
-        MmaF16(ob[f / 4], Pair<0>(x, x10, bias), Pair<1>(x, x10, bias), Pair<2>(x, x10, bias),
-               Pair<3>(x, x10, bias), pk[f % 4][0], pk[f % 4][1]);
-        MmaF16(ob[(f + 1) / 4], Pair<4>(x, x10, bias), Pair<5>(x, x10, bias), Pair<6>(x, x10, bias),
-               Pair<7>(x, x10, bias), pk[(f + 1) % 4][0], pk[(f + 1) % 4][1]);
-      }
-    }
-    // O = O * corr + Vscale * (V codes P) + Vmin * sum(p), per channel (rows g, g + 8).
-#pragma unroll
-    for (int mt = 0; mt < 8; ++mt) {
-      const std::uint32_t e = __shfl_sync(kAll, vs[mt & 3], (lane + mt) & 31);
-      const float2 sm0 = __half22float2(AsHalf2(__byte_perm(e, e, 0x1010)));
-      const float2 sm1 = __half22float2(AsHalf2(__byte_perm(e, e, 0x3232)));
-      o[mt][0] = fmaf(o[mt][0], corr[0], fmaf(sm0.x, ob[mt][0], sm0.y * psum[0]));
-      o[mt][1] = fmaf(o[mt][1], corr[1], fmaf(sm0.x, ob[mt][1], sm0.y * psum[1]));
-      o[mt][2] = fmaf(o[mt][2], corr[0], fmaf(sm1.x, ob[mt][2], sm1.y * psum[0]));
-      o[mt][3] = fmaf(o[mt][3], corr[1], fmaf(sm1.x, ob[mt][3], sm1.y * psum[1]));
+    if constexpr (kO8) {
+      StepO8Products(cur, s, corr, psum, vs, pbuf + (wg * 2 + (it & 1u)) * 2048,
+                     pcs + (wg * 2 + (it & 1u)) * 64, wg, wq, lane, o);
+    } else {
+      StepF16Products(cur, s, corr, psum, vs, bias, lane, o);
     }
   }
   std::uint32_t acc = __float_as_uint(l[0] + l[1]);
@@ -390,16 +512,22 @@ int main(int argc, char** argv) {
         if (t < best) best = t, best_ctas = ctas, best_warps = warps;
       }
     }
-    std::printf("%-9s %10.2f %10.1f  %d x %d\n", kModeNames[m], best, bytes / (best * 1e3),
-                best_ctas, best_warps);
+    // The wall-clock second of day (UTC) at the mode's end, to match an nvidia-smi clock log.
+    const double day = std::fmod(
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(),
+        86400.0);
+    std::printf("%-9s %10.2f %10.1f  %d x %d  (ended %02d:%02d:%06.3f UTC)\n", kModeNames[m], best,
+                bytes / (best * 1e3), best_ctas, best_warps, static_cast<int>(day / 3600),
+                static_cast<int>(std::fmod(day, 3600.0) / 60), std::fmod(day, 60.0));
   };
   run(kRead, Probe<kRead>);
   run(kFold, Probe<kFold>);
   run(kFull, Probe<kFull>);
   run(kFoldMma, Probe<kFoldMma>);
   run(kFullMma, Probe<kFullMma>);
-  run(kStep1, Step<1>);
-  run(kStep2, Step<2>);
+  run(kStep1, Step<1, false>);
+  run(kStep2, Step<2, false>);
+  run(kStepO8, Step<1, true>);
   CHECK(cudaFree(data));
   CHECK(cudaFree(out));
   return 0;

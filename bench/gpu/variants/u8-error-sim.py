@@ -17,30 +17,10 @@ import sys
 
 import numpy as np
 
+from hack_sim import attention, dequantize, f16, quantize
+
 OUTLIERS = '--outliers' in sys.argv
 RANGES = '--ranges' in sys.argv
-
-
-def f16(x):
-    return np.asarray(x, dtype=np.float64).astype(np.float16).astype(np.float64)
-
-
-def quantize(x):  # [T, D] -> codes [B, 64, D], scale [B, D], min [B, D]
-    blocks = x.reshape(x.shape[0] // 64, 64, x.shape[1])
-    mn = f16(blocks.min(1))
-    sc = f16((blocks.max(1) - mn) / 3)
-    sc[sc == 0] = 1e-8
-    return np.clip(np.rint((blocks - mn[:, None]) / sc[:, None]), 0, 3), sc, mn
-
-
-def dequantize(codes, sc, mn):  # back to [T, D]
-    return (mn[:, None] + codes * sc[:, None]).reshape(-1, codes.shape[2])
-
-
-def attention(q, k, v, sl):
-    s = (q @ k.T) * sl
-    p = np.exp2(s - s.max(1, keepdims=True))
-    return (p @ v) / p.sum(1, keepdims=True)
 
 
 def run(tokens, seed, dim=128, heads=8):

@@ -17,7 +17,9 @@
 //   full-mma  full, and the same MMAs;
 //   step1/2   fold-mma and the rest of such a kernel's per-block work, approximated (see Step);
 //   step-o8   step1's S side, and O's products as e4m3 wgmma over a warpgroup's 4 units, P through
-//               shared memory (StepO8Products; docs/hack-gpu.md, "Session 39").
+//               shared memory (StepO8Products; docs/hack-gpu.md, "Session 39");
+//   step-smem step1 with the units streamed through shared memory (a ring of 3 stages per warp,
+//               2 units ahead, by cp.async, then 16-byte loads), as the fp16 decode kernel streams.
 // A warp streams the (sequence, head, block) units gw, gw + W, ... (W warps in the grid), the next
 // unit's 10 x 16 bytes per lane loaded into registers while this one is processed. Each mode's
 // line ends with the UTC time it ended, to read beside an nvidia-smi clock log. Timing: a CUDA
@@ -63,9 +65,9 @@ constexpr int kBlockBytes = 5120;               // per (block, KV head)
 constexpr int kLaneChunks = kBlockBytes / 512;  // 16-byte chunks per lane: 4 K, 4 V, 1 + 1 scales
 constexpr int kCalls = 18, kSets = 3, kReps = 30;
 
-enum Mode { kRead, kFold, kFull, kFoldMma, kFullMma, kStep1, kStep2, kStepO8 };
-const char* const kModeNames[] = {"read",     "fold",  "full",  "fold-mma",
-                                  "full-mma", "step1", "step2", "step-o8"};
+enum Mode { kRead, kFold, kFull, kFoldMma, kFullMma, kStep1, kStep2, kStepO8, kStepSmem };
+const char* const kModeNames[] = {"read",  "fold",  "full",    "fold-mma", "full-mma",
+                                  "step1", "step2", "step-o8", "step-smem"};
 
 __device__ __forceinline__ std::uint32_t AsU32(__half2 h) {
   return *reinterpret_cast<std::uint32_t*>(&h);
@@ -327,7 +329,7 @@ __device__ __forceinline__ void StepF16Products(const uint4 (&cur)[kLaneChunks],
 // accumulator, and O = O * corr + Vscale * that + Vmin * sum(p), V's (scale, min) fetched by
 // shuffles. 8-warp CTAs: Step<2> two per SM (at most 128 registers: ptxas spills), Step<1> one
 // (no spills; the register file then holds 8 warps per SM).
-template <int kCtasPerSm, bool kO8>
+template <int kCtasPerSm, bool kO8, bool kSmem = false>
 __global__ void __launch_bounds__(256, kCtasPerSm)
     Step(const uint4* __restrict__ data, std::uint64_t units, std::uint32_t bias,
          std::uint32_t* __restrict__ out) {
@@ -351,12 +353,41 @@ __global__ void __launch_bounds__(256, kCtasPerSm)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   uint4 cur[kLaneChunks], next[kLaneChunks] = {};
   std::uint64_t u = gw;
-  if (u < units) LoadUnit(data, u, lane, next);
+  // step-smem: the units through a ring of 3 shared-memory stages per warp, 2 ahead (cp.async, as
+  // the fp16 decode kernel streams its blocks), instead of the next unit's words in registers.
+  extern __shared__ uint4 ring[];  // [warp][stage][kBlockBytes / 16]
+  uint4* const mine = ring + (threadIdx.x >> 5) * 3 * (kBlockBytes / 16) + lane;
+  auto issue = [&](std::uint64_t unit, std::uint32_t stage) {
+    if (unit < units) {
+#pragma unroll
+      for (int i = 0; i < kLaneChunks; ++i) {
+        const auto dst = static_cast<std::uint32_t>(
+            __cvta_generic_to_shared(mine + stage * (kBlockBytes / 16) + i * 32));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst),
+                     "l"(data + unit * (kBlockBytes / 16) + i * 32 + lane)
+                     : "memory");
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");  // empty groups keep the count
+  };
+  if constexpr (kSmem) {
+    issue(u, 0);
+    issue(u + warps, 1);
+  } else if (u < units) {
+    LoadUnit(data, u, lane, next);
+  }
   // step-o8's warpgroups run in step (named barriers, wgmma): every warp of one takes as many
   // trips as its first (a warp past the end redoes its last unit).
   const std::uint64_t lead = kO8 ? gw & ~std::uint64_t{3} : gw;
   for (std::uint32_t it = 0; lead + std::uint64_t{it} * warps < units; ++it, u += warps) {
-    TakeUnit(data, units, u + warps, lane, cur, next);
+    if constexpr (kSmem) {
+      issue(u + 2 * warps, (it + 2) % 3);
+      asm volatile("cp.async.wait_group 2;" ::: "memory");  // unit u's copies have landed
+#pragma unroll
+      for (int i = 0; i < kLaneChunks; ++i) cur[i] = mine[(it % 3) * (kBlockBytes / 16) + i * 32];
+    } else {
+      TakeUnit(data, units, u + warps, lane, cur, next);
+    }
     const std::uint32_t ks[4] = {cur[8].x, cur[8].y, cur[8].z, cur[8].w};
     const std::uint32_t vs[4] = {cur[9].x, cur[9].y, cur[9].z, cur[9].w};
     // Q' and the bias.
@@ -441,13 +472,13 @@ __global__ void __launch_bounds__(256, kCtasPerSm)
 using Kernel = void (*)(const uint4*, std::uint64_t, std::uint32_t, std::uint32_t*);
 
 float TimeKernel(Kernel kernel, const uint4* data, std::uint64_t units, std::uint32_t* out,
-                 int ctas, int threads, cudaStream_t stream) {
+                 int ctas, int threads, cudaStream_t stream, int smem = 0) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   for (int i = 0; i < kCalls; ++i) {
-    kernel<<<ctas, threads, 0, stream>>>(data + (i % kSets) * units * (kBlockBytes / 16), units,
-                                         0x64006400u, out);
+    kernel<<<ctas, threads, smem, stream>>>(data + (i % kSets) * units * (kBlockBytes / 16), units,
+                                            0x64006400u, out);
   }
   CHECK(cudaStreamEndCapture(stream, &graph));
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -501,14 +532,17 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(batch), static_cast<unsigned long long>(units),
               bytes / 1e6);
   std::printf("%-9s %10s %10s  %s\n", "mode", "median us", "GB/s", "grid (CTAs x warps)");
-  auto run = [&](Mode m, Kernel kernel) {
+  auto run = [&](Mode m, Kernel kernel, int smem = 0) {
+    if (smem > 0) {
+      CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    }
     float best = 1e30f;
     int best_ctas = 0, best_warps = 0;
     for (int per_sm : {1, 2}) {
       for (int warps : {8, 16}) {
         if (m >= kStep1 && warps > 8) continue;  // its launch bounds: 256 threads
         const int ctas = per_sm * prop.multiProcessorCount;
-        const float t = TimeKernel(kernel, data, units, out, ctas, warps * 32, stream);
+        const float t = TimeKernel(kernel, data, units, out, ctas, warps * 32, stream, smem);
         if (t < best) best = t, best_ctas = ctas, best_warps = warps;
       }
     }
@@ -528,6 +562,7 @@ int main(int argc, char** argv) {
   run(kStep1, Step<1, false>);
   run(kStep2, Step<2, false>);
   run(kStepO8, Step<1, true>);
+  run(kStepSmem, Step<1, false, true>, 8 * 3 * kBlockBytes);
   CHECK(cudaFree(data));
   CHECK(cudaFree(out));
   return 0;

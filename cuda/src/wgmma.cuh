@@ -1,5 +1,5 @@
 // Warpgroup tensor-core (wgmma, sm_90a) ordering helpers shared by the kernels that issue wgmma
-// with register operands (hack_prefill_fp16.cu, bench/gpu/probes/mma_forms.cu). Device code only;
+// with register operands (hack_prefill_fp16.cu, bench/gpu/probes/*.cu). Device code only;
 // no other dependencies, so a standalone probe can include it. Call them only from code compiled
 // for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL): other targets reject the instructions.
 #pragma once

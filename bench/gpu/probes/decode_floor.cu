@@ -187,8 +187,8 @@ __device__ __forceinline__ float Exp2(float x) {
   return y;
 }
 
-// step-o8's O side (docs/hack-gpu.md, "Session 39": the form to build next), for one step of the
-// warpgroup: each warp has S and P of its own unit (step's S side, unchanged); P goes to shared
+// step-o8's O side (docs/hack-gpu.md, "Session 39": the e4m3 form, probed whole), for one step of
+// the warpgroup: each warp has S and P of its own unit (step's S side, unchanged); P goes to shared
 // memory as e4m3 (P^T, K-major: [16-key group][head][16 keys], the lane's 8 keys of head h, rows g
 // and g + 8 of the 4 m-tiles, at bytes (g % 2) * 8 of group g / 2), with the warp's corrections
 // and sums of p; one named barrier over the warpgroup; then O^T = V^T P^T for the step's 4 units

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The error of a decode block loop on e4m3 operands against exact attention, beside the fp16 path's.
+"""A decode block loop on e4m3 operands: its error against exact attention, beside the fp16 path's.
 
 A float64 simulation (numpy), not a kernel: what a decode kernel on wgmma.m64n8k32.e4m3 would
 compute (bench/gpu/probes/mma_forms.cu times that form). hack-int2 per 64-token block and channel

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "check.cuh"
+#include "codes.cuh"
 #include "mma_sync.cuh"  // cuda/src: -I cuda/src
 #include "wgmma.cuh"     // cuda/src
 #include "wgmma_n8.cuh"
@@ -57,6 +58,8 @@ using kvdepot::cuda::internal::MmaF16;
 using kvdepot::cuda::internal::WgmmaCommit;
 using kvdepot::cuda::internal::WgmmaFence;
 using kvdepot::cuda::internal::WgmmaWait;
+using probes::E4m3Quads;
+using probes::Pair;
 using probes::TileDesc;
 using probes::WgmmaE4m3N8;
 
@@ -74,16 +77,6 @@ __device__ __forceinline__ std::uint32_t AsU32(__half2 h) {
 }
 __device__ __forceinline__ __half2 AsHalf2(std::uint32_t u) {
   return *reinterpret_cast<__half2*>(&u);
-}
-
-// Code pair j (codes j and j + 8 of a 16-code word) as the fp16 pair 1024 + code * 4^k: one LOP3
-// (pairs 5..7 from the word shifted right by 10 once). `bias` is 0x64006400 passed at run time: as
-// a compile-time constant ptxas emits an AND and an OR, each with an immediate (two LOP3s).
-template <int J>
-__device__ __forceinline__ std::uint32_t Pair(std::uint32_t w, std::uint32_t w10,
-                                              std::uint32_t bias) {
-  constexpr int k = J < 5 ? J : J - 5;
-  return ((J < 5 ? w : w10) & (0x00030003u << (2 * k))) | bias;
 }
 
 // The lane's 10 x 16 bytes of unit u (coalesced: chunk i of every lane is one 512-byte run).
@@ -240,11 +233,7 @@ __device__ __forceinline__ void StepO8Products(const uint4 (&cur)[kLaneChunks],
     std::uint32_t(&set)[4][4] = a[u & 1];
     const std::uint32_t words[4] = {cur[4 + u].x, cur[4 + u].y, cur[4 + u].z, cur[4 + u].w};
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const std::uint32_t x = words[w], x4 = x >> 4;
-      set[w][0] = x & 0x03030303u, set[w][1] = x & 0x0C0C0C0Cu;
-      set[w][2] = x4 & 0x03030303u, set[w][3] = x4 & 0x0C0C0C0Cu;
-    }
+    for (int w = 0; w < 4; ++w) E4m3Quads(words[w], set[w]);
     KeepLive(set);  // unpacked before the fence (else ptxas injects one before each wgmma)
     WgmmaFence();
 #pragma unroll

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "check.cuh"
+#include "codes.cuh"
 #include "mma_sync.cuh"  // cuda/src: -I cuda/src
 #include "wgmma.cuh"     // cuda/src
 #include "wgmma_n8.cuh"
@@ -45,6 +46,8 @@ using kvdepot::cuda::internal::MmaF16;
 using kvdepot::cuda::internal::WgmmaCommit;
 using kvdepot::cuda::internal::WgmmaFence;
 using kvdepot::cuda::internal::WgmmaWait;
+using probes::E4m3Quads;
+using probes::Pair;
 using probes::TileDesc;
 using probes::WgmmaE4m3N8;
 using probes::WgmmaF16N8;
@@ -57,13 +60,6 @@ __device__ __forceinline__ std::uint32_t Next(std::uint32_t& x) {
   return x;
 }
 
-// Code pair j of a 16-code word as an fp16 subnormal pair (the fp16 decode kernel's unpack).
-template <int J>
-__device__ __forceinline__ std::uint32_t Pair(std::uint32_t w, std::uint32_t w10) {
-  constexpr int k = J < 5 ? J : J - 5;
-  return (J < 5 ? w : w10) & (0x00030003u << (2 * k));
-}
-
 // One chunk: 4 words (of the unit's 32) unpacked into A fragments. fp16: 8 fragments (32 pairs);
 // e4m3: 4 fragments (16 quads).
 template <Form F>
@@ -72,17 +68,13 @@ __device__ __forceinline__ void Unpack(std::uint32_t& x, std::uint32_t (&a)[8][4
   for (int w = 0; w < 4; ++w) {
     const std::uint32_t v = Next(x);
     if constexpr (F == kWgmma8) {
-      const std::uint32_t v4 = v >> 4;
-      a[w][0] = v & 0x03030303u;
-      a[w][1] = v & 0x0C0C0C0Cu;
-      a[w][2] = v4 & 0x03030303u;
-      a[w][3] = v4 & 0x0C0C0C0Cu;
-    } else {
+      E4m3Quads(v, a[w]);
+    } else {  // fp16 subnormal pairs: bias 0
       const std::uint32_t v10 = v >> 10;
-      a[2 * w][0] = Pair<0>(v, v10), a[2 * w][1] = Pair<1>(v, v10);
-      a[2 * w][2] = Pair<2>(v, v10), a[2 * w][3] = Pair<3>(v, v10);
-      a[2 * w + 1][0] = Pair<4>(v, v10), a[2 * w + 1][1] = Pair<5>(v, v10);
-      a[2 * w + 1][2] = Pair<6>(v, v10), a[2 * w + 1][3] = Pair<7>(v, v10);
+      a[2 * w][0] = Pair<0>(v, v10, 0), a[2 * w][1] = Pair<1>(v, v10, 0);
+      a[2 * w][2] = Pair<2>(v, v10, 0), a[2 * w][3] = Pair<3>(v, v10, 0);
+      a[2 * w + 1][0] = Pair<4>(v, v10, 0), a[2 * w + 1][1] = Pair<5>(v, v10, 0);
+      a[2 * w + 1][2] = Pair<6>(v, v10, 0), a[2 * w + 1][3] = Pair<7>(v, v10, 0);
     }
   }
 }
@@ -156,6 +148,8 @@ float TimeKernel(Kernel kernel, std::uint32_t units, std::uint32_t* out, int cta
     CHECK(cudaEventElapsedTime(&t, a, b));
     ms.push_back(t);
   }
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
 }

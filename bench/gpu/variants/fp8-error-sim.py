@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from hack_sim import attention, dequantize, f16, quantize
+from hack_sim import f16, references
 
 ARGS = sys.argv[1:]
 ROUND_Q = '--p-only' not in ARGS
@@ -48,11 +48,7 @@ def e4m3(x):
 def errors(q, k, v):
     """(fp16 path, e4m3 form) relative L2 errors against exact attention."""
     heads, dim = q.shape
-    sl = np.log2(np.e) / np.sqrt(dim)
-    exact = attention(q, k, v, sl)
-    kc, ks, km = quantize(k)
-    vc, vs, vm = quantize(v)
-    fp16_path = attention(q, dequantize(kc, ks, km), dequantize(vc, vs, vm), sl)
+    sl, exact, fp16_path, (kc, ks, km), (vc, vs, vm) = references(q, k, v)
     qs = q * sl
     m = np.full(heads, -np.inf)
     l = np.zeros(heads)

@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from hack_sim import attention, dequantize, f16, quantize
+from hack_sim import f16, references
 
 OUTLIERS = '--outliers' in sys.argv
 RANGES = '--ranges' in sys.argv
@@ -30,11 +30,7 @@ def run(tokens, seed, dim=128, heads=8):
     if OUTLIERS:
         k[:, :4] *= 8.0
     q = rng.standard_normal((heads, dim))
-    sl = np.log2(np.e) / np.sqrt(dim)
-    exact = attention(q, k, v, sl)
-    kc, ks, km = quantize(k)
-    vc, vs, vm = quantize(v)
-    fp16_path = attention(q, dequantize(kc, ks, km), dequantize(vc, vs, vm), sl)
+    sl, exact, fp16_path, (kc, ks, km), (vc, vs, vm) = references(q, k, v)
 
     qs = q * sl
     a = np.floor(np.log2(np.abs(qs).max(1))) + 2  # max |qs| 2^-a in [1/4, 1/2)

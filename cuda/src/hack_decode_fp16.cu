@@ -50,6 +50,7 @@
 #include <cstdint>
 
 #include "fast_exp2.cuh"
+#include "hack_attention_shared.h"
 #include "io_element.cuh"
 #include "kvdepot/codec/hack_format.h"
 #include "kvdepot/cuda/hack.h"
@@ -65,19 +66,24 @@ using internal::DispatchIo;
 using internal::Exp2;
 using internal::FloatToIo;
 using internal::IoToFloat;
+using internal::kErrPage;
+using internal::kErrSection;
+using internal::kErrSinks;
+using internal::kErrTail;
+using internal::kErrTokens;
 using internal::kIoIndex;
 using internal::kIoTypes;
 using internal::kMaxDevices;
+using internal::kMaxSplits;
+using internal::kP;
+using internal::kRows;
 using internal::LoadIo;
 using internal::MmaF16;
 
-constexpr std::uint32_t kP = 64;
 // Unquantized sink / tail tokens are attended in runs of up to kRunKeys (a unit of work): 8 or 16
 // (the MMA's 16 rows; a 16-key run's fragments spill registers at head_dim 128, and 8-key runs
 // spread a decode step's tail over twice the warps).
 constexpr std::uint32_t kRunKeys = 8;
-constexpr std::uint32_t kRows = 8;
-constexpr std::uint32_t kMaxSplits = 16;
 // The CTA merge's rows of O' in shared memory are D + kMergePad floats apart: a lane's fragment
 // stores (rows 2 tq, 2 tq + 1; channels 16 mt + g, + 8) then fall in 32 distinct banks, where rows
 // D apart put the four tq in one bank (4-way conflicts on 32 stores per lane).
@@ -85,8 +91,6 @@ constexpr std::uint32_t kMergePad = 4;
 // Shared-memory stages per warp: a block is copied kStages - 1 blocks ahead of the one computed.
 constexpr std::uint32_t kStages = 3;
 constexpr unsigned kFull = 0xffffffffu;
-// Error kinds, as hack_attention.cu's AttnError (FinishHackAttention names them).
-constexpr std::uint32_t kErrTokens = 1, kErrSinks = 2, kErrSection = 3, kErrTail = 4, kErrPage = 5;
 
 __device__ __forceinline__ void ReportError(const HackAttentionParams& p, std::uint32_t seq,
                                             std::uint32_t kind) {

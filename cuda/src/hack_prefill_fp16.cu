@@ -45,6 +45,7 @@
 #include <type_traits>
 
 #include "fast_exp2.cuh"
+#include "hack_attention_shared.h"
 #include "io_element.cuh"
 #include "kvdepot/codec/hack_format.h"
 #include "kvdepot/cuda/hack.h"
@@ -61,22 +62,21 @@ using internal::Exp2;
 using internal::FenceOperands;
 using internal::IoToFloat;
 using internal::KeepLive;
+using internal::kErrArch;
+using internal::kErrPage;
 using internal::kIoIndex;
 using internal::kIoTypes;
 using internal::kMaxDevices;
+using internal::kP;  // keys per tile: one HACK block
 using internal::SharedAddress;
 using internal::StoreOut2;
 using internal::WgmmaCommit;
 using internal::WgmmaFence;
 using internal::WgmmaWait;
 
-constexpr std::uint32_t kP = 64;  // keys per tile: one HACK block
 constexpr std::uint32_t kWarps = 8;
 constexpr std::uint32_t kThreads = kWarps * 32;
 constexpr std::uint32_t kRows = kWarps * 16;  // rows (query token x head) per CTA
-constexpr std::uint32_t kErrPage = 5;         // as hack_attention.cu's AttnError::kErrPage
-[[maybe_unused]] constexpr std::uint32_t kErrArch =
-    6;  // as hack_attention.cu's AttnError::kErrArch
 constexpr unsigned kFull = 0xffffffffu;
 
 template <int D>

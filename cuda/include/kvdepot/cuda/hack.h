@@ -4,7 +4,7 @@
 // bounds each kernel: docs/hack-gpu.md.
 //
 // Five kernels (cuda/src/hack_quantize.cu, hack_attention.cu, hack_prefill_fp16.cu,
-// hack_decode_fp16.cu):
+// hack_decode_fp16.cu; the attention calls' host side in hack_attention_api.cc):
 //  * quantize: fp16/bf16 KV chunk -> the codes, scales, sums and tail sections of a hack-int2
 //    container, byte-identical to kvdepot::EncodeHack (both roundings, sinks, every partition size
 //    and orientation);
@@ -438,7 +438,7 @@ template <int HeadDim>
 cudaError_t LaunchHackDecodeFp16(const HackAttentionParams& params, cudaStream_t stream);
 
 namespace internal {
-struct HackWorkspaceAccess;  // hack_attention.cu: the attention calls' view of the buffer
+struct HackWorkspaceAccess;  // hack_attention_api.cc: the attention calls' view of the buffer
 }  // namespace internal
 
 // Device scratch of the attention kernels: split partials, arrival counters, the error word.

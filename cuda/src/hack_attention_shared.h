@@ -10,8 +10,8 @@
 
 namespace kvdepot::cuda::internal {
 
-// Tokens per quantized block: the one HACK partition the GPU kernels take (hack.h's CheckKv
-// rejects the others with Unimplemented).
+// Tokens per quantized block: the one HACK partition the GPU kernels take (the others are
+// rejected as Unimplemented by hack_attention_api.cc's CheckKv).
 inline constexpr std::uint32_t kP = 64;
 // Query-head rows of a decode tile (a query token's group of query heads: 1..8) and of the
 // homomorphic kernels' prefill tiles (8 / group query tokens).

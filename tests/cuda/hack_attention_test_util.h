@@ -1,6 +1,8 @@
-// Helpers shared by the HACK attention GPU tests (hack_gpu_test.cc, hack_io_gpu_test.cc): device
-// uploads, one sequence encoded as a hack-int2 chunk on the device, and one decode call run to
-// completion with its outputs read back, and one prefill call alike.
+// Helpers shared by the HACK attention GPU tests (hack_attention_gpu_test.cc,
+// hack_decode_fp16_gpu_test.cc, hack_prefill_fp16_gpu_test.cc, hack_io_gpu_test.cc): device
+// uploads, one sequence encoded as a hack-int2 chunk on the device, one decode call run to
+// completion with its outputs read back, and one prefill call alike; the two paths' tolerance
+// checks; a page's groups copied from a contiguous container.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,8 +12,10 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -244,6 +248,82 @@ inline GpuResult RunPrefill(const HackKvCache& kv, const HackAttentionSeq& seq,
   EXPECT_EQ(cudaMemcpy(r.lse.data(), d_lse.data(), r.lse.size() * 4, cudaMemcpyDeviceToHost),
             cudaSuccess);
   return r;
+}
+
+// Homomorphic attention: relative L2 over all outputs <= kHackAttentionRelL2Tolerance, and over
+// each (query, head) <= kHackAttentionHeadTolerance. Rows flagged in `skip` are not compared.
+inline void ExpectClose(const std::vector<double>& ref, const std::vector<float>& gpu,
+                        std::uint32_t dim, const std::string& label,
+                        const std::vector<bool>& skip = {}) {
+  ASSERT_EQ(ref.size(), gpu.size()) << label;
+  double num = 0, den = 0, worst = 0;
+  std::size_t worst_row = 0;
+  for (std::size_t row = 0; row * dim < ref.size(); ++row) {
+    if (!skip.empty() && skip[row]) continue;
+    double n = 0, d = 0;
+    for (std::uint32_t i = 0; i < dim; ++i) {
+      const double e = static_cast<double>(gpu[row * dim + i]) - ref[row * dim + i];
+      n += e * e;
+      d += ref[row * dim + i] * ref[row * dim + i];
+    }
+    num += n;
+    den += d;
+    const double rel = std::sqrt(n / std::max(d, 1e-300));
+    if (!(rel <= worst)) {
+      worst = rel;
+      worst_row = row;
+    }
+  }
+  const double rel = std::sqrt(num / std::max(den, 1e-300));
+  EXPECT_LE(rel, kHackAttentionRelL2Tolerance) << label;
+  EXPECT_LE(worst, kHackAttentionHeadTolerance) << label << " (query-head row " << worst_row << ")";
+  std::printf("[ info ] %s: rel L2 %.3g, worst (query, head) %.3g\n", label.c_str(), rel, worst);
+}
+
+// Copies group (layer, kv, head, block b) of `src` (layout `sl`, sections of `c`) into slot `slot`
+// of a page (layout `pl`) whose sections start at codes / scales / sums.
+inline void CopyGroup(const std::vector<std::byte>& c, const hack::Layout& sl, std::uint32_t b,
+                      const hack::Layout& pl, std::uint32_t slot, std::uint8_t* codes,
+                      std::uint8_t* scales, std::uint8_t* sums) {
+  const ContainerView v = *ParseContainer(c);
+  const std::byte* sc = v.Find(SectionKind::kCodes)->bytes.data();
+  const std::byte* ss = v.Find(SectionKind::kScales)->bytes.data();
+  const std::byte* su = v.Find(SectionKind::kSums)->bytes.data();
+  for (std::uint32_t l = 0; l < sl.layers; ++l) {
+    for (std::uint32_t kv = 0; kv < 2; ++kv) {
+      for (std::uint32_t h = 0; h < sl.heads; ++h) {
+        std::memcpy(codes + pl.code_base(pl.group(l, kv, h, slot)) / 4,
+                    sc + sl.code_base(sl.group(l, kv, h, b)) / 4, sl.codes_per_group() / 4);
+        std::memcpy(scales + pl.partition_base(l, kv, h, slot) * 4,
+                    ss + sl.partition_base(l, kv, h, b) * 4, sl.partitions_per_group(kv) * 4);
+        std::memcpy(sums + pl.sum_base(l, kv, h, slot), su + sl.sum_base(l, kv, h, b),
+                    sl.sums_per_group(kv));
+      }
+    }
+  }
+}
+
+// Relative L2 over all outputs and worst (query, head) against the dequantized-KV reference.
+inline void ExpectCloseFp16(const std::vector<double>& ref, const std::vector<float>& gpu,
+                            std::uint32_t dim, const std::string& label) {
+  ASSERT_EQ(ref.size(), gpu.size()) << label;
+  double num = 0, den = 0, worst = 0;
+  for (std::size_t row = 0; row * dim < ref.size(); ++row) {
+    double n = 0, d = 0;
+    for (std::uint32_t i = 0; i < dim; ++i) {
+      const double e = static_cast<double>(gpu[row * dim + i]) - ref[row * dim + i];
+      n += e * e;
+      d += ref[row * dim + i] * ref[row * dim + i];
+    }
+    num += n;
+    den += d;
+    const double rel = std::sqrt(n / std::max(d, 1e-300));
+    if (!(rel <= worst)) worst = rel;
+  }
+  const double rel = std::sqrt(num / std::max(den, 1e-300));
+  EXPECT_LE(rel, kHackDequantPrefillRelL2Tolerance) << label;
+  EXPECT_LE(worst, kHackDequantPrefillHeadTolerance) << label;
+  std::printf("[ info ] %s: rel L2 %.3g, worst (query, head) %.3g\n", label.c_str(), rel, worst);
 }
 
 }  // namespace kvdepot::cuda

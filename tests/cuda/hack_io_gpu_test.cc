@@ -3,7 +3,7 @@
 // nearest even and the same lse (bit for bit on the fp16 path, per row within io's unit roundoff
 // on the homomorphic one: NotTheFp32OutputsRounded); out needs only its element's alignment; an
 // io_dtype that is no DType, or an out misaligned for its element, is refused. (Prefill's:
-// HackGpu.PrefillTakesFp16AndBf16QueriesAndOutputs in hack_gpu_test.cc.)
+// HackGpu.PrefillTakesFp16AndBf16QueriesAndOutputs in hack_prefill_fp16_gpu_test.cc.)
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -482,32 +482,33 @@ Status EnqueueHackPrefillStaging(const HackKvCache& kv, const HackPrefillArgs& a
 Status FinishHackAttention(HackAttentionWorkspace& workspace, cudaStream_t stream);
 
 // Agreement with the CPU references (HackDecodeAttention / HackPrefillAttention with
-// int8_q = int8_p = true, on the same chunks), as tests/cuda/hack_gpu_test.cc checks it: relative
-// L2 error over all outputs of a call <= 1e-3, and over any single (query, head) <= 1e-2. Q's INT8
-// codes are bit-identical to the reference's; P's can differ by one where the kernel's float
-// weight and the reference's double weight fall on either side of a rounding boundary (each such
-// flip moves one output by at most scale_p * |v| / normaliser). docs/hack-gpu.md derives this.
+// int8_q = int8_p = true, on the same chunks), as tests/cuda/hack_attention_gpu_test.cc checks
+// it: relative L2 error over all outputs of a call <= 1e-3, and over any single (query, head) <=
+// 1e-2. Q's INT8 codes are bit-identical to the reference's; P's can differ by one where the
+// kernel's float weight and the reference's double weight fall on either side of a rounding
+// boundary (each such flip moves one output by at most scale_p * |v| / normaliser).
+// docs/hack-gpu.md derives this.
 inline constexpr double kHackAttentionRelL2Tolerance = 1e-3;
 inline constexpr double kHackAttentionHeadTolerance = 1e-2;
 
 // Agreement of HackPrefillMath::kDequantFp16 with PrefillAttention over DequantizeHack(chunk,
-// fp32), as tests/cuda/hack_gpu_test.cc checks it: relative L2 error over all outputs of a call
-// <= 4e-3, over any single (query, head) <= 2e-2. The kernel rounds four things to fp16 (unit
-// roundoff u = 2^-11 = 4.9e-4): each dequantized K and V value, each scaled query element, and each
-// softmax weight before P·V; every other step is fp32. A score q·k then carries a relative error
-// of about 2u (q and k each rounded once), its weight the same relative error times the score's
-// magnitude in log2 units (a few), and the output a weighted average of the V values, each off by
-// u: a few u in all (measured on the H200: docs/hack-gpu.md), 4e-3 ~ 8u leaves a margin; a single
-// head (fewer terms to average the roundings out) gets 40u.
+// fp32), as tests/cuda/hack_prefill_fp16_gpu_test.cc checks it: relative L2 error over all
+// outputs of a call <= 4e-3, over any single (query, head) <= 2e-2. The kernel rounds four things
+// to fp16 (unit roundoff u = 2^-11 = 4.9e-4): each dequantized K and V value, each scaled query
+// element, and each softmax weight before P·V; every other step is fp32. A score q·k then carries a
+// relative error of about 2u (q and k each rounded once), its weight the same relative error times
+// the score's magnitude in log2 units (a few), and the output a weighted average of the V values,
+// each off by u: a few u in all (measured on the H200: docs/hack-gpu.md), 4e-3 ~ 8u leaves a
+// margin; a single head (fewer terms to average the roundings out) gets 40u.
 inline constexpr double kHackDequantPrefillRelL2Tolerance = 4e-3;
 inline constexpr double kHackDequantPrefillHeadTolerance = 2e-2;
 
 // Agreement of HackDecodeMath::kDequantFp16 with DecodeAttention over DequantizeHack(chunk, fp32),
-// as tests/cuda/hack_gpu_test.cc checks it: the prefill path's bounds, by the same argument. The
-// decode kernel rounds K and V values twice (min / 4 - scale, then the value / 4: two roundings of
-// at most u relative to |min| / 4 + scale and to the value, against one in the prefill path) and
-// otherwise the same four things; that adds about u to each product's error, inside the 8u / 40u
-// margins.
+// as tests/cuda/hack_decode_fp16_gpu_test.cc checks it: the prefill path's bounds, by the same
+// argument. The decode kernel rounds K and V values twice (min / 4 - scale, then the value / 4:
+// two roundings of at most u relative to |min| / 4 + scale and to the value, against one in the
+// prefill path) and otherwise the same four things; that adds about u to each product's error,
+// inside the 8u / 40u margins.
 inline constexpr double kHackDequantDecodeRelL2Tolerance = kHackDequantPrefillRelL2Tolerance;
 inline constexpr double kHackDequantDecodeHeadTolerance = kHackDequantPrefillHeadTolerance;
 

@@ -12,8 +12,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -135,38 +133,8 @@ TEST(HackGpu, PagedWithShuffledBlockTableEqualsContiguous) {
       tensors.push_back(Synth({layers, lengths[i], kv_heads, dim}, DType::kFloat16, 500 + i));
       contiguous.push_back(MakeSeq(tensors.back(), {}));
     }
-    // The page pool: every page of every sequence, at shuffled positions.
-    hack::Layout pl = HackLayoutFor({layers, page_tokens, kv_heads, dim}, {});
-    const HackSectionBytes pb = HackSectionBytesFor(pl, DType::kFloat16);
-    std::uint32_t max_pages = 0, total_pages = 0;
-    for (std::uint32_t l : lengths) {
-      const std::uint32_t pages = ((l / 64) + page_blocks - 1) / page_blocks;
-      max_pages = std::max(max_pages, std::max(pages, 1u));
-      total_pages += pages;
-    }
-    const std::uint32_t num_pages = total_pages + 3;  // some unused pages
-    std::vector<std::uint32_t> perm(num_pages);
-    std::iota(perm.begin(), perm.end(), 0u);
-    std::shuffle(perm.begin(), perm.end(), std::mt19937(dim));
-    std::vector<std::uint8_t> codes(num_pages * pb.codes), scales(num_pages * pb.scales),
-        sums(num_pages * pb.sums);
-    std::vector<std::int32_t> table(lengths.size() * max_pages, -1);
-    std::uint32_t next = 0;
-    for (std::size_t i = 0; i < lengths.size(); ++i) {
-      const std::vector<std::byte> c = *EncodeHack(tensors[i].view(), {});
-      const hack::Layout sl = contiguous[i].chunk.layout;
-      for (std::uint32_t b = 0; b < sl.blocks(); ++b) {
-        if (b % page_blocks == 0)
-          table[i * max_pages + b / page_blocks] = static_cast<std::int32_t>(perm[next++]);
-        const auto page = static_cast<std::uint32_t>(table[i * max_pages + b / page_blocks]);
-        CopyGroup(c, sl, b, pl, b % page_blocks, codes.data() + page * pb.codes,
-                  scales.data() + page * pb.scales, sums.data() + page * pb.sums);
-      }
-    }
-    DeviceBuffer d_codes = Dev(codes.data(), codes.size());
-    DeviceBuffer d_scales = Dev(scales.data(), scales.size());
-    DeviceBuffer d_sums = Dev(sums.data(), sums.size());
-    DeviceBuffer d_table = Dev(table.data(), table.size());
+    // The page pool: every page of every sequence, at shuffled positions, and 3 unused pages.
+    const PagePool pool = MakePagePool(tensors, page_blocks, 3, dim);
     HackKvCache kv = KvFor(tensors[0], DType::kFloat16, 1);
     std::vector<HackAttentionSeq> contig_descs, paged_descs;
     for (const GpuSeq& s : contiguous) {
@@ -178,16 +146,7 @@ TEST(HackGpu, PagedWithShuffledBlockTableEqualsContiguous) {
     const std::vector<float> q = RandomQueries(lengths.size() * q_heads * dim, 99 + dim);
     const GpuResult want = RunDecode(kv, contig_descs, 1000, q, q_heads);
     ASSERT_TRUE(want.status.ok()) << want.status.ToString();
-    kv.page_blocks = page_blocks;
-    kv.num_pages = num_pages;
-    kv.page_codes = d_codes.as<std::uint8_t>();
-    kv.page_scales = d_scales.as<std::uint8_t>();
-    kv.page_sums = d_sums.as<std::uint8_t>();
-    kv.page_codes_bytes = pb.codes;
-    kv.page_scales_bytes = pb.scales;
-    kv.page_sums_bytes = pb.sums;
-    kv.block_tables = d_table.as<std::int32_t>();
-    kv.max_pages_per_seq = max_pages;
+    pool.Attach(kv);
     const GpuResult got = RunDecode(kv, paged_descs, 1000, q, q_heads);
     ASSERT_TRUE(got.status.ok()) << got.status.ToString();
     EXPECT_EQ(std::memcmp(got.out.data(), want.out.data(), got.out.size() * 4), 0)
@@ -216,7 +175,8 @@ TEST(HackGpu, PagedWithShuffledBlockTableEqualsContiguous) {
     ExpectClose(ref->out, got.out, dim, "paged d" + std::to_string(dim));
 
     // A table entry outside the pool is reported.
-    table[max_pages + 1] = static_cast<std::int32_t>(num_pages);
+    std::vector<std::int32_t> table = pool.table;
+    table[pool.max_pages + 1] = static_cast<std::int32_t>(pool.num_pages);
     DeviceBuffer d_bad = Dev(table.data(), table.size());
     kv.block_tables = d_bad.as<std::int32_t>();
     const GpuResult bad = RunDecode(kv, paged_descs, 1000, q, q_heads);

@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -250,14 +252,16 @@ inline GpuResult RunPrefill(const HackKvCache& kv, const HackAttentionSeq& seq,
   return r;
 }
 
-// Homomorphic attention: relative L2 over all outputs <= kHackAttentionRelL2Tolerance, and over
-// each (query, head) <= kHackAttentionHeadTolerance. Rows flagged in `skip` are not compared.
-inline void ExpectClose(const std::vector<double>& ref, const std::vector<float>& gpu,
-                        std::uint32_t dim, const std::string& label,
-                        const std::vector<bool>& skip = {}) {
-  ASSERT_EQ(ref.size(), gpu.size()) << label;
-  double num = 0, den = 0, worst = 0;
+// The error of `gpu` against `ref` by rows of `dim` outputs (one (query, head) each): relative L2
+// over all the rows compared, the worst row's, and that row. Rows flagged in `skip` are left out.
+struct RowErrors {
+  double rel = 0, worst = 0;
   std::size_t worst_row = 0;
+};
+inline RowErrors RelativeL2ByRow(const std::vector<double>& ref, const std::vector<float>& gpu,
+                                 std::uint32_t dim, const std::vector<bool>& skip = {}) {
+  RowErrors r;
+  double num = 0, den = 0;
   for (std::size_t row = 0; row * dim < ref.size(); ++row) {
     if (!skip.empty() && skip[row]) continue;
     double n = 0, d = 0;
@@ -269,15 +273,33 @@ inline void ExpectClose(const std::vector<double>& ref, const std::vector<float>
     num += n;
     den += d;
     const double rel = std::sqrt(n / std::max(d, 1e-300));
-    if (!(rel <= worst)) {
-      worst = rel;
-      worst_row = row;
+    if (!(rel <= r.worst)) {
+      r.worst = rel;
+      r.worst_row = row;
     }
   }
-  const double rel = std::sqrt(num / std::max(den, 1e-300));
-  EXPECT_LE(rel, kHackAttentionRelL2Tolerance) << label;
-  EXPECT_LE(worst, kHackAttentionHeadTolerance) << label << " (query-head row " << worst_row << ")";
-  std::printf("[ info ] %s: rel L2 %.3g, worst (query, head) %.3g\n", label.c_str(), rel, worst);
+  r.rel = std::sqrt(num / std::max(den, 1e-300));
+  return r;
+}
+
+// RelativeL2ByRow within `rel_tolerance` over all rows and `row_tolerance` for each; prints both.
+inline void ExpectRowsClose(const std::vector<double>& ref, const std::vector<float>& gpu,
+                            std::uint32_t dim, const std::string& label, double rel_tolerance,
+                            double row_tolerance, const std::vector<bool>& skip = {}) {
+  ASSERT_EQ(ref.size(), gpu.size()) << label;
+  const RowErrors e = RelativeL2ByRow(ref, gpu, dim, skip);
+  EXPECT_LE(e.rel, rel_tolerance) << label;
+  EXPECT_LE(e.worst, row_tolerance) << label << " (query-head row " << e.worst_row << ")";
+  std::printf("[ info ] %s: rel L2 %.3g, worst (query, head) %.3g\n", label.c_str(), e.rel,
+              e.worst);
+}
+
+// The homomorphic kernel against its float64 reference (kHackAttention*Tolerance).
+inline void ExpectClose(const std::vector<double>& ref, const std::vector<float>& gpu,
+                        std::uint32_t dim, const std::string& label,
+                        const std::vector<bool>& skip = {}) {
+  ExpectRowsClose(ref, gpu, dim, label, kHackAttentionRelL2Tolerance, kHackAttentionHeadTolerance,
+                  skip);
 }
 
 // Copies group (layer, kv, head, block b) of `src` (layout `sl`, sections of `c`) into slot `slot`
@@ -303,27 +325,77 @@ inline void CopyGroup(const std::vector<std::byte>& c, const hack::Layout& sl, s
   }
 }
 
-// Relative L2 over all outputs and worst (query, head) against the dequantized-KV reference.
+// The quantized blocks of `tensors` (each encoded with the default options: no sinks, so a page
+// holds blocks only) copied into a pool of pages of `page_blocks` blocks, `spare` pages unused, at
+// page positions shuffled by std::mt19937(shuffle_seed), with each sequence's block table; pool
+// and tables on the device, as an engine's paged KV cache holds them.
+struct PagePool {
+  std::uint32_t page_blocks = 0, num_pages = 0, max_pages = 0;
+  HackSectionBytes page_bytes;
+  std::vector<std::int32_t> table;  // [sequence][max_pages]: the page of each, -1 past its pages
+  DeviceBuffer codes, scales, sums, d_table;
+
+  // Points kv's paged fields at the pool (the sequences' descriptors then need no sections).
+  void Attach(HackKvCache& kv) const {
+    kv.page_blocks = page_blocks;
+    kv.num_pages = num_pages;
+    kv.page_codes = codes.as<std::uint8_t>();
+    kv.page_scales = scales.as<std::uint8_t>();
+    kv.page_sums = sums.as<std::uint8_t>();
+    kv.page_codes_bytes = page_bytes.codes;
+    kv.page_scales_bytes = page_bytes.scales;
+    kv.page_sums_bytes = page_bytes.sums;
+    kv.block_tables = d_table.as<std::int32_t>();
+    kv.max_pages_per_seq = max_pages;
+  }
+};
+
+inline PagePool MakePagePool(std::span<const KvTensor> tensors, std::uint32_t page_blocks,
+                             std::uint32_t spare, std::uint32_t shuffle_seed) {
+  PagePool pool;
+  pool.page_blocks = page_blocks;
+  const KvShape& shape = tensors.front().shape;
+  const hack::Layout pl =
+      HackLayoutFor({shape.layers, page_blocks * 64, shape.kv_heads, shape.head_dim}, {});
+  pool.page_bytes = HackSectionBytesFor(pl, DType::kFloat16);
+  std::uint32_t total_pages = 0;
+  for (const KvTensor& t : tensors) {
+    const std::uint32_t pages = (t.shape.tokens / 64 + page_blocks - 1) / page_blocks;
+    pool.max_pages = std::max(pool.max_pages, std::max(pages, 1u));
+    total_pages += pages;
+  }
+  pool.num_pages = total_pages + spare;
+  std::vector<std::uint32_t> perm(pool.num_pages);
+  std::iota(perm.begin(), perm.end(), 0u);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(shuffle_seed));
+  const HackSectionBytes& pb = pool.page_bytes;
+  std::vector<std::uint8_t> codes(pool.num_pages * pb.codes), scales(pool.num_pages * pb.scales),
+      sums(pool.num_pages * pb.sums);
+  pool.table.assign(tensors.size() * pool.max_pages, -1);
+  std::uint32_t next = 0;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::vector<std::byte> c = *EncodeHack(tensors[i].view(), {});
+    const hack::Layout sl = UnpackHack(*ParseContainer(c))->layout;
+    std::int32_t* row = pool.table.data() + i * pool.max_pages;
+    for (std::uint32_t b = 0; b < sl.blocks(); ++b) {
+      if (b % page_blocks == 0) row[b / page_blocks] = static_cast<std::int32_t>(perm[next++]);
+      const auto page = static_cast<std::uint32_t>(row[b / page_blocks]);
+      CopyGroup(c, sl, b, pl, b % page_blocks, codes.data() + page * pb.codes,
+                scales.data() + page * pb.scales, sums.data() + page * pb.sums);
+    }
+  }
+  pool.codes = Dev(codes.data(), codes.size());
+  pool.scales = Dev(scales.data(), scales.size());
+  pool.sums = Dev(sums.data(), sums.size());
+  pool.d_table = Dev(pool.table.data(), pool.table.size());
+  return pool;
+}
+
+// The fp16 prefill path against attention over the dequantized KV (kHackDequantPrefill*Tolerance).
 inline void ExpectCloseFp16(const std::vector<double>& ref, const std::vector<float>& gpu,
                             std::uint32_t dim, const std::string& label) {
-  ASSERT_EQ(ref.size(), gpu.size()) << label;
-  double num = 0, den = 0, worst = 0;
-  for (std::size_t row = 0; row * dim < ref.size(); ++row) {
-    double n = 0, d = 0;
-    for (std::uint32_t i = 0; i < dim; ++i) {
-      const double e = static_cast<double>(gpu[row * dim + i]) - ref[row * dim + i];
-      n += e * e;
-      d += ref[row * dim + i] * ref[row * dim + i];
-    }
-    num += n;
-    den += d;
-    const double rel = std::sqrt(n / std::max(d, 1e-300));
-    if (!(rel <= worst)) worst = rel;
-  }
-  const double rel = std::sqrt(num / std::max(den, 1e-300));
-  EXPECT_LE(rel, kHackDequantPrefillRelL2Tolerance) << label;
-  EXPECT_LE(worst, kHackDequantPrefillHeadTolerance) << label;
-  std::printf("[ info ] %s: rel L2 %.3g, worst (query, head) %.3g\n", label.c_str(), rel, worst);
+  ExpectRowsClose(ref, gpu, dim, label, kHackDequantPrefillRelL2Tolerance,
+                  kHackDequantPrefillHeadTolerance);
 }
 
 }  // namespace kvdepot::cuda

@@ -10,8 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <numeric>
-#include <random>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -83,24 +82,8 @@ void CheckDecodeFp16(std::uint32_t dim, std::uint32_t group, DType dtype,
     label += ' ';  // not `" " + std::to_string(l)`: GCC 12 -O3 -Wrestrict false positive
     label += std::to_string(l);
   }
-  ASSERT_EQ(ref->out.size(), got.out.size()) << label;
-  double num = 0, den = 0, worst = 0;
-  for (std::size_t row = 0; row * dim < ref->out.size(); ++row) {
-    double n = 0, d = 0;
-    for (std::uint32_t i = 0; i < dim; ++i) {
-      const double e = static_cast<double>(got.out[row * dim + i]) - ref->out[row * dim + i];
-      n += e * e;
-      d += ref->out[row * dim + i] * ref->out[row * dim + i];
-    }
-    num += n;
-    den += d;
-    const double rel = std::sqrt(n / std::max(d, 1e-300));
-    if (!(rel <= worst)) worst = rel;
-  }
-  const double rel = std::sqrt(num / std::max(den, 1e-300));
-  EXPECT_LE(rel, kHackDequantDecodeRelL2Tolerance) << label;
-  EXPECT_LE(worst, kHackDequantDecodeHeadTolerance) << label;
-  std::printf("[ info ] %s: rel L2 %.3g, worst (query, head) %.3g\n", label.c_str(), rel, worst);
+  ExpectRowsClose(ref->out, got.out, dim, label, kHackDequantDecodeRelL2Tolerance,
+                  kHackDequantDecodeHeadTolerance);
   for (float v : got.lse) EXPECT_TRUE(std::isfinite(v)) << label;
 }
 
@@ -245,7 +228,7 @@ TEST(HackGpu, DequantFp16DecodePagedEqualsContiguous) {
   KVD_REQUIRE_GPU();
   for (std::uint32_t dim : {64u, 128u}) {
     const std::uint32_t layers = 2, kv_heads = 2, group = 8, q_heads = kv_heads * group;
-    const std::uint32_t page_blocks = 4, page_tokens = page_blocks * 64;
+    const std::uint32_t page_blocks = 4;
     const std::vector<std::uint32_t> lengths = {1000, 600, 40, 5000};
     std::vector<KvTensor> tensors;
     std::vector<GpuSeq> contiguous;
@@ -253,38 +236,7 @@ TEST(HackGpu, DequantFp16DecodePagedEqualsContiguous) {
       tensors.push_back(Synth({layers, lengths[i], kv_heads, dim}, DType::kFloat16, 900 + i));
       contiguous.push_back(MakeSeq(tensors.back(), {}));
     }
-    hack::Layout pl = HackLayoutFor({layers, page_tokens, kv_heads, dim}, {});
-    const HackSectionBytes pb = HackSectionBytesFor(pl, DType::kFloat16);
-    std::uint32_t max_pages = 0, total_pages = 0;
-    for (std::uint32_t l : lengths) {
-      const std::uint32_t pages = ((l / 64) + page_blocks - 1) / page_blocks;
-      max_pages = std::max(max_pages, std::max(pages, 1u));
-      total_pages += pages;
-    }
-    const std::uint32_t num_pages = total_pages + 3;
-    std::vector<std::uint32_t> perm(num_pages);
-    std::iota(perm.begin(), perm.end(), 0u);
-    std::shuffle(perm.begin(), perm.end(), std::mt19937(dim + 1));
-    std::vector<std::uint8_t> codes(num_pages * pb.codes), scales(num_pages * pb.scales),
-        sums(num_pages * pb.sums);
-    std::vector<std::int32_t> table(lengths.size() * max_pages, -1);
-    std::uint32_t next = 0;
-    for (std::size_t i = 0; i < lengths.size(); ++i) {
-      const std::vector<std::byte> c = *EncodeHack(tensors[i].view(), {});
-      const hack::Layout sl = contiguous[i].chunk.layout;
-      for (std::uint32_t b = 0; b < sl.blocks(); ++b) {
-        if (b % page_blocks == 0) {
-          table[i * max_pages + b / page_blocks] = static_cast<std::int32_t>(perm[next++]);
-        }
-        const auto page = static_cast<std::uint32_t>(table[i * max_pages + b / page_blocks]);
-        CopyGroup(c, sl, b, pl, b % page_blocks, codes.data() + page * pb.codes,
-                  scales.data() + page * pb.scales, sums.data() + page * pb.sums);
-      }
-    }
-    DeviceBuffer d_codes = Dev(codes.data(), codes.size());
-    DeviceBuffer d_scales = Dev(scales.data(), scales.size());
-    DeviceBuffer d_sums = Dev(sums.data(), sums.size());
-    DeviceBuffer d_table = Dev(table.data(), table.size());
+    const PagePool pool = MakePagePool(tensors, page_blocks, 3, dim + 1);
     HackKvCache kv = KvFor(tensors[0], DType::kFloat16, 1);
     std::vector<HackAttentionSeq> contig_descs, paged_descs;
     for (const GpuSeq& s : contiguous) {
@@ -297,22 +249,14 @@ TEST(HackGpu, DequantFp16DecodePagedEqualsContiguous) {
     const GpuResult want =
         RunDecode(kv, contig_descs, 5000, q, q_heads, HackDecodeMath::kDequantFp16);
     ASSERT_TRUE(want.status.ok()) << want.status.ToString();
-    kv.page_blocks = page_blocks;
-    kv.num_pages = num_pages;
-    kv.page_codes = d_codes.as<std::uint8_t>();
-    kv.page_scales = d_scales.as<std::uint8_t>();
-    kv.page_sums = d_sums.as<std::uint8_t>();
-    kv.page_codes_bytes = pb.codes;
-    kv.page_scales_bytes = pb.scales;
-    kv.page_sums_bytes = pb.sums;
-    kv.block_tables = d_table.as<std::int32_t>();
-    kv.max_pages_per_seq = max_pages;
+    pool.Attach(kv);
     const GpuResult got =
         RunDecode(kv, paged_descs, 5000, q, q_heads, HackDecodeMath::kDequantFp16);
     ASSERT_TRUE(got.status.ok()) << got.status.ToString();
     EXPECT_EQ(std::memcmp(got.out.data(), want.out.data(), got.out.size() * 4), 0)
         << "paged fp16 decode differs from contiguous (d " << dim << ")";
-    table[max_pages + 1] = static_cast<std::int32_t>(num_pages);
+    std::vector<std::int32_t> table = pool.table;
+    table[pool.max_pages + 1] = static_cast<std::int32_t>(pool.num_pages);
     DeviceBuffer d_bad = Dev(table.data(), table.size());
     kv.block_tables = d_bad.as<std::int32_t>();
     const GpuResult bad =

@@ -8,11 +8,9 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <numeric>
-#include <random>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -104,48 +102,17 @@ TEST(HackGpu, DequantFp16PrefillPagedEqualsContiguous) {
   ASSERT_TRUE(ws.ok()) << ws.status().ToString();
   for (std::uint32_t dim : {64u, 128u}) {
     const std::uint32_t layers = 2, layer = 1, kv_heads = 2, group = 4, q_heads = kv_heads * group;
-    const std::uint32_t page_blocks = 4, page_tokens = page_blocks * 64, T = 1000, fresh = 100;
+    const std::uint32_t page_blocks = 4, T = 1000, fresh = 100;
     const KvTensor t = Synth({layers, T, kv_heads, dim}, DType::kFloat16, 700 + dim);
     const GpuSeq s = MakeSeq(t, {});
-    const hack::Layout pl = HackLayoutFor({layers, page_tokens, kv_heads, dim}, {});
-    const HackSectionBytes pb = HackSectionBytesFor(pl, DType::kFloat16);
-    const hack::Layout sl = s.chunk.layout;
-    const std::uint32_t pages = (sl.blocks() + page_blocks - 1) / page_blocks;
-    const std::uint32_t num_pages = pages + 2;
-    std::vector<std::uint32_t> perm(num_pages);
-    std::iota(perm.begin(), perm.end(), 0u);
-    std::shuffle(perm.begin(), perm.end(), std::mt19937(dim));
-    std::vector<std::uint8_t> codes(num_pages * pb.codes), scales(num_pages * pb.scales),
-        sums(num_pages * pb.sums);
-    std::vector<std::int32_t> table(pages);
-    const std::vector<std::byte> c = *EncodeHack(t.view(), {});
-    for (std::uint32_t b = 0; b < sl.blocks(); ++b) {
-      if (b % page_blocks == 0)
-        table[b / page_blocks] = static_cast<std::int32_t>(perm[b / page_blocks]);
-      const auto page = static_cast<std::uint32_t>(table[b / page_blocks]);
-      CopyGroup(c, sl, b, pl, b % page_blocks, codes.data() + page * pb.codes,
-                scales.data() + page * pb.scales, sums.data() + page * pb.sums);
-    }
-    DeviceBuffer d_codes = Dev(codes.data(), codes.size());
-    DeviceBuffer d_scales = Dev(scales.data(), scales.size());
-    DeviceBuffer d_sums = Dev(sums.data(), sums.size());
-    DeviceBuffer d_table = Dev(table.data(), table.size());
+    const PagePool pool = MakePagePool(std::span(&t, 1), page_blocks, 2, dim);
     const std::vector<float> q = RandomQueries(std::size_t{fresh} * q_heads * dim, 31 + dim);
     HackKvCache kv = KvFor(t, DType::kFloat16, layer);
     const GpuResult want = RunPrefill(kv, s.desc, T - fresh, q, q_heads, *ws);
     ASSERT_TRUE(want.status.ok()) << want.status.ToString();
     const GpuResult want_staged = RunPrefill(kv, s.desc, T - fresh, q, q_heads, *ws, true);
     ASSERT_TRUE(want_staged.status.ok()) << want_staged.status.ToString();
-    kv.page_blocks = page_blocks;
-    kv.num_pages = num_pages;
-    kv.page_codes = d_codes.as<std::uint8_t>();
-    kv.page_scales = d_scales.as<std::uint8_t>();
-    kv.page_sums = d_sums.as<std::uint8_t>();
-    kv.page_codes_bytes = pb.codes;
-    kv.page_scales_bytes = pb.scales;
-    kv.page_sums_bytes = pb.sums;
-    kv.block_tables = d_table.as<std::int32_t>();
-    kv.max_pages_per_seq = pages;
+    pool.Attach(kv);
     HackAttentionSeq paged = s.desc;
     paged.codes = paged.scales = paged.sums = nullptr;
     const GpuResult got = RunPrefill(kv, paged, T - fresh, q, q_heads, *ws);
@@ -157,8 +124,8 @@ TEST(HackGpu, DequantFp16PrefillPagedEqualsContiguous) {
         << "staged d" << dim;
 
     // A table entry outside the pool is reported, staged (by the staging kernel) or not.
-    std::vector<std::int32_t> bad_table = table;
-    bad_table[1] = static_cast<std::int32_t>(num_pages);
+    std::vector<std::int32_t> bad_table = pool.table;
+    bad_table[1] = static_cast<std::int32_t>(pool.num_pages);
     DeviceBuffer d_bad = Dev(bad_table.data(), bad_table.size());
     kv.block_tables = d_bad.as<std::int32_t>();
     for (const bool staging : {false, true}) {

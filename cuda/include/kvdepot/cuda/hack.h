@@ -4,7 +4,7 @@
 // bounds each kernel: docs/hack-gpu.md.
 //
 // Five kernels (cuda/src/hack_quantize.cu, hack_attention.cu, hack_prefill_fp16.cu,
-// hack_decode_fp16.cu; the attention calls' host side in hack_attention_api.cc):
+// hack_decode_fp16.cu; the calls' host sides in hack_quantize_api.cc and hack_attention_api.cc):
 //  * quantize: fp16/bf16 KV chunk -> the codes, scales, sums and tail sections of a hack-int2
 //    container, byte-identical to kvdepot::EncodeHack (both roundings, sinks, every partition size
 //    and orientation);

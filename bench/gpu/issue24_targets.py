@@ -18,6 +18,7 @@ sides scale alike (docs/hack-gpu.md, "Measured").
 Usage (GPU machine, binaries built here by `make gpu` and carried as .gpu/bin):
   python3 bench/gpu/issue24_targets.py [--bin .gpu/bin] [--rounds 2] [--out DIR] [--reps 100]
 Exit status: 0 when every step ran (met or not), 1 when a step failed, 2 on bad arguments.
+On the lent GPU machine, write --out outside $OUT and tar it into $OUT (few files come back).
 """
 import argparse
 import csv
@@ -171,6 +172,10 @@ def main():
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--out", default=os.environ.get("OUT", "issue24-out"))
     ap.add_argument("--only", choices=("", "decode", "prefill"), default="")
+    ap.add_argument("--prefill-verify-max", type=int, default=4096,
+                    help="kvdepot_hack_bench checks prefill rows of up to this many tokens against "
+                         "its float64 CPU reference (32K takes minutes there; the GPU tests check "
+                         "the chunked shapes)")
     args = ap.parse_args()
     bench = os.path.join(args.bin, "kvdepot_hack_bench")
     if args.rounds < 1 or args.reps < 50 or not os.access(bench, os.X_OK):
@@ -180,11 +185,13 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     here = os.path.dirname(os.path.abspath(__file__))
     sdpa_py = os.path.join(here, "torch_sdpa.py")
-    ours_json, sdpa_json = os.path.join(args.out, "kvdepot.jsonl"), os.path.join(args.out,
-                                                                                 "sdpa.jsonl")
-    for path in (ours_json, sdpa_json):
-        if os.path.exists(path):
-            os.remove(path)
+    # kvdepot_hack_bench truncates its --json file: one file per run (kvdepot-<round>-<step>.jsonl,
+    # in place of ours_json); torch_sdpa.py appends to one.
+    ours_json, sdpa_json = os.path.join(args.out, "kvdepot-OURS.jsonl"), os.path.join(args.out,
+                                                                                      "sdpa.jsonl")
+    for name in os.listdir(args.out):
+        if name.endswith(".jsonl"):
+            os.remove(os.path.join(args.out, name))
     smi_path = os.path.join(args.out, "smi.csv")
     try:
         smi = subprocess.Popen(
@@ -217,7 +224,7 @@ def main():
         ("kvdepot", "prefill",
          [bench, "--only", "prefill", "--prefill-math", "fp16", "--prefill-staged", "on",
           "--prefill-io", "bf16", "--prefill-lengths", prompts, "--chunked", chunked,
-          "--json", ours_json] + common),
+          "--prefill-verify-max", str(args.prefill_verify_max), "--json", ours_json] + common),
         ("sdpa", "prefill",
          [sys.executable, sdpa_py, "--graph", "--only", "prefill", "--prefill-lengths", prompts,
           "--chunked", chunked, "--json", sdpa_json] + common)])
@@ -229,6 +236,9 @@ def main():
     for r in range(args.rounds):
         for pair in steps:
             for side, label, cmd in (pair if r % 2 == 0 else pair[::-1]):
+                tag = f"r{r + 1}-{label.replace(' ', '-')}"
+                per_run = os.path.join(args.out, f"kvdepot-{tag}.jsonl")
+                cmd = [per_run if c == ours_json else c for c in cmd]
                 t0 = time.time()
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 t1 = time.time()
@@ -251,7 +261,11 @@ def main():
         with open(path) as f:
             return [json.loads(line) for line in f if line.strip()]
 
-    lines = table(rows(ours_json), rows(sdpa_json), device)
+    ours_rows = []
+    for name in sorted(os.listdir(args.out)):
+        if name.startswith("kvdepot-") and name.endswith(".jsonl"):
+            ours_rows += rows(os.path.join(args.out, name))
+    lines = table(ours_rows, rows(sdpa_json), device)
     seen = clocks(smi_path, windows)
     if seen:
         lines += ["", "| step | SM MHz median (min–max) | max W | throttle reasons |",

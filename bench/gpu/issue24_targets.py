@@ -30,12 +30,12 @@ import subprocess
 import sys
 import time
 
-# (label, op kind, batch, tokens, new queries, cached prefix)
+# The shapes timed: decode (batch, tokens), prefill (new queries, cached prefix).
 DECODE_SHAPES = [(b, t) for b in (1, 16) for t in (4096, 32768, 131072)]
 PREFILL_SHAPES = [(1024, 0), (4096, 0), (4096, 28672), (1024, 130048)]
 
 # Targets: key -> list of (kind, bound, text). kind "max_us": kvdepot's time at most bound (an
-# H200 time); "min_ratio": SDPA / kvdepot at least bound; "stretch": a min_ratio marked stretch.
+# H200 time); "min_ratio": SDPA / kvdepot at least bound.
 TARGETS = {
     ("decode", 1, 4096): [("max_us", 9.0, "≤ 9 µs"), ("min_ratio", 1.35, "≥ 1.35×")],
     ("decode", 1, 131072): [("max_us", 35.0, "≤ 35 µs"), ("min_ratio", 3.8, "≥ 3.8×")],
@@ -43,7 +43,7 @@ TARGETS = {
     ("decode", 16, 131072): [("min_ratio", 4.0, "≥ 4×")],
     ("prefill", 4096, 0): [("min_ratio", 1.0, "no slower")],
     ("prefill", 4096, 28672): [("min_ratio", 1.0, "no slower"),
-                               ("stretch", 1.3, "stretch ≥ 1.3×")],
+                               ("min_ratio", 1.3, "stretch ≥ 1.3×")],
     ("prefill", 1024, 130048): [("min_ratio", 1.0, "no slower")],
 }
 SECTION = {"decode": "§2", "prefill": "§1"}
@@ -193,11 +193,12 @@ def main():
         if name.endswith(".jsonl"):
             os.remove(os.path.join(args.out, name))
     smi_path = os.path.join(args.out, "smi.csv")
+    smi_log = open(smi_path, "w")
     try:
         smi = subprocess.Popen(
             ["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,"
              "clocks_throttle_reasons.active", "--format=csv,noheader,nounits", "-lms", "50"],
-            stdout=open(smi_path, "w"), stderr=subprocess.DEVNULL)
+            stdout=smi_log, stderr=subprocess.DEVNULL)
     except OSError:
         smi = None
     try:
@@ -251,9 +252,11 @@ def main():
                 if proc.returncode != 0:
                     failed += 1
                     sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-2000:])
+    log.close()
     if smi is not None:
         smi.terminate()
         smi.wait()
+    smi_log.close()
 
     def rows(path):
         if not os.path.exists(path):

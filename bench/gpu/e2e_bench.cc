@@ -250,8 +250,8 @@ int main(int argc, char** argv) {
   const cudaStream_t stream = stream_r->get();
 
   // ---- page pool layout: one page = one 256-token chunk's sections ------------------------
-  const hack::Layout page_layout = cuda::HackLayoutFor(shape, HackOptions{});
-  const cuda::HackSectionBytes sec = cuda::HackSectionBytesFor(page_layout, DType::kBFloat16);
+  const hack::Layout page_layout = HackLayoutFor(shape, HackOptions{});
+  const HackSectionBytes sec = HackSectionBytesFor(page_layout, DType::kBFloat16);
   auto round16 = [](std::uint64_t b) { return (b + 15) / 16 * 16; };
   const std::uint64_t codes_stride = round16(sec.codes), scales_stride = round16(sec.scales),
                       sums_stride = round16(sec.sums);
@@ -512,8 +512,8 @@ int main(int argc, char** argv) {
       const std::uint32_t max_t = total + o.decode;
       const std::uint64_t tok_bytes = row * 2;
       auto seq_kv = cuda::DeviceBuffer::Allocate(std::uint64_t{max_t} * tok_bytes * 2);
-      const cuda::HackSectionBytes ssec = cuda::HackSectionBytesFor(
-          cuda::HackLayoutFor(KvShape{1, max_t, shape.kv_heads, shape.head_dim}, HackOptions{}),
+      const HackSectionBytes ssec = HackSectionBytesFor(
+          HackLayoutFor(KvShape{1, max_t, shape.kv_heads, shape.head_dim}, HackOptions{}),
           DType::kBFloat16);
       auto sc = cuda::DeviceBuffer::Allocate(round16(ssec.codes));
       auto ss = cuda::DeviceBuffer::Allocate(round16(ssec.scales));

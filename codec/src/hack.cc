@@ -1,5 +1,6 @@
 #include "kvdepot/codec/hack.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -60,18 +61,6 @@ void StoreElement(DType dtype, std::byte* base, std::uint64_t i, float v) {
   }
 }
 
-Layout MakeLayout(const KvShape& shape, const HackOptions& o) {
-  Layout lay;
-  lay.layers = shape.layers;
-  lay.tokens = shape.tokens;
-  lay.heads = shape.kv_heads;
-  lay.dim = shape.head_dim;
-  lay.partition = o.partition;
-  lay.sinks = o.sinks;
-  lay.orientation = static_cast<std::uint8_t>(o.orientation);
-  return lay;
-}
-
 // Calls f(layer, kv, head, block) for every group, in storage order.
 template <typename F>
 void ForEachGroup(const Layout& lay, F f) {
@@ -90,9 +79,8 @@ struct SectionLengths {
 };
 
 SectionLengths Lengths(const Layout& lay, DType dtype) {
-  return {{hack::kParamsBytes, lay.partitions() * hack::kPartitionEntryBytes,
-           lay.sums() * hack::SumBytes(lay.partition), lay.codes() / hack::kCodesPerByte,
-           lay.unquantized_elements() * DTypeSize(dtype)}};
+  const HackSectionBytes b = HackSectionBytesFor(lay, dtype);
+  return {{hack::kParamsBytes, b.scales, b.sums, b.codes, b.tail}};
 }
 
 }  // namespace
@@ -146,10 +134,29 @@ Status ValidateHackOptions(const HackOptions& o) {
 }
 
 HackUnquantized HackUnquantizedTokens(const KvShape& shape, const HackOptions& options) {
-  HackOptions clamped = options;
-  if (clamped.sinks > shape.tokens) clamped.sinks = shape.tokens;
-  const Layout lay = MakeLayout(shape, clamped);
+  const Layout lay = HackLayoutFor(shape, options);
   return {lay.sinks, lay.tokens - lay.tail_begin()};
+}
+
+hack::Layout HackLayoutFor(const KvShape& shape, const HackOptions& options) {
+  Layout lay;
+  lay.layers = shape.layers;
+  lay.tokens = shape.tokens;
+  lay.heads = shape.kv_heads;
+  lay.dim = shape.head_dim;
+  lay.partition = options.partition;
+  lay.sinks = std::min(options.sinks, shape.tokens);
+  lay.orientation = static_cast<std::uint8_t>(options.orientation);
+  return lay;
+}
+
+HackSectionBytes HackSectionBytesFor(const hack::Layout& layout, DType dtype) {
+  HackSectionBytes b;
+  b.codes = layout.codes() / hack::kCodesPerByte;
+  b.scales = layout.partitions() * hack::kPartitionEntryBytes;
+  b.sums = layout.sums() * hack::SumBytes(layout.partition);
+  b.tail = layout.unquantized_elements() * DTypeSize(dtype);
+  return b;
 }
 
 Result<HackChunk> QuantizeHack(const KvTensorView& tensor, const HackOptions& options) {
@@ -176,7 +183,7 @@ Result<HackChunk> QuantizeHack(const KvTensorView& tensor, const HackOptions& op
   c.options = options;
   if (c.options.sinks > shape.tokens) c.options.sinks = shape.tokens;
   if (c.options.rounding == HackRounding::kNearest) c.options.seed = 0;
-  c.layout = MakeLayout(shape, c.options);
+  c.layout = HackLayoutFor(shape, c.options);
   const Layout& lay = c.layout;
   const bool stochastic = c.options.rounding == HackRounding::kStochastic;
   const std::uint64_t seed = c.options.seed;
@@ -368,7 +375,7 @@ Result<Sections> CheckStructure(const ContainerView& view, HackStructure& c) {
   c.options.rounding = static_cast<HackRounding>(rounding);
   c.options.seed = seed;
   c.options.sinks = sinks;
-  c.layout = MakeLayout(shape, c.options);
+  c.layout = HackLayoutFor(shape, c.options);
   const SectionLengths want = Lengths(c.layout, c.dtype);
   for (std::size_t i = 1; i < 5; ++i) {
     if (sec.s[i]->length != want.bytes[i]) {

@@ -97,31 +97,6 @@ Result<SectionBuffers> AllocateSections(const Layout& lay, DType dtype) {
 }  // namespace
 
 // ================================================================================================
-// Host helpers
-// ================================================================================================
-
-hack::Layout HackLayoutFor(const KvShape& shape, const HackOptions& options) {
-  Layout lay;
-  lay.layers = shape.layers;
-  lay.tokens = shape.tokens;
-  lay.heads = shape.kv_heads;
-  lay.dim = shape.head_dim;
-  lay.partition = options.partition;
-  lay.sinks = std::min(options.sinks, shape.tokens);
-  lay.orientation = static_cast<std::uint8_t>(options.orientation);
-  return lay;
-}
-
-HackSectionBytes HackSectionBytesFor(const hack::Layout& lay, DType dtype) {
-  HackSectionBytes b;
-  b.codes = lay.codes() / hack::kCodesPerByte;
-  b.scales = lay.partitions() * hack::kPartitionEntryBytes;
-  b.sums = lay.sums() * hack::SumBytes(lay.partition);
-  b.tail = lay.unquantized_elements() * DTypeSize(dtype);
-  return b;
-}
-
-// ================================================================================================
 // Quantize
 // ================================================================================================
 

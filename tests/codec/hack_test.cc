@@ -92,6 +92,23 @@ TEST_P(HackShapes, RoundTripTailAndQuantizationBounds) {
   EXPECT_EQ(sizes->tail, lay.unquantized_elements() * DTypeSize(tc.dtype));
   EXPECT_EQ(sizes->total, c.size());
   EXPECT_EQ(lay.tail_begin() + (lay.unquantized_tokens() - lay.sinks), tc.shape.tokens);
+  // The public layout and section lengths (what the GPU codec and kernels size buffers by) are
+  // the stored chunk's; sinks beyond the tokens clamp as QuantizeHack stores them.
+  for (const std::uint32_t more : {0u, tc.shape.tokens + 1}) {
+    HackOptions o = tc.options;
+    o.sinks += more;
+    const hack::Layout want = more == 0 ? lay : QuantizeHack(t.view(), o)->layout;
+    const hack::Layout got = HackLayoutFor(tc.shape, o);
+    EXPECT_EQ(got.sinks, want.sinks);
+    EXPECT_EQ(got.tail_begin(), want.tail_begin());
+    EXPECT_EQ(got.partitions(), want.partitions());
+    EXPECT_EQ(got.orientation, want.orientation);
+  }
+  const HackSectionBytes bytes = HackSectionBytesFor(lay, tc.dtype);
+  EXPECT_EQ(bytes.codes, sizes->codes);
+  EXPECT_EQ(bytes.scales, sizes->scales);
+  EXPECT_EQ(bytes.sums, sizes->sums);
+  EXPECT_EQ(bytes.tail, sizes->tail);
 
   // Unquantized tokens are bit-exact; quantized ones lie within half a step (nearest) or one step
   // (stochastic) of the input, plus the dtype's rounding of the result.

@@ -61,6 +61,22 @@ struct HackUnquantized {
 };
 HackUnquantized HackUnquantizedTokens(const KvShape& shape, const HackOptions& options);
 
+// The hack::Layout (hack_format.h) of a chunk of `shape` encoded with `options`, sinks clamped to
+// the token count as QuantizeHack stores them. The one place the layout is made from a shape and
+// options (the CPU codec, the GPU codec and the attention kernels' launchers all take it from
+// here). Precondition: a valid partition (ValidateHackOptions).
+hack::Layout HackLayoutFor(const KvShape& shape, const HackOptions& options);
+
+// Byte lengths of the four data sections of a chunk of `layout` whose values are `dtype` (the
+// params section is always hack::kParamsBytes).
+struct HackSectionBytes {
+  std::uint64_t codes = 0;
+  std::uint64_t scales = 0;
+  std::uint64_t sums = 0;
+  std::uint64_t tail = 0;
+};
+HackSectionBytes HackSectionBytesFor(const hack::Layout& layout, DType dtype);
+
 // OK when partition is 32, 64 or 128 and the enums hold known values; kInvalidArgument naming the
 // field otherwise.
 Status ValidateHackOptions(const HackOptions& options);

@@ -44,21 +44,11 @@
 namespace kvdepot::cuda {
 
 // ================================================================================================
-// Layout helpers (host)
+// Device sections (host)
 // ================================================================================================
 
-// The hack::Layout of a chunk of `shape` quantized with `options` (sinks clamped to the token
-// count, as QuantizeHack stores them).
-hack::Layout HackLayoutFor(const KvShape& shape, const HackOptions& options);
-
-// Byte lengths of the four data sections of a chunk (the params section is always 24 bytes).
-struct HackSectionBytes {
-  std::uint64_t codes = 0;
-  std::uint64_t scales = 0;
-  std::uint64_t sums = 0;
-  std::uint64_t tail = 0;
-};
-HackSectionBytes HackSectionBytesFor(const hack::Layout& layout, DType dtype);
+// A chunk's layout and section lengths come from the codec: HackLayoutFor and HackSectionBytesFor
+// (codec/include/kvdepot/codec/hack.h).
 
 // The four data sections of one chunk in device memory, each in the container's layout.
 struct HackDeviceSections {

@@ -188,6 +188,8 @@ TEST(HackGpu, PagedWithShuffledBlockTableEqualsContiguous) {
 TEST(HackGpu, PrefillMatchesTheCpuReference) {
   KVD_REQUIRE_GPU();
   std::uint64_t seed = 2000;
+  auto ws = HackAttentionWorkspace::Create();
+  ASSERT_TRUE(ws.ok()) << ws.status().ToString();
   for (std::uint32_t dim : {64u, 128u}) {
     for (std::uint32_t group : {1u, 4u, 8u}) {
       for (std::uint32_t sinks : {0u, 4u}) {
@@ -206,31 +208,17 @@ TEST(HackGpu, PrefillMatchesTheCpuReference) {
           Result<AttentionResult> ref =
               HackPrefillAttention(HackSequence(&s.chunk, 1), 1, q, r.first, ao);
           ASSERT_TRUE(ref.ok()) << ref.status().ToString();
-          auto ws = HackAttentionWorkspace::Create();
-          ASSERT_TRUE(ws.ok());
-          DeviceBuffer d_q = Dev(q.data(), q.size());
-          DeviceBuffer d_out = DevAlloc(q.size() * 4);
-          HackPrefillArgs a;
-          a.seq = s.desc;
-          a.queries = r.n;
-          a.first_position = r.first;
-          a.q_heads = q_heads;
-          a.q = d_q.as<float>();
-          a.out = d_out.as<float>();
-          Status st = EnqueueHackPrefillAttention(KvFor(t, DType::kFloat16, 1), a, *ws, nullptr);
-          ASSERT_TRUE(st.ok()) << st.ToString();
-          st = FinishHackAttention(*ws, nullptr);
-          ASSERT_TRUE(st.ok()) << st.ToString();
-          std::vector<float> out(q.size());
-          ASSERT_EQ(cudaMemcpy(out.data(), d_out.data(), out.size() * 4, cudaMemcpyDeviceToHost),
-                    cudaSuccess);
-          ExpectClose(ref->out, out, dim,
+          const GpuResult got =
+              RunPrefill(KvFor(t, DType::kFloat16, 1), s.desc, r.first, q, q_heads, *ws, false,
+                         DType::kFloat32, HackPrefillMath::kHomomorphicInt8);
+          ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+          for (float v : got.lse) ASSERT_TRUE(std::isfinite(v));
+          ExpectClose(ref->out, got.out, dim,
                       "prefill d" + std::to_string(dim) + " g" + std::to_string(group) + " sinks " +
                           std::to_string(sinks) + " first " + std::to_string(r.first) + " n " +
                           std::to_string(r.n));
         }
         // Prefill past the sequence end is an argument error.
-        auto ws = HackAttentionWorkspace::Create();
         HackPrefillArgs a;
         a.seq = s.desc;
         a.queries = 10;
@@ -277,23 +265,12 @@ TEST(HackGpu, ChunkedPrefillOverACachedPrefixMatchesTheCpuReference) {
           Result<AttentionResult> ref =
               HackPrefillAttention(HackSequence(&s.chunk, 1), 0, q, prefix, ao);
           ASSERT_TRUE(ref.ok()) << ref.status().ToString();
-          DeviceBuffer d_q = Dev(q.data(), q.size());
-          DeviceBuffer d_out = DevAlloc(q.size() * 4);
-          HackPrefillArgs a;
-          a.seq = s.desc;
-          a.queries = fresh;
-          a.first_position = prefix;
-          a.q_heads = q_heads;
-          a.q = d_q.as<float>();
-          a.out = d_out.as<float>();
-          Status st = EnqueueHackPrefillAttention(KvFor(t, dtype, 0), a, *ws, nullptr);
-          ASSERT_TRUE(st.ok()) << st.ToString();
-          st = FinishHackAttention(*ws, nullptr);
-          ASSERT_TRUE(st.ok()) << st.ToString();
-          std::vector<float> out(q.size());
-          ASSERT_EQ(cudaMemcpy(out.data(), d_out.data(), out.size() * 4, cudaMemcpyDeviceToHost),
-                    cudaSuccess);
-          ExpectClose(ref->out, out, dim,
+          const GpuResult got =
+              RunPrefill(KvFor(t, dtype, 0), s.desc, prefix, q, q_heads, *ws, false,
+                         DType::kFloat32, HackPrefillMath::kHomomorphicInt8);
+          ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+          for (float v : got.lse) ASSERT_TRUE(std::isfinite(v));
+          ExpectClose(ref->out, got.out, dim,
                       "chunked prefill d" + std::to_string(dim) + " " +
                           std::string(DTypeName(dtype)) + " prefix " + std::to_string(prefix) +
                           " new " + std::to_string(fresh));

@@ -73,23 +73,33 @@ void ForEachFp16PrefillCase(std::uint64_t seed, Fn&& fn) {
   }
 }
 
-// The fp16 path against attention over the dequantized KV (PrefillAttention over DequantizeHack
-// to fp32), on the chunked-prefill shapes (ForEachFp16PrefillCase); the lse is the log of the
-// normaliser (finite).
+// Runs case c through the fp16 path (staged or not) into *got and checks it against attention over
+// the dequantized KV (PrefillAttention over DequantizeHack to fp32) within the fp16 path's
+// tolerances; the lse is the log of the normaliser (finite). Fatal on a failed call.
+void ExpectFp16PrefillMatchesDequantizedAttention(const Fp16PrefillCase& c,
+                                                  HackAttentionWorkspace& ws, bool staged,
+                                                  GpuResult* got) {
+  AttentionOptions ao;
+  ao.q_heads = c.q_heads;
+  const KvTensor deq = DequantizeHack(c.s.chunk, DType::kFloat32);
+  Result<AttentionResult> ref = PrefillAttention(deq.view(), c.layer, c.q, c.prefix, ao);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  *got = RunPrefill(c.kv, c.s.desc, c.prefix, c.q, c.q_heads, ws, staged);
+  ASSERT_TRUE(got->status.ok()) << got->status.ToString();
+  ExpectCloseFp16(ref->out, got->out, c.dim,
+                  (staged ? "staged fp16 prefill " : "fp16 prefill ") + c.label);
+  for (float v : got->lse) ASSERT_TRUE(std::isfinite(v)) << c.label;
+}
+
+// The fp16 path against attention over the dequantized KV on the chunked-prefill shapes
+// (ForEachFp16PrefillCase).
 TEST(HackGpu, DequantFp16PrefillMatchesAttentionOverTheDequantizedKv) {
   KVD_REQUIRE_GPU();
   auto ws = HackAttentionWorkspace::Create();
   ASSERT_TRUE(ws.ok()) << ws.status().ToString();
   ForEachFp16PrefillCase(12000, [&](const Fp16PrefillCase& c) {
-    AttentionOptions ao;
-    ao.q_heads = c.q_heads;
-    const KvTensor deq = DequantizeHack(c.s.chunk, DType::kFloat32);
-    Result<AttentionResult> ref = PrefillAttention(deq.view(), c.layer, c.q, c.prefix, ao);
-    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
-    const GpuResult got = RunPrefill(c.kv, c.s.desc, c.prefix, c.q, c.q_heads, *ws);
-    ASSERT_TRUE(got.status.ok()) << got.status.ToString();
-    ExpectCloseFp16(ref->out, got.out, c.dim, "fp16 prefill " + c.label);
-    for (float v : got.lse) ASSERT_TRUE(std::isfinite(v));
+    GpuResult got;
+    ExpectFp16PrefillMatchesDequantizedAttention(c, *ws, false, &got);
   });
 }
 
@@ -148,15 +158,9 @@ TEST(HackGpu, DequantFp16PrefillStagedMatchesAttentionOverTheDequantizedKv) {
   auto ws = HackAttentionWorkspace::Create();
   ASSERT_TRUE(ws.ok()) << ws.status().ToString();
   ForEachFp16PrefillCase(12000, [&](const Fp16PrefillCase& c) {
-    AttentionOptions ao;
-    ao.q_heads = c.q_heads;
-    const KvTensor deq = DequantizeHack(c.s.chunk, DType::kFloat32);
-    Result<AttentionResult> ref = PrefillAttention(deq.view(), c.layer, c.q, c.prefix, ao);
-    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
-    const GpuResult got = RunPrefill(c.kv, c.s.desc, c.prefix, c.q, c.q_heads, *ws, true);
-    ASSERT_TRUE(got.status.ok()) << got.status.ToString();
-    ExpectCloseFp16(ref->out, got.out, c.dim, "staged fp16 prefill " + c.label);
-    for (float v : got.lse) ASSERT_TRUE(std::isfinite(v));
+    GpuResult got;
+    ExpectFp16PrefillMatchesDequantizedAttention(c, *ws, true, &got);
+    if (::testing::Test::HasFatalFailure()) return;
     if (c.dim == 64) {
       const GpuResult want = RunPrefill(c.kv, c.s.desc, c.prefix, c.q, c.q_heads, *ws);
       ASSERT_TRUE(want.status.ok()) << want.status.ToString();

@@ -214,14 +214,16 @@ inline GpuResult RunDecode(const HackKvCache& kv, const std::vector<HackAttentio
 }
 
 // Runs the prefill of `queries` (fp32 [n][q_heads][dim]) from `first_position` with `math`
-// (HackPrefillArgs::math; the fp16 path unless said); out and lse. With `staged`, through a staging
-// scratch of HackPrefillStagingBytes (+ 16) bytes. With io fp16 / bf16, q is uploaded rounded to io
-// and out read back as io's values (HackPrefillArgs::io_dtype).
+// (HackPrefillArgs::math; the fp16 path unless said); out and lse (without `with_lse`, lse is
+// null in the call and empty here). With `staged`, through a staging scratch of
+// HackPrefillStagingBytes (+ 16) bytes. With io fp16 / bf16, q is uploaded rounded to io and out
+// read back as io's values (HackPrefillArgs::io_dtype).
 inline GpuResult RunPrefill(const HackKvCache& kv, const HackAttentionSeq& seq,
                             std::uint32_t first_position, const std::vector<float>& q,
                             std::uint32_t q_heads, HackAttentionWorkspace& ws, bool staged = false,
                             DType io = DType::kFloat32,
-                            HackPrefillMath math = HackPrefillMath::kDequantFp16) {
+                            HackPrefillMath math = HackPrefillMath::kDequantFp16,
+                            bool with_lse = true) {
   GpuResult r;
   const std::size_t n = q.size() / (std::size_t{q_heads} * kv.head_dim);
   DeviceBuffer d_q = DevIo(q, io);
@@ -234,7 +236,7 @@ inline GpuResult RunPrefill(const HackKvCache& kv, const HackAttentionSeq& seq,
   a.q_heads = q_heads;
   a.q = d_q.data();
   a.out = d_out.data();
-  a.lse = d_lse.as<float>();
+  a.lse = with_lse ? d_lse.as<float>() : nullptr;
   a.math = math;
   a.io_dtype = io;
   DeviceBuffer scratch;
@@ -246,6 +248,7 @@ inline GpuResult RunPrefill(const HackKvCache& kv, const HackAttentionSeq& seq,
   r.status = EnqueueHackPrefillAttention(kv, a, ws, nullptr);
   if (r.status.ok()) r.status = FinishHackAttention(ws, nullptr);
   r.out = ReadIo(d_out.data(), q.size(), io);
+  if (!with_lse) return r;
   r.lse.resize(n * q_heads);
   EXPECT_EQ(cudaMemcpy(r.lse.data(), d_lse.data(), r.lse.size() * 4, cudaMemcpyDeviceToHost),
             cudaSuccess);

@@ -62,9 +62,10 @@ struct HackUnquantized {
 HackUnquantized HackUnquantizedTokens(const KvShape& shape, const HackOptions& options);
 
 // The hack::Layout (hack_format.h) of a chunk of `shape` encoded with `options`, sinks clamped to
-// the token count as QuantizeHack stores them. The one place the layout is made from a shape and
-// options (the CPU codec, the GPU codec and the attention kernels' launchers all take it from
-// here). Precondition: a valid partition (ValidateHackOptions).
+// the token count as QuantizeHack stores them: the one place a layout is made from a shape and
+// options (the CPU and GPU codecs take theirs from here; the attention kernels fill theirs from
+// the cache's fields, which carry no options). Precondition: a valid partition
+// (ValidateHackOptions).
 hack::Layout HackLayoutFor(const KvShape& shape, const HackOptions& options);
 
 // Byte lengths of the four data sections of a chunk of `layout` whose values are `dtype` (the
